@@ -1,0 +1,874 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AgentRunSpec is what was asked for: the task, the blueprint, and the knobs a
+// person or a GitOps commit may turn while the run is in flight.
+//
+// Leviath's RunMeta fields that have no meaning on Kubernetes are replaced, not
+// copied: `run_id` is the object's namespace/name (and UID, never reused);
+// `agent_path` is the blueprint ConfigMap named by agent; `workdir` has no
+// counterpart because the operator never runs tools in its own filesystem (tools
+// are MCP servers reached over HTTP); `pid` has none because no process or pod
+// exists per run (liveness is read from status.lastProgressAt and conditions);
+// `callback_secret` is a Secret reference in callback.signingKeySecretRef, so the
+// key itself is never stored in the object.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.yoloProfile) || (has(self.yolo) && self.yolo)",message="yoloProfile requires yolo: true"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be withdrawn once requested"
+// +kubebuilder:validation:XValidation:rule="has(self.yolo) == has(oldSelf.yolo) && (!has(self.yolo) || self.yolo == oldSelf.yolo)",message="yolo is fixed at creation"
+// +kubebuilder:validation:XValidation:rule="has(self.yoloProfile) == has(oldSelf.yoloProfile) && (!has(self.yoloProfile) || self.yoloProfile == oldSelf.yoloProfile)",message="yoloProfile is fixed at creation"
+// +kubebuilder:validation:XValidation:rule="has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)",message="model is fixed at creation"
+// +kubebuilder:validation:XValidation:rule="has(self.budgets) || !has(oldSelf.budgets)",message="budgets cannot be removed once set; raise them instead"
+type AgentRunSpec struct {
+	// agent names the ConfigMap in this namespace that holds the blueprint
+	// (agent.toml plus any prompt files, one key per file). It replaces
+	// Leviath's agent_path. The blueprint is read once when the run spawns and
+	// snapshotted, so editing or deleting the ConfigMap later cannot change a
+	// run in flight. Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="agent is immutable: create a new AgentRun to use another blueprint"
+	Agent string `json:"agent"`
+
+	// task is the instruction the run was started with, verbatim. Immutable,
+	// because every recorded step was taken in answer to it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="task is immutable: create a new AgentRun for a new task"
+	Task string `json:"task"`
+
+	// model overrides model resolution for every stage, as
+	// "provider/model" or a bare model name, exactly as given (Leviath's
+	// model_override). Left empty, each stage resolves its own ordered
+	// failover list afresh, also after a manager restart. The controller never
+	// writes the resolved model here; that goes to status.model.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Model string `json:"model,omitempty"`
+
+	// providerConfig names the ConfigMap in this namespace that declares model
+	// providers (type, base URL, credentials Secret and key, models, rates).
+	// Read whenever a step needs it, so fixing it unblocks a parked run.
+	// +optional
+	// +kubebuilder:default=agentrun-providers
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ProviderConfig string `json:"providerConfig,omitempty"`
+
+	// metadata carries caller-defined key/value pairs (Leviath's spawn
+	// metadata). They are echoed in webhook deliveries, so a caller can
+	// correlate a delivery with its own records.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// callback asks for one signed webhook delivery when the run reaches a
+	// terminal phase.
+	// +optional
+	Callback *CallbackSpec `json:"callback,omitempty"`
+
+	// depth is this run's depth in the sub-agent tree: 0 for a top-level run,
+	// parent + 1 for a child. Set by the parent at creation and immutable, so
+	// a child enforces its remaining spawn-depth budget after any restart.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="depth is immutable"
+	Depth int32 `json:"depth,omitempty"`
+
+	// maxChildDepth caps how deep this run's own sub-agent tree may grow
+	// (0: no sub-agents). When unset the blueprint's max_child_depth applies.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	MaxChildDepth *int32 `json:"maxChildDepth,omitempty"`
+
+	// yolo launches the run unattended: tools whose permission is "ask" are
+	// approved without a person. It never lifts a "deny". Fixed at creation,
+	// so a restart resumes the run exactly the way it was started, never
+	// parked on a prompt nobody is watching. A child's level is at most its
+	// parent's.
+	// +optional
+	Yolo bool `json:"yolo,omitempty"`
+
+	// yoloProfile narrows yolo to a named profile from the blueprint. Fixed
+	// at creation for the same reason as yolo: dropping the name would
+	// resume a carefully scoped run under bare yolo. An unknown profile means
+	// attended.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	YoloProfile string `json:"yoloProfile,omitempty"`
+
+	// output overrides the blueprint's output spec for this run (Leviath's
+	// output_request). Kept in the spec so a restart never reverts the run to
+	// the blueprint's shape partway through.
+	// +optional
+	Output *OutputSpec `json:"output,omitempty"`
+
+	// budgets bound what the run may spend. Checked before each model call,
+	// in the order steps, tokens, cost, wall time, firing at observed >=
+	// limit; a crossed budget parks the run on BudgetExceeded. Budgets may be
+	// raised (a commit in Git resumes the run) but never lowered or removed.
+	// +optional
+	Budgets *Budgets `json:"budgets,omitempty"`
+
+	// paused stops the run from starting new steps; a step already in flight
+	// finishes and its result is held until the run is resumed (paused set
+	// back to false). A field rather than an imperative call, so a run's
+	// pause state can live in Git.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// cancel stops the run for good: in-flight work is abandoned, children
+	// are cancelled, and the phase becomes Cancelled (distinct from Error:
+	// nothing went wrong, somebody decided). Cannot be withdrawn.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+}
+
+// CallbackSpec is the webhook a run notifies on its terminal transition.
+type CallbackSpec struct {
+	// url receives one POST per terminal transition.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://')",message="url must be an http:// or https:// URL"
+	URL string `json:"url"`
+
+	// signingKeySecretRef names the Secret key holding the HMAC-SHA256
+	// signing key. Replaces Leviath's persisted callback_secret: the
+	// operator reads the key when it signs and never copies it into the run.
+	// +optional
+	SigningKeySecretRef *SecretKeyRef `json:"signingKeySecretRef,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the run's namespace.
+type SecretKeyRef struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key within the Secret's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// OutputFormat is the shape a run's final output must take.
+// +kubebuilder:validation:Enum=text;markdown;json
+type OutputFormat string
+
+// Output formats.
+const (
+	OutputFormatText     OutputFormat = "text"
+	OutputFormatMarkdown OutputFormat = "markdown"
+	OutputFormatJSON     OutputFormat = "json"
+)
+
+// OutputSpec describes the output a run must submit.
+type OutputSpec struct {
+	// format of the submitted output.
+	// +optional
+	Format OutputFormat `json:"format,omitempty"`
+	// instructions tell the model what to hand back.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	Instructions string `json:"instructions,omitempty"`
+	// example is a sample of acceptable output, shown to the model.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	Example string `json:"example,omitempty"`
+	// schema is a JSON Schema (as a JSON string) that json output must match.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Schema string `json:"schema,omitempty"`
+	// validator names a validator declared by the blueprint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Validator string `json:"validator,omitempty"`
+}
+
+// Budgets bound a run's spending. Unset fields are unlimited.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.steps) || (has(self.steps) && self.steps >= oldSelf.steps)",message="budgets.steps may only be raised",fieldPath=".steps"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.tokens) || (has(self.tokens) && self.tokens >= oldSelf.tokens)",message="budgets.tokens may only be raised",fieldPath=".tokens"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.toolCalls) || (has(self.toolCalls) && self.toolCalls >= oldSelf.toolCalls)",message="budgets.toolCalls may only be raised",fieldPath=".toolCalls"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.costUSD) || (has(self.costUSD) && quantity(self.costUSD).compareTo(quantity(oldSelf.costUSD)) >= 0)",message="budgets.costUSD may only be raised",fieldPath=".costUSD"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.wallTime) || (has(self.wallTime) && duration(self.wallTime) >= duration(oldSelf.wallTime))",message="budgets.wallTime may only be raised",fieldPath=".wallTime"
+type Budgets struct {
+	// steps caps model calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Steps *int64 `json:"steps,omitempty"`
+	// tokens caps prompt plus completion tokens.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Tokens *int64 `json:"tokens,omitempty"`
+	// toolCalls caps tool calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ToolCalls *int64 `json:"toolCalls,omitempty"`
+	// costUSD caps the priced cost in US dollars, as a decimal string such as
+	// "2.50". A string rather than a float so the value is exact.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,9}(\.[0-9]{1,9})?$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// wallTime caps working time (the active clock, not age), as a Go
+	// duration such as "30m".
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	WallTime string `json:"wallTime,omitempty"`
+}
+
+// AgentRunStatus is the run record: where the run stands, what it has spent,
+// and, while parked, exactly why. Written only by the controller.
+type AgentRunStatus struct {
+	// observedGeneration is the spec generation this status describes.
+	// -1 until the controller has seen the run, so a fresh object never
+	// reads as current.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is where the run stands, in Leviath's eight statuses.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// waitingOn says why the run is parked. Present only while it is; derived
+	// by one function from markers the controller keeps, so it cannot drift
+	// from the phase it explains.
+	// +optional
+	WaitingOn *WaitingOn `json:"waitingOn,omitempty"`
+
+	// agentName is the blueprint's [agent] name (not the ConfigMap's): two
+	// runs of the same agent from different ConfigMaps share it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	AgentName string `json:"agentName,omitempty"`
+
+	// blueprintSnapshot names the owned ConfigMap holding the blueprint as it
+	// was read at spawn. Every later step reads this copy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	BlueprintSnapshot string `json:"blueprintSnapshot,omitempty"`
+
+	// model is the provider/model the entry stage resolved to. Later stages
+	// may use another; this is not rewritten to follow them, and it is never
+	// fed back as an override on restart.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Model string `json:"model,omitempty"`
+
+	// currentStage is the name of the stage the run is in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	CurrentStage string `json:"currentStage,omitempty"`
+	// stageIndex is the zero-based position of currentStage in the
+	// blueprint's stage list. Not a progress measure: stages may loop.
+	// +optional
+	StageIndex int32 `json:"stageIndex,omitempty"`
+	// numStages is how many stages the blueprint declares, so a reader can
+	// render "2/5" without loading the blueprint.
+	// +optional
+	NumStages int32 `json:"numStages,omitempty"`
+	// stage is currentStage rendered as "name i/n" for listings.
+	// +optional
+	// +kubebuilder:validation:MaxLength=160
+	Stage string `json:"stage,omitempty"`
+	// iteration counts model turns in the current stage, reset on stage
+	// entry and compared with the stage's max_iterations.
+	// +optional
+	Iteration int32 `json:"iteration,omitempty"`
+
+	// usage is what this run itself has consumed (not its children).
+	// +optional
+	Usage Usage `json:"usage,omitzero"`
+
+	// treeUsage is this run's usage plus every descendant's. Cost is unknown
+	// if any descendant's is.
+	// +optional
+	TreeUsage *Usage `json:"treeUsage,omitempty"`
+
+	// startedAt is when the controller accepted the run.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// updatedAt is the last time the controller wrote this record. Evidence
+	// that the controller is alive, and no evidence that the run moved.
+	// +optional
+	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+	// lastProgressAt is when the run last actually moved: a new iteration, a
+	// new stage or a new phase. Anything that ages a run reads this, never
+	// updatedAt. A manager restart resets it, since a re-driven run really
+	// has just moved.
+	// +optional
+	LastProgressAt *metav1.Time `json:"lastProgressAt,omitempty"`
+	// active measures working time, as against age. Absent means no clock
+	// was kept; a present clock with zero seconds is a genuine zero.
+	// +optional
+	Active *ActiveClock `json:"active,omitempty"`
+
+	// error says what went wrong. Set only with phase Error.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Error string `json:"error,omitempty"`
+
+	// title is a short human title generated from the task; empty until
+	// generated.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Title string `json:"title,omitempty"`
+	// titleError says why title is still empty once titling gave up. Empty
+	// is the ordinary state (pending, or never asked for).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	TitleError string `json:"titleError,omitempty"`
+
+	// parentRun is the name of the run that owns this one (its controller
+	// owner reference), empty for a top-level run. Replaces parent_run_id.
+	// Children are found by the label agentrun.dev/parent=<name> and the
+	// owner reference, replacing Leviath's persisted children list.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ParentRun string `json:"parentRun,omitempty"`
+	// children summarises the run's owned child runs, derived from their
+	// status on every reconcile.
+	// +optional
+	Children *ChildrenSummary `json:"children,omitempty"`
+
+	// flags say why a run may have produced nothing useful.
+	// +optional
+	Flags RunFlags `json:"flags,omitzero"`
+
+	// readPaths is how much of the blueprint's [read_paths] was granted at
+	// spawn. The operator reads no files of its own pod, so nothing is ever
+	// granted; the counts make that visible for blueprints that declare paths.
+	// +optional
+	ReadPaths *ReadPathGrantCounts `json:"readPaths,omitempty"`
+
+	// finalOutput describes what the run handed back: everything about the
+	// answer except the bytes, which live in the owned object it names.
+	// +optional
+	FinalOutput *FinalOutputDescriptor `json:"finalOutput,omitempty"`
+
+	// pendingCall is the one call whose intent is journaled and whose
+	// completion is not, if any.
+	// +optional
+	PendingCall *PendingCall `json:"pendingCall,omitempty"`
+
+	// setupRefs are the objects a NeedsSetup park waits on, as
+	// "Kind/name". The controller indexes them, so creating or fixing one
+	// re-queues exactly the runs waiting on it.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=300
+	SetupRefs []string `json:"setupRefs,omitempty"`
+
+	// conditions follow Kubernetes API conventions and kstatus: Ready,
+	// Reconciling and Stalled, plus Waiting and NeedsAttention.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Phase is the run's status, in Leviath's eight words (CamelCase per API
+// conventions).
+// +kubebuilder:validation:Enum=Starting;Running;WaitingInput;Paused;Complete;CompleteInteractive;Error;Cancelled
+type Phase string
+
+// Phases.
+const (
+	// PhaseStarting: accepted, no model call made yet.
+	PhaseStarting Phase = "Starting"
+	// PhaseRunning: calling a model or tool, or changing stage.
+	PhaseRunning Phase = "Running"
+	// PhaseWaitingInput: parked; waitingOn says on what.
+	PhaseWaitingInput Phase = "WaitingInput"
+	// PhasePaused: paused by spec.paused.
+	PhasePaused Phase = "Paused"
+	// PhaseComplete: finished. Terminal.
+	PhaseComplete Phase = "Complete"
+	// PhaseCompleteInteractive: required stages done, follow-up input still
+	// taken; reads as complete.
+	PhaseCompleteInteractive Phase = "CompleteInteractive"
+	// PhaseError: failed; status.error says why. Terminal.
+	PhaseError Phase = "Error"
+	// PhaseCancelled: stopped from outside. Terminal; nothing went wrong.
+	PhaseCancelled Phase = "Cancelled"
+)
+
+// IsTerminal reports whether no further transition can happen.
+func (p Phase) IsTerminal() bool {
+	return p == PhaseComplete || p == PhaseError || p == PhaseCancelled
+}
+
+// WaitReason names why a parked run waits.
+// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal
+type WaitReason string
+
+// Wait reasons: Leviath's seven, then Salvor's parks.
+const (
+	// WaitToolApproval: a tool call waits for approval. Needs a person.
+	WaitToolApproval WaitReason = "ToolApproval"
+	// WaitUserPrompt: the agent asked a question (ask the user, present for
+	// review). Needs a person.
+	WaitUserPrompt WaitReason = "UserPrompt"
+	// WaitTaintGate: a write after tainted input waits for clearance. Needs
+	// a person.
+	WaitTaintGate WaitReason = "TaintGate"
+	// WaitInteractionPoint: a blueprint checkpoint at a stage boundary.
+	// Needs a person.
+	WaitInteractionPoint WaitReason = "InteractionPoint"
+	// WaitFanOutWorkers: fan-out workers are running. Healthy.
+	WaitFanOutWorkers WaitReason = "FanOutWorkers"
+	// WaitChildren: spawned sub-agents are running. Healthy.
+	WaitChildren WaitReason = "Children"
+	// WaitNeedsSetup: the cluster must change (a Secret, a ConfigMap, a
+	// provider account) before the run can go on. Needs a person.
+	WaitNeedsSetup WaitReason = "NeedsSetup"
+	// WaitSleeping: a durable timer until wakeAt. Healthy.
+	WaitSleeping WaitReason = "Sleeping"
+	// WaitBudgetExceeded: a budget was reached; raise it to resume. Needs a
+	// person.
+	WaitBudgetExceeded WaitReason = "BudgetExceeded"
+	// WaitNeedsReconciliation: a write tool call started and its outcome is
+	// unknown; a person must resolve or abandon it.
+	WaitNeedsReconciliation WaitReason = "NeedsReconciliation"
+	// WaitSignal: waiting on an external system's signal. Healthy.
+	WaitSignal WaitReason = "Signal"
+)
+
+// NeedsAPerson reports whether clearing this wait needs a person. False only
+// for waits that resolve by themselves: workers, children, sleeping, signal.
+func (r WaitReason) NeedsAPerson() bool {
+	switch r {
+	case WaitFanOutWorkers, WaitChildren, WaitSleeping, WaitSignal:
+		return false
+	case "":
+		return false
+	default:
+		return true
+	}
+}
+
+// SetupBlocker names which kind of setup problem parks a run, one value per
+// remedy, so a client can offer the right fix without parsing the sentence.
+// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing
+type SetupBlocker string
+
+// Setup blockers: the seeds' provider-side ones, then the Kubernetes ones.
+const (
+	// BlockerProviderMissing: no provider in the provider config serves the
+	// model the stage needs.
+	BlockerProviderMissing SetupBlocker = "ProviderMissing"
+	// BlockerCreditsExhausted: the provider account is out of credits or quota.
+	BlockerCreditsExhausted SetupBlocker = "CreditsExhausted"
+	// BlockerAuthFailed: the provider rejected the API key (401).
+	BlockerAuthFailed SetupBlocker = "AuthFailed"
+	// BlockerForbidden: the key is valid but not allowed this model (403).
+	BlockerForbidden SetupBlocker = "Forbidden"
+	// BlockerProvidersUnavailable: every candidate provider is out of service
+	// for mixed or unknown reasons.
+	BlockerProvidersUnavailable SetupBlocker = "ProvidersUnavailable"
+	// BlockerProviderUnreachable: the provider was never reached (connection
+	// refused, DNS).
+	BlockerProviderUnreachable SetupBlocker = "ProviderUnreachable"
+	// BlockerProviderTimedOut: the provider was reached but too slow.
+	BlockerProviderTimedOut SetupBlocker = "ProviderTimedOut"
+	// BlockerProviderFailed: the provider failed part-way, after retries.
+	BlockerProviderFailed SetupBlocker = "ProviderFailed"
+	// BlockerProviderConfigMissing: the provider ConfigMap does not exist.
+	BlockerProviderConfigMissing SetupBlocker = "ProviderConfigMissing"
+	// BlockerProviderConfigInvalid: the provider ConfigMap does not parse.
+	BlockerProviderConfigInvalid SetupBlocker = "ProviderConfigInvalid"
+	// BlockerSecretMissing: a Secret the provider config names does not exist.
+	BlockerSecretMissing SetupBlocker = "SecretMissing"
+	// BlockerSecretKeyMissing: the Secret exists but the key is absent or empty.
+	BlockerSecretKeyMissing SetupBlocker = "SecretKeyMissing"
+	// BlockerBlueprintMissing: the blueprint ConfigMap does not exist yet
+	// (GitOps may apply the run before its blueprint).
+	BlockerBlueprintMissing SetupBlocker = "BlueprintMissing"
+)
+
+// BudgetKind names a budget.
+// +kubebuilder:validation:Enum=Steps;Tokens;CostUSD;WallTime;ToolCalls
+type BudgetKind string
+
+// Budget kinds, in the order they are checked.
+const (
+	BudgetSteps     BudgetKind = "Steps"
+	BudgetTokens    BudgetKind = "Tokens"
+	BudgetCostUSD   BudgetKind = "CostUSD"
+	BudgetWallTime  BudgetKind = "WallTime"
+	BudgetToolCalls BudgetKind = "ToolCalls"
+)
+
+// WaitingOn is a tagged union: reason says which variant, and only that
+// variant's fields are set (the schema enforces it).
+//
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'FanOutWorkers' || self.reason == 'Children') == has(self.outstanding)",message="outstanding is set exactly for FanOutWorkers and Children"
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'NeedsSetup') == (has(self.blocker) && has(self.remedy))",message="blocker and remedy are set exactly for NeedsSetup"
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'Sleeping') == has(self.wakeAt)",message="wakeAt is set exactly for Sleeping"
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'BudgetExceeded') == (has(self.budget) && has(self.observed))",message="budget and observed are set exactly for BudgetExceeded"
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'NeedsReconciliation') == (has(self.seq) && has(self.tool))",message="seq and tool are set exactly for NeedsReconciliation"
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'Signal') == has(self.signal)",message="signal is set exactly for Signal"
+type WaitingOn struct {
+	// reason is the variant.
+	// +required
+	Reason WaitReason `json:"reason"`
+	// needsAPerson is false only for waits that clear by themselves
+	// (workers, children, sleeping, signal). Alerts key on it.
+	// +optional
+	NeedsAPerson bool `json:"needsAPerson,omitempty"`
+	// summary renders the wait for listings, e.g. "FanOutWorkers(3)" or
+	// "NeedsSetup: SecretMissing".
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Summary string `json:"summary,omitempty"`
+	// since is when the run parked on this reason.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// outstanding counts workers or children not yet terminal (running
+	// plus queued). FanOutWorkers and Children only.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Outstanding *int32 `json:"outstanding,omitempty"`
+
+	// blocker is which setup problem it is. NeedsSetup only.
+	// +optional
+	Blocker SetupBlocker `json:"blocker,omitempty"`
+	// remedy is one sentence a cluster operator can act on, naming the
+	// namespace, object and key. Never contains a secret value. NeedsSetup
+	// only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Remedy string `json:"remedy,omitempty"`
+
+	// wakeAt is when a sleeping run wakes. Sleeping only.
+	// +optional
+	WakeAt *metav1.Time `json:"wakeAt,omitempty"`
+
+	// budget is the budget that was reached. BudgetExceeded only.
+	// +optional
+	Budget *BudgetLimit `json:"budget,omitempty"`
+	// observed is the value that reached it, as a decimal string.
+	// BudgetExceeded only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Observed string `json:"observed,omitempty"`
+
+	// seq is the journal sequence of the dangling write. NeedsReconciliation
+	// only.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Seq *int64 `json:"seq,omitempty"`
+	// tool is the dangling write's tool. NeedsReconciliation only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Tool string `json:"tool,omitempty"`
+
+	// signal is the reason the run gave for waiting on an external system.
+	// Signal only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Signal string `json:"signal,omitempty"`
+}
+
+// BudgetLimit is a budget and its limit.
+type BudgetLimit struct {
+	// kind of budget.
+	// +required
+	Kind BudgetKind `json:"kind"`
+	// limit in force when it fired, as a decimal string.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Limit string `json:"limit"`
+}
+
+// Usage counts what a run consumed. Retries are included: they were billed.
+type Usage struct {
+	// promptTokens billed across every model call.
+	// +optional
+	PromptTokens int64 `json:"promptTokens,omitempty"`
+	// completionTokens billed across every model call.
+	// +optional
+	CompletionTokens int64 `json:"completionTokens,omitempty"`
+	// cachedTokens read from provider caches.
+	// +optional
+	CachedTokens int64 `json:"cachedTokens,omitempty"`
+	// cacheWriteTokens written to provider caches.
+	// +optional
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
+	// totalTokens is promptTokens + completionTokens, for listings.
+	// +optional
+	TotalTokens int64 `json:"totalTokens,omitempty"`
+	// modelCalls made (steps).
+	// +optional
+	ModelCalls int64 `json:"modelCalls,omitempty"`
+	// toolCalls made across all iterations.
+	// +optional
+	ToolCalls int64 `json:"toolCalls,omitempty"`
+	// costUSD is what the run spent, as a decimal string, or "unknown" when
+	// any call could not be priced: unknown is never free, so a total that
+	// would understate by an unknown amount is not given. Decimal strings
+	// rather than floats keep the figures exact.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^(unknown|[0-9]+(\.[0-9]+)?)$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// costPricedUSD is the priced subtotal, kept even when costUSD is
+	// unknown so accounting never restarts from zero.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostPricedUSD string `json:"costPricedUSD,omitempty"`
+	// unpricedCalls could not be priced at all; non-zero makes costUSD
+	// unknown.
+	// +optional
+	UnpricedCalls int64 `json:"unpricedCalls,omitempty"`
+	// costIsExact is true when every priced call carried the provider's own
+	// cost figure, false when any was reconstructed from rate cards.
+	// +optional
+	CostIsExact bool `json:"costIsExact,omitempty"`
+}
+
+// ActiveClock measures working time: banked seconds plus the open span since
+// `since`, which is set only while the clock runs.
+type ActiveClock struct {
+	// bankedSeconds from closed spans.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	BankedSeconds int64 `json:"bankedSeconds,omitempty"`
+	// since is when the open span began; absent while stopped.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+}
+
+// ChildrenSummary counts a run's owned child runs by state.
+type ChildrenSummary struct {
+	// total children created.
+	// +optional
+	Total int32 `json:"total,omitempty"`
+	// running children (not terminal).
+	// +optional
+	Running int32 `json:"running,omitempty"`
+	// queued items not yet given a child.
+	// +optional
+	Queued int32 `json:"queued,omitempty"`
+	// succeeded children.
+	// +optional
+	Succeeded int32 `json:"succeeded,omitempty"`
+	// failed children (Error or Cancelled).
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+}
+
+// RunFlags say why a run may have produced nothing useful.
+type RunFlags struct {
+	// modifiedFiles are the files write tools reported changing,
+	// deduplicated and capped at 200.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=200
+	// +kubebuilder:validation:items:MaxLength=1024
+	ModifiedFiles []string `json:"modifiedFiles,omitempty"`
+	// modifiedFileCount counts modifying tool calls.
+	// +optional
+	ModifiedFileCount int32 `json:"modifiedFileCount,omitempty"`
+	// emptyOutput: terminal, no modifications, no output produced, and the
+	// run had output tools.
+	// +optional
+	EmptyOutput bool `json:"emptyOutput,omitempty"`
+	// noOutputTools: the run had no way to produce output (routers,
+	// researchers), so emptyOutput is not raised against it.
+	// +optional
+	NoOutputTools bool `json:"noOutputTools,omitempty"`
+	// searchesRun counts search tool calls.
+	// +optional
+	SearchesRun int32 `json:"searchesRun,omitempty"`
+	// searchesEmpty counts searches that found nothing; equal to
+	// searchesRun and non-zero means the report rests on nothing.
+	// +optional
+	SearchesEmpty int32 `json:"searchesEmpty,omitempty"`
+	// maxIterationsHit: a stage ran out of iterations.
+	// +optional
+	MaxIterationsHit bool `json:"maxIterationsHit,omitempty"`
+	// gatesForced: an interaction point was passed without a person.
+	// +optional
+	GatesForced bool `json:"gatesForced,omitempty"`
+	// outputForced: output was accepted without passing validation.
+	// +optional
+	OutputForced bool `json:"outputForced,omitempty"`
+	// workspaceLost: state the run depended on disappeared.
+	// +optional
+	WorkspaceLost bool `json:"workspaceLost,omitempty"`
+	// producedOutput: the run submitted output.
+	// +optional
+	ProducedOutput bool `json:"producedOutput,omitempty"`
+	// brokenScripts: a declared validator could not run.
+	// +optional
+	BrokenScripts bool `json:"brokenScripts,omitempty"`
+	// requiredRegionsAbandoned: required regions were still empty at the end.
+	// +optional
+	RequiredRegionsAbandoned bool `json:"requiredRegionsAbandoned,omitempty"`
+	// splitsDegraded: a fan-out lost items.
+	// +optional
+	SplitsDegraded bool `json:"splitsDegraded,omitempty"`
+}
+
+// ReadPathGrantCounts says how much of a blueprint's declared read paths was
+// granted at spawn.
+type ReadPathGrantCounts struct {
+	// declared read paths.
+	// +optional
+	Declared int32 `json:"declared,omitempty"`
+	// granted read paths.
+	// +optional
+	Granted int32 `json:"granted,omitempty"`
+}
+
+// FinalOutputDescriptor is everything about a run's answer except the bytes.
+type FinalOutputDescriptor struct {
+	// format of the output.
+	// +optional
+	Format OutputFormat `json:"format,omitempty"`
+	// stage that submitted it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Stage string `json:"stage,omitempty"`
+	// submittedAt is when it was submitted.
+	// +optional
+	SubmittedAt *metav1.Time `json:"submittedAt,omitempty"`
+	// bytes is the size as submitted, before any truncation.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// truncated: the stored copy was cut at the 256 KiB cap.
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
+	// objectName is the owned ConfigMap holding the bytes (key "output").
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ObjectName string `json:"objectName,omitempty"`
+	// artifacts the run named alongside its answer.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=1024
+	Artifacts []string `json:"artifacts,omitempty"`
+}
+
+// CallKind says whether a pending call is a model or a tool call.
+// +kubebuilder:validation:Enum=model;tool
+type CallKind string
+
+// Call kinds.
+const (
+	CallKindModel CallKind = "model"
+	CallKindTool  CallKind = "tool"
+)
+
+// ToolEffect is what a tool call does to the world, which decides what
+// happens to a call interrupted by a restart.
+// +kubebuilder:validation:Enum=read;idempotent;write
+type ToolEffect string
+
+// Tool effects.
+const (
+	// EffectRead: re-executed on recovery.
+	EffectRead ToolEffect = "read"
+	// EffectIdempotent: re-executed with the same recorded idempotency key.
+	EffectIdempotent ToolEffect = "idempotent"
+	// EffectWrite: never retried without a person's decision.
+	EffectWrite ToolEffect = "write"
+)
+
+// PendingCall is a journaled call intent with no recorded completion (seed
+// 002's pending object).
+type PendingCall struct {
+	// kind of call.
+	// +required
+	Kind CallKind `json:"kind"`
+	// seq is the call's journal sequence.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Seq int64 `json:"seq"`
+	// requestHash identifies a model request. Model calls only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	RequestHash string `json:"requestHash,omitempty"`
+	// tool called. Tool calls only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Tool string `json:"tool,omitempty"`
+	// input is the tool call's arguments as JSON. Tool calls only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Input string `json:"input,omitempty"`
+	// effect of the tool. Tool calls only.
+	// +optional
+	Effect ToolEffect `json:"effect,omitempty"`
+	// idempotencyKey recorded with the intent. Tool calls only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+}
+
+// AgentRun is one AI-agent task: a blueprint, a task, and the record of the
+// run as it moves through its stages.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ar,categories=agentrun
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.spec.agent`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.waitingOn.summary`
+// +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.stage`
+// +kubebuilder:printcolumn:name="Tokens",type=integer,JSONPath=`.status.usage.totalTokens`
+// +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.costUSD`
+// +kubebuilder:printcolumn:name="Last Moved",type=date,JSONPath=`.status.lastProgressAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Title",type=string,JSONPath=`.status.title`,priority=10
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.status.model`,priority=10
+// +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.status.parentRun`,priority=10
+type AgentRun struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what was asked for.
+	// +required
+	Spec AgentRunSpec `json:"spec"`
+
+	// status is the run record, written by the controller.
+	// +optional
+	// +kubebuilder:default={"observedGeneration":-1}
+	Status AgentRunStatus `json:"status,omitzero"`
+}
+
+// AgentRunList is a list of AgentRuns.
+//
+// +kubebuilder:object:root=true
+type AgentRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AgentRun `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&AgentRun{}, &AgentRunList{})
+}

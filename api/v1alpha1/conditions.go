@@ -1,0 +1,63 @@
+package v1alpha1
+
+// Condition types. Ready, Reconciling and Stalled carry kstatus semantics, so
+// `kubectl wait`, Argo CD and Flux read a run without custom code:
+// Reconciling=True means work is in progress, Stalled=True means the run
+// cannot progress without a change from outside, Ready=True means it is done.
+const (
+	// ConditionReady is True once the run completed successfully.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the run is being driven (working,
+	// waiting on its own children, paused), absent once terminal.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the run cannot go on by itself: it needs
+	// setup, it failed, or it was cancelled.
+	ConditionStalled = "Stalled"
+	// ConditionWaiting is True while the run is parked; its reason is the
+	// waitingOn reason.
+	ConditionWaiting = "Waiting"
+	// ConditionNeedsAttention is True while the run waits on a person.
+	ConditionNeedsAttention = "NeedsAttention"
+)
+
+// Condition reasons. The waitingOn reasons (ToolApproval, NeedsSetup, ...)
+// are used verbatim as reasons of Waiting, NeedsAttention and Stalled.
+const (
+	// ReasonAccepted: the controller has seen the run and is preparing it.
+	ReasonAccepted = "Accepted"
+	// ReasonProgressing: the run is working through its stages.
+	ReasonProgressing = "Progressing"
+	// ReasonWaitingForExecutor: a step is ready but every executor slot is
+	// busy (backpressure; never a setup problem).
+	ReasonWaitingForExecutor = "WaitingForExecutor"
+	// ReasonPaused: spec.paused is set.
+	ReasonPaused = "Paused"
+	// ReasonSucceeded: the run completed.
+	ReasonSucceeded = "Succeeded"
+	// ReasonFailed: the run ended in Error.
+	ReasonFailed = "Failed"
+	// ReasonCancelled: the run was cancelled.
+	ReasonCancelled = "Cancelled"
+	// ReasonNotWaiting: the run is not parked.
+	ReasonNotWaiting = "NotWaiting"
+	// ReasonNoPersonNeeded: nothing waits on a person.
+	ReasonNoPersonNeeded = "NoPersonNeeded"
+	// ReasonIncomplete: the run has not completed yet.
+	ReasonIncomplete = "Incomplete"
+)
+
+// Labels, annotations and finalizers.
+const (
+	// Finalizer lets the controller stop in-flight work before deletion.
+	Finalizer = "agentrun.dev/finalizer"
+	// LabelParent names the parent run on a child and on owned objects.
+	LabelParent = "agentrun.dev/parent"
+	// LabelRun names the run an owned object (journal, output, snapshot)
+	// belongs to.
+	LabelRun = "agentrun.dev/run"
+	// LabelItem is a fan-out child's item id.
+	LabelItem = "agentrun.dev/item"
+	// LabelComponent says what an owned object is (blueprint-snapshot,
+	// journal, output).
+	LabelComponent = "agentrun.dev/component"
+)
