@@ -1,0 +1,32 @@
+// Command manager runs the agentrun-operator: the AgentRun controller with
+// health probes, a metrics endpoint and optional leader election.
+package main
+
+import (
+	"flag"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+)
+
+func main() {
+	var o manager.Options
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time.")
+	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
+	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "AgentRuns reconciled in parallel.")
+	zo := zap.Options{}
+	zo.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+
+	ctrl.Log.WithName("setup").Info("Starting the manager")
+	if err := manager.Run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "The manager stopped with an error")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,278 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+)
+
+// maxOutputBytes is the seeds' cap on a stored final output.
+const maxOutputBytes = 256 << 10
+
+// actOutcome is what acting changed that status must show.
+type actOutcome struct {
+	// again: the action changed the facts (spawned, journaled an answer or
+	// a cancellation); derive and decide once more in this reconcile.
+	again bool
+	// backpressure: a step is due but every executor slot is busy.
+	backpressure bool
+	// dispatchedModel is "provider/model" of a call just dispatched.
+	dispatchedModel string
+	requeueAfter    time.Duration
+	finalOutput     *arv1.FinalOutputDescriptor
+}
+
+func (o actOutcome) result() ctrl.Result {
+	return ctrl.Result{RequeueAfter: o.requeueAfter}
+}
+
+// act carries out the decision. Every write here is idempotent under a
+// retried reconcile: objects have deterministic names and AlreadyExists
+// means done.
+func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
+	var out actOutcome
+	switch a.Kind {
+	case runstate.ActSpawn:
+		if err := r.snapshot(ctx, run, f); err != nil {
+			return out, err
+		}
+		out.again = true
+	case runstate.ActCancel:
+		r.Pool.Cancel(run.UID)
+		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.RunCancelled, At: f.Now})
+		out.again = true
+		return out, err
+	case runstate.ActAnswerInteraction:
+		in := f.State.Interaction
+		err := r.journals.Append(ctx, run, journal.Entry{
+			Seq: f.State.NextSeq, Kind: journal.InteractionAnswered, At: f.Now,
+			Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo",
+		})
+		out.again = true
+		return out, err
+	case runstate.ActPark:
+		if a.RetryAt != nil {
+			out.requeueAfter = a.RetryAt.Sub(f.Now)
+		}
+	case runstate.ActDispatch:
+		return r.dispatch(ctx, run, f, a)
+	}
+	if f.State.Outcome == journal.OutcomeComplete && f.State.Output != nil && run.Status.FinalOutput == nil {
+		d, err := r.storeOutput(ctx, run, f.State.Output, f.Blueprint)
+		if err != nil {
+			return out, err
+		}
+		out.finalOutput = d
+	}
+	return out, nil
+}
+
+// snapshot copies the blueprint into an immutable ConfigMap the run owns, so
+// later edits or deletion of the source cannot change the run in flight.
+func (r *AgentRunReconciler) snapshot(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ownedName(run, "blueprint"), Namespace: run.Namespace,
+			Labels: map[string]string{labelRunUID: string(run.UID), arv1.LabelComponent: componentSnapshot},
+			Annotations: map[string]string{
+				"agentrun.dev/source":         run.Spec.Agent,
+				"agentrun.dev/blueprint-hash": blueprint.Hash(f.spawnFiles),
+			},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(run)},
+		},
+		Immutable: ptr.To(true),
+		Data:      f.spawnFiles,
+	}
+	if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("snapshotting the blueprint: %w", err)
+	}
+	// AlreadyExists: a previous attempt wrote it; the next derive reads that
+	// copy (never the source again).
+	if err := r.APIReader.Get(ctx, ctrlKey(cm), cm); err != nil {
+		return err
+	}
+	bp, err := blueprint.Parse(cm.Data)
+	if err != nil {
+		return fmt.Errorf("parsing the snapshot: %w", err)
+	}
+	r.blueprints.Put(run.UID, bp)
+	return nil
+}
+
+// dispatch journals the call's intent (unless re-issuing one already
+// journaled) and hands the call to the executor.
+func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
+	var out actOutcome
+	res := f.resolved
+	st := f.State
+	stage, _, _ := f.Blueprint.Stage(st.Stage)
+	intent := journal.Entry{
+		Seq: st.NextSeq, Kind: journal.ModelCallRequested, At: f.Now,
+		Stage: st.Stage, Iteration: st.Iteration, Provider: res.provider.Name, Model: res.model,
+	}
+	if a.Reissue {
+		intent = *st.Pending
+	} else {
+		intent.RequestHash = requestHash(run, &intent)
+		if err := r.journals.Append(ctx, run, intent); err != nil {
+			return out, err
+		}
+	}
+	out.dispatchedModel = res.provider.Name + "/" + res.model
+	key := executor.Key{Run: run.UID, Seq: intent.Seq}
+	wake := event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}}}
+	target := run.DeepCopy()
+	req := providers.Request{
+		RunUID: string(run.UID), Seq: intent.Seq, Stage: st.Stage, Iteration: st.Iteration,
+		Attempt: st.FailedAttempts, Model: res.model, Task: run.Spec.Task, APIKey: res.apiKey,
+	}
+	if stage != nil {
+		req.Script, req.SystemPrompt = stage.Script, stage.SystemPrompt
+	}
+	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, intent, req, res) }) {
+		out.backpressure = true
+	}
+	return out, nil
+}
+
+// runModelCall runs on an executor worker: it calls the provider, retrying
+// transient failures with capped exponential backoff and jitter, and
+// journals the completion or the final classified failure. A cancelled
+// step (run cancelled, manager stopping) journals nothing: the intent stays
+// pending and is re-issued by whoever drives the run next.
+func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRun, intent journal.Entry, req providers.Request, res *resolved) {
+	log := ctrl.Log.WithName("step").WithValues("AgentRun", run.Namespace+"/"+run.Name, "seq", intent.Seq)
+	p, ok := r.Providers[res.provider.Type]
+	var result providers.Result
+	var callErr error
+	if !ok {
+		callErr = &providers.Error{Class: journal.FailFatal, Message: fmt.Sprintf("provider type %q is not supported by this operator version", res.provider.Type)}
+	}
+	timeout := r.stepTimeout
+	if res.provider.TimeoutSeconds > 0 {
+		timeout = time.Duration(res.provider.TimeoutSeconds) * time.Second
+	}
+	for attempt := 0; ok && attempt < 3; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
+		result, callErr = p.Call(callCtx, req)
+		cancel()
+		if callErr == nil || ctx.Err() != nil {
+			break
+		}
+		pe := providers.AsError(callErr)
+		if _, retryable := providers.ClassifyStatus(pe.Status); !retryable || pe.Status == 0 {
+			break
+		}
+		backoff := min(500*time.Millisecond<<attempt, 30*time.Second)
+		backoff += time.Duration(rand.Int64N(int64(backoff / 2)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+	if ctx.Err() != nil {
+		log.V(1).Info("Step cancelled before completion; its intent stays pending")
+		return
+	}
+	done := journal.Entry{Seq: intent.Seq + 1, Call: intent.Seq, At: r.Clock.Now(), Provider: intent.Provider, Model: intent.Model, Stage: intent.Stage}
+	if callErr != nil {
+		pe := providers.AsError(callErr)
+		done.Kind = journal.ModelCallFailed
+		done.Failure = &journal.Failure{
+			Class: pe.Class, Status: pe.Status, SecretVersion: res.secretVersion,
+			Message: redact(pe.Message, req.APIKey.Reveal()),
+		}
+	} else {
+		done.Kind = journal.ModelCallCompleted
+		done.Response = &result.Response
+		done.Usage = &result.Usage
+		switch {
+		case result.CostNanoUSD != nil:
+			done.CostNanoUSD, done.CostExact = result.CostNanoUSD, true
+		default:
+			u := result.Usage
+			if c, priced := res.provider.Price(res.model, providerconfig.Usage{Prompt: u.Prompt, Completion: u.Completion, Cached: u.Cached, CacheWrite: u.CacheWrite}); priced {
+				done.CostNanoUSD = ptr.To(int64(c))
+			}
+		}
+	}
+	// The completion must land even if the API server blips; a manager that
+	// dies here leaves the intent pending and the call is issued again once.
+	for i := 0; i < 5; i++ {
+		if err := r.journals.Append(ctx, run, done); err == nil || ctx.Err() != nil {
+			return
+		} else if i == 4 {
+			log.Error(err, "Journaling the step's completion failed; the call will be re-issued")
+		}
+		time.Sleep(time.Duration(200*(i+1)) * time.Millisecond)
+	}
+}
+
+// storeOutput writes the final output into a ConfigMap the run owns,
+// capped at 256 KiB, and returns its descriptor.
+func (r *AgentRunReconciler) storeOutput(ctx context.Context, run *arv1.AgentRun, o *journal.SubmittedOutput, bp *blueprint.Blueprint) (*arv1.FinalOutputDescriptor, error) {
+	text, truncated := o.Text, false
+	if len(text) > maxOutputBytes {
+		text, truncated = strings.ToValidUTF8(text[:maxOutputBytes], ""), true
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ownedName(run, "output"), Namespace: run.Namespace,
+			Labels:          map[string]string{labelRunUID: string(run.UID), arv1.LabelComponent: componentOutput},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(run)},
+		},
+		Immutable: ptr.To(true),
+		Data:      map[string]string{"output": text},
+	}
+	if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("storing the final output: %w", err)
+	}
+	d := &arv1.FinalOutputDescriptor{
+		Stage: o.Stage, SubmittedAt: ptrTime(r.Clock.Now()), Bytes: int64(len(o.Text)),
+		Truncated: truncated, ObjectName: cm.Name,
+	}
+	format := run.Spec.Output
+	switch {
+	case format != nil && format.Format != "":
+		d.Format = format.Format
+	case bp.Agent.Output != nil && bp.Agent.Output.Format != "":
+		d.Format = arv1.OutputFormat(bp.Agent.Output.Format)
+	}
+	return d, nil
+}
+
+// requestHash identifies a model request by run, position and model.
+func requestHash(run *arv1.AgentRun, e *journal.Entry) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%s|%d|%s/%s", run.UID, e.Seq, e.Stage, e.Iteration, e.Provider, e.Model))
+	return hex.EncodeToString(h[:16])
+}
+
+// redact removes a secret value from text that may echo it (provider error
+// bodies sometimes quote the key they rejected).
+func redact(text, secret string) string {
+	if len(secret) < 4 {
+		return text
+	}
+	return strings.ReplaceAll(text, secret, "[redacted]")
+}
+
+

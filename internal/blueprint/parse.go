@@ -1,0 +1,624 @@
+package blueprint
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint/tomlpos"
+	"github.com/agentrun-dev/agentrun-operator/internal/money"
+)
+
+// The raw* types mirror the TOML layout. Optional scalars whose zero value is
+// meaningful are pointers so defaults apply only when a key is absent.
+type rawManifest struct {
+	Agent  rawAgent            `toml:"agent"`
+	Stages map[string]rawStage `toml:"stages"`
+}
+
+type rawAgent struct {
+	Name            string            `toml:"name"`
+	Version         string            `toml:"version"`
+	Description     string            `toml:"description"`
+	EntryStage      string            `toml:"entry_stage"`
+	MaxChildDepth   *int32            `toml:"max_child_depth"`
+	Output          *rawOutput        `toml:"output"`
+	ToolPermissions map[string]string `toml:"tool_permissions"`
+	Title           *rawTitle         `toml:"title"`
+}
+
+type rawOutput struct {
+	Format       string `toml:"format"`
+	Instructions string `toml:"instructions"`
+	Example      string `toml:"example"`
+	Schema       string `toml:"schema"`
+	Validator    string `toml:"validator"`
+}
+
+type rawTitle struct {
+	Enabled *bool  `toml:"enabled"`
+	Model   string `toml:"model"`
+}
+
+type rawStage struct {
+	Mode              string                   `toml:"mode"`
+	SystemPrompt      *string                  `toml:"system_prompt"`
+	SystemPromptFile  *string                  `toml:"system_prompt_file"`
+	TransitionPrompt  string                   `toml:"transition_prompt"`
+	MaxIterations     *int                     `toml:"max_iterations"`
+	AllowComplete     bool                     `toml:"allow_complete"`
+	RequireOutput     bool                     `toml:"require_output"`
+	RequiresChildren  bool                     `toml:"requires_children"`
+	AvailableTools    []string                 `toml:"available_tools"`
+	Model             *rawModel                `toml:"model"`
+	Transitions       map[string]rawTransition `toml:"transitions"`
+	InteractionPoints []rawInteractionPoint    `toml:"interaction_points"`
+	WorkerAgent       string                   `toml:"worker_agent"`
+	WorkerStage       string                   `toml:"worker_stage"`
+	MergeStage        string                   `toml:"merge_stage"`
+	MaxWorkers        *int                     `toml:"max_workers"`
+	MaxItems          *int                     `toml:"max_items"`
+	OnWorkerFailure   string                   `toml:"on_worker_failure"`
+	MaxAttempts       *int                     `toml:"max_attempts"`
+	Script            []rawScriptStep          `toml:"script"`
+}
+
+type rawModel struct {
+	Models []rawModelRef `toml:"models"`
+}
+
+type rawModelRef struct {
+	Provider string `toml:"provider"`
+	Model    string `toml:"model"`
+}
+
+type rawTransition struct {
+	Condition string `toml:"condition"`
+	Hint      string `toml:"hint"`
+}
+
+type rawInteractionPoint struct {
+	Name         string   `toml:"name"`
+	Prompt       string   `toml:"prompt"`
+	Required     bool     `toml:"required"`
+	Unattended   string   `toml:"unattended"`
+	Style        string   `toml:"style"`
+	Options      []string `toml:"options"`
+	AbortOptions []string `toml:"abort_options"`
+}
+
+type rawScriptStep struct {
+	Text      string          `toml:"text"`
+	Next      string          `toml:"next"`
+	Complete  bool            `toml:"complete"`
+	Output    string          `toml:"output"`
+	Usage     *rawUsage       `toml:"usage"`
+	CostUSD   *string         `toml:"cost_usd"`
+	Error     *rawScriptError `toml:"error"`
+	DelayMS   int             `toml:"delay_ms"`
+	ToolCalls []rawToolCall   `toml:"tool_calls"`
+	Items     []string        `toml:"items"`
+}
+
+type rawUsage struct {
+	Prompt     int64 `toml:"prompt"`
+	Completion int64 `toml:"completion"`
+	Cached     int64 `toml:"cached"`
+	CacheWrite int64 `toml:"cache_write"`
+}
+
+type rawScriptError struct {
+	Status  int    `toml:"status"`
+	Message string `toml:"message"`
+	Times   int    `toml:"times"`
+}
+
+type rawToolCall struct {
+	Name      string `toml:"name"`
+	Arguments string `toml:"arguments"`
+}
+
+// parser carries what every validation error needs: the manifest key and
+// the source index that turns key paths into lines.
+type parser struct {
+	files map[string]string
+	key   string
+	idx   *tomlpos.Index
+	md    toml.MetaData
+}
+
+func (p *parser) errf(line int, format string, args ...any) *ParseError {
+	return &ParseError{Key: p.key, Line: line, Message: fmt.Sprintf(format, args...)}
+}
+
+// line locates a key path, falling back to its enclosing table.
+func (p *parser) line(key ...string) int { return p.idx.Line(key...) }
+
+// Parse reads a blueprint from the data of its ConfigMap. Every error is a
+// *ParseError naming the key and, where it can be found, the line.
+func Parse(files map[string]string) (*Blueprint, error) {
+	key := ManifestKey
+	src, ok := files[key]
+	if !ok {
+		key = LegacyManifestKey
+		if src, ok = files[key]; !ok {
+			return nil, &ParseError{Key: ManifestKey, Message: fmt.Sprintf("blueprint has no %q key (nor %q)", ManifestKey, LegacyManifestKey)}
+		}
+	}
+	p := &parser{files: files, key: key, idx: tomlpos.New(src)}
+	bp, perr := p.parse(src)
+	if perr != nil {
+		return nil, perr
+	}
+	return bp, nil
+}
+
+func (p *parser) parse(src string) (*Blueprint, *ParseError) {
+	var raw rawManifest
+	md, err := toml.Decode(src, &raw)
+	if err != nil {
+		line, msg := tomlpos.DecodeError(err, p.idx)
+		return nil, p.errf(line, "%s", msg)
+	}
+	p.md = md
+	if unknown := tomlpos.UnknownKeys(md); len(unknown) > 0 {
+		names := make([]string, len(unknown))
+		for i, k := range unknown {
+			names[i] = strconv.Quote(k.String())
+		}
+		word := "key"
+		if len(names) > 1 {
+			word = "keys"
+		}
+		return nil, p.errf(p.line(unknown[0]...), "unknown %s %s", word, strings.Join(names, ", "))
+	}
+
+	bp := &Blueprint{ManifestKey: p.key}
+	if err := p.agent(&raw.Agent, &bp.Agent); err != nil {
+		return nil, err
+	}
+
+	names := p.stageOrder(raw.Stages)
+	if len(names) == 0 {
+		return nil, p.errf(0, "blueprint declares no stages; add a [stages.<name>] table")
+	}
+	for _, name := range names {
+		st, err := p.stage(name, raw.Stages[name])
+		if err != nil {
+			return nil, err
+		}
+		bp.Stages = append(bp.Stages, st)
+	}
+	if err := p.crossCheck(bp, raw.Stages); err != nil {
+		return nil, err
+	}
+	if bp.Agent.EntryStage == "" {
+		bp.Agent.EntryStage = bp.Stages[0].Name
+	} else if _, _, ok := bp.Stage(bp.Agent.EntryStage); !ok {
+		return nil, p.errf(p.line("agent", "entry_stage"), "entry_stage %q is not a stage", bp.Agent.EntryStage)
+	}
+	return bp, nil
+}
+
+func (p *parser) agent(r *rawAgent, a *AgentSection) *ParseError {
+	if strings.TrimSpace(r.Name) == "" {
+		return p.errf(p.line("agent"), "agent.name is required")
+	}
+	*a = AgentSection{
+		Name:            r.Name,
+		Version:         r.Version,
+		Description:     r.Description,
+		EntryStage:      r.EntryStage,
+		MaxChildDepth:   r.MaxChildDepth,
+		ToolPermissions: r.ToolPermissions,
+		Title:           Title{Enabled: true},
+	}
+	if d := r.MaxChildDepth; d != nil && *d < 0 {
+		return p.errf(p.line("agent", "max_child_depth"), "max_child_depth must be >= 0, got %d", *d)
+	}
+	if o := r.Output; o != nil {
+		out := Output(*o)
+		if out.Format == "" {
+			out.Format = OutputText
+		}
+		if err := p.enum(p.line("agent", "output", "format"), "agent.output.format", out.Format, OutputText, OutputMarkdown, OutputJSON); err != nil {
+			return err
+		}
+		if out.Schema != "" {
+			if out.Format != OutputJSON {
+				return p.errf(p.line("agent", "output", "schema"), "agent.output.schema requires format = %q", OutputJSON)
+			}
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out.Schema), &v); err != nil {
+				return p.errf(p.line("agent", "output", "schema"), "agent.output.schema is not a JSON object: %v", err)
+			}
+		}
+		a.Output = &out
+	}
+	for _, tool := range sortedKeys(r.ToolPermissions) {
+		if err := p.enum(p.line("agent", "tool_permissions", tool), fmt.Sprintf("tool_permissions.%s", tool), r.ToolPermissions[tool], PermAllow, PermAsk, PermDeny); err != nil {
+			return err
+		}
+	}
+	if t := r.Title; t != nil {
+		if t.Enabled != nil {
+			a.Title.Enabled = *t.Enabled
+		}
+		if t.Model != "" {
+			prov, model, ok := strings.Cut(t.Model, "/")
+			if !ok || prov == "" || model == "" {
+				return p.errf(p.line("agent", "title", "model"), "agent.title.model %q must be \"provider/model\"", t.Model)
+			}
+			a.Title.Model = t.Model
+		}
+	}
+	return nil
+}
+
+// stageOrder lists stage names in the order their tables first appear, which
+// the decoded map has lost. Names the key list misses (not expected) follow
+// in name order so the result is always deterministic.
+func (p *parser) stageOrder(stages map[string]rawStage) []string {
+	var names []string
+	for _, k := range p.md.Keys() {
+		if len(k) >= 2 && k[0] == "stages" && !slices.Contains(names, k[1]) {
+			if _, ok := stages[k[1]]; ok {
+				names = append(names, k[1])
+			}
+		}
+	}
+	for _, n := range sortedKeys(stages) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// transitionOrder is stageOrder for one stage's transitions.
+func (p *parser) transitionOrder(stage string, ts map[string]rawTransition) []string {
+	var names []string
+	for _, k := range p.md.Keys() {
+		if len(k) >= 4 && k[0] == "stages" && k[1] == stage && k[2] == "transitions" && !slices.Contains(names, k[3]) {
+			names = append(names, k[3])
+		}
+	}
+	for _, n := range sortedKeys(ts) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
+	at := func(key ...string) int { return p.line(append([]string{"stages", name}, key...)...) }
+	fail := func(line int, format string, args ...any) *ParseError {
+		return p.errf(line, "stage %q: %s", name, fmt.Sprintf(format, args...))
+	}
+	if strings.TrimSpace(name) == "" {
+		return nil, p.errf(at(), "stage name must not be empty")
+	}
+	s := &Stage{
+		Name:             name,
+		Mode:             r.Mode,
+		TransitionPrompt: r.TransitionPrompt,
+		MaxIterations:    DefaultMaxIterations,
+		AllowComplete:    r.AllowComplete,
+		RequireOutput:    r.RequireOutput,
+		RequiresChildren: r.RequiresChildren,
+		AvailableTools:   r.AvailableTools,
+	}
+	if s.Mode == "" {
+		s.Mode = ModeAutonomous
+	}
+	if err := p.enum(at("mode"), fmt.Sprintf("stage %q: mode", name), s.Mode, ModeAutonomous, ModeInteractivePoints, ModeFanOut); err != nil {
+		return nil, err
+	}
+
+	switch {
+	case r.SystemPrompt != nil && r.SystemPromptFile != nil:
+		return nil, fail(at("system_prompt_file"), "set system_prompt or system_prompt_file, not both")
+	case r.SystemPrompt != nil:
+		s.SystemPrompt = *r.SystemPrompt
+	case r.SystemPromptFile != nil:
+		f := *r.SystemPromptFile
+		text, ok := p.files[f]
+		if !ok {
+			hint := ""
+			if strings.Contains(f, "/") {
+				hint = "; ConfigMap keys are flat, so name the file by its base name"
+			}
+			return nil, fail(at("system_prompt_file"), "system_prompt_file %q is not a key of the blueprint ConfigMap%s", f, hint)
+		}
+		s.SystemPrompt, s.SystemPromptFile = text, f
+	}
+
+	if r.MaxIterations != nil {
+		if *r.MaxIterations < 1 {
+			return nil, fail(at("max_iterations"), "max_iterations must be >= 1, got %d", *r.MaxIterations)
+		}
+		s.MaxIterations = *r.MaxIterations
+	}
+	for i, tool := range r.AvailableTools {
+		if strings.TrimSpace(tool) == "" {
+			return nil, fail(at("available_tools"), "available_tools[%d] is empty", i)
+		}
+	}
+
+	if r.Model != nil {
+		for i, m := range r.Model.Models {
+			if m.Provider == "" || m.Model == "" {
+				return nil, fail(at("model", "models"), "model.models[%d] needs both provider and model", i)
+			}
+			s.Models = append(s.Models, ModelRef(m))
+		}
+	}
+
+	for _, target := range p.transitionOrder(name, r.Transitions) {
+		t := r.Transitions[target]
+		if t.Condition == "" {
+			t.Condition = CondLLMChoice
+		}
+		if err := p.enum(at("transitions", target, "condition"), fmt.Sprintf("stage %q: transition %q: condition", name, target), t.Condition,
+			CondAlways, CondLLMChoice, CondError, CondMaxIterations, CondStuck, CondDeadEnd); err != nil {
+			return nil, err
+		}
+		s.Transitions = append(s.Transitions, Transition{Target: target, Condition: t.Condition, Hint: t.Hint})
+	}
+
+	if err := p.interactionPoints(s, r.InteractionPoints); err != nil {
+		return nil, err
+	}
+	if err := p.fanOut(s, r); err != nil {
+		return nil, err
+	}
+	if err := p.script(s, r.Script); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (p *parser) interactionPoints(s *Stage, raw []rawInteractionPoint) *ParseError {
+	table := []string{"stages", s.Name, "interaction_points"}
+	seen := map[string]bool{}
+	for i, r := range raw {
+		at := func(key string) int { return p.idx.Elem(table, i, key) }
+		label := fmt.Sprintf("stage %q: interaction point %d", s.Name, i+1)
+		if r.Name == "" {
+			return p.errf(at("name"), "%s: name is required", label)
+		}
+		label = fmt.Sprintf("stage %q: interaction point %q", s.Name, r.Name)
+		if seen[r.Name] {
+			return p.errf(at("name"), "%s: duplicate name", label)
+		}
+		seen[r.Name] = true
+		ip := InteractionPoint(r)
+		if ip.Unattended == "" {
+			ip.Unattended = UnattendedAutoApprove
+		}
+		if ip.Style == "" {
+			ip.Style = StyleConfirm
+		}
+		if err := p.enum(at("unattended"), label+": unattended", ip.Unattended, UnattendedAutoApprove, UnattendedAsk); err != nil {
+			return err
+		}
+		if err := p.enum(at("style"), label+": style", ip.Style, StyleFreeText, StyleMultipleChoice, StyleConfirm); err != nil {
+			return err
+		}
+		if ip.Style == StyleMultipleChoice && len(ip.Options) == 0 {
+			return p.errf(at("options"), "%s: style multiple_choice needs options", label)
+		}
+		for _, o := range ip.AbortOptions {
+			if len(ip.Options) > 0 && !slices.Contains(ip.Options, o) {
+				return p.errf(at("abort_options"), "%s: abort option %q is not one of options", label, o)
+			}
+		}
+		s.InteractionPoints = append(s.InteractionPoints, ip)
+	}
+	if s.Mode == ModeInteractivePoints && len(s.InteractionPoints) == 0 {
+		return p.errf(p.line("stages", s.Name, "mode"), "stage %q: mode interactive_points needs at least one [[stages.%s.interaction_points]]", s.Name, s.Name)
+	}
+	return nil
+}
+
+func (p *parser) fanOut(s *Stage, r rawStage) *ParseError {
+	at := func(key string) int { return p.line("stages", s.Name, key) }
+	if s.Mode != ModeFanOut {
+		for _, f := range []struct {
+			key string
+			set bool
+		}{
+			{"worker_agent", r.WorkerAgent != ""}, {"worker_stage", r.WorkerStage != ""},
+			{"merge_stage", r.MergeStage != ""}, {"max_workers", r.MaxWorkers != nil},
+			{"max_items", r.MaxItems != nil}, {"on_worker_failure", r.OnWorkerFailure != ""},
+			{"max_attempts", r.MaxAttempts != nil},
+		} {
+			if f.set {
+				return p.errf(at(f.key), "stage %q: %s is only valid with mode = %q", s.Name, f.key, ModeFanOut)
+			}
+		}
+		return nil
+	}
+	if (r.WorkerAgent == "") == (r.WorkerStage == "") {
+		return p.errf(at("worker_stage"), "stage %q: a fan_out stage needs exactly one of worker_agent and worker_stage", s.Name)
+	}
+	fo := &FanOutSpec{
+		WorkerAgent:     r.WorkerAgent,
+		WorkerStage:     r.WorkerStage,
+		MergeStage:      r.MergeStage,
+		MaxWorkers:      DefaultMaxWorkers,
+		OnWorkerFailure: r.OnWorkerFailure,
+		MaxAttempts:     DefaultMaxAttempts,
+	}
+	if r.MaxWorkers != nil {
+		if *r.MaxWorkers < 0 {
+			return p.errf(at("max_workers"), "stage %q: max_workers must be >= 0 (0 = unlimited), got %d", s.Name, *r.MaxWorkers)
+		}
+		fo.MaxWorkers = *r.MaxWorkers
+	}
+	if r.MaxItems != nil {
+		if *r.MaxItems < 0 {
+			return p.errf(at("max_items"), "stage %q: max_items must be >= 0 (0 = unlimited), got %d", s.Name, *r.MaxItems)
+		}
+		fo.MaxItems = *r.MaxItems
+	}
+	if r.MaxAttempts != nil {
+		if *r.MaxAttempts < 1 {
+			return p.errf(at("max_attempts"), "stage %q: max_attempts must be >= 1, got %d", s.Name, *r.MaxAttempts)
+		}
+		fo.MaxAttempts = *r.MaxAttempts
+	}
+	if fo.OnWorkerFailure == "" {
+		fo.OnWorkerFailure = OnWorkerFailureContinue
+	}
+	if err := p.enum(at("on_worker_failure"), fmt.Sprintf("stage %q: on_worker_failure", s.Name), fo.OnWorkerFailure, OnWorkerFailureContinue, OnWorkerFailureFailAll); err != nil {
+		return err
+	}
+	s.FanOut = fo
+	return nil
+}
+
+func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
+	table := []string{"stages", s.Name, "script"}
+	for i, r := range raw {
+		at := func(key string) int { return p.idx.Elem(table, i, key) }
+		fail := func(line int, format string, args ...any) *ParseError {
+			return p.errf(line, "stage %q: script step %d: %s", s.Name, i+1, fmt.Sprintf(format, args...))
+		}
+		step := ScriptStep{
+			Text: r.Text, Next: r.Next, Complete: r.Complete, Output: r.Output,
+			DelayMS: r.DelayMS, Items: r.Items,
+		}
+		if r.Next != "" {
+			if _, ok := s.Transition(r.Next); !ok {
+				return fail(at("next"), "next %q is not a transition of this stage", r.Next)
+			}
+		}
+		if r.Complete {
+			if r.Next != "" {
+				return fail(at("complete"), "set next or complete, not both")
+			}
+			if !s.AllowComplete && len(s.Transitions) > 0 {
+				return fail(at("complete"), "complete needs allow_complete = true on a stage with transitions")
+			}
+		}
+		if r.Usage != nil {
+			u := ScriptUsage(*r.Usage)
+			if u.Prompt < 0 || u.Completion < 0 || u.Cached < 0 || u.CacheWrite < 0 {
+				return fail(at("usage"), "usage token counts must be >= 0")
+			}
+			step.Usage = u
+		}
+		if r.CostUSD != nil {
+			c, err := money.ParseUSD(*r.CostUSD)
+			if err != nil {
+				return fail(at("cost_usd"), "cost_usd: %v", err)
+			}
+			step.CostUSD = &c
+		}
+		if r.DelayMS < 0 {
+			return fail(at("delay_ms"), "delay_ms must be >= 0, got %d", r.DelayMS)
+		}
+		if e := r.Error; e != nil {
+			if e.Status < 0 || (e.Status == 0 && e.Message == "") {
+				return fail(at("error"), "error needs a status >= 0 and a message, or a non-zero status")
+			}
+			if e.Times < 0 {
+				return fail(at("error"), "error.times must be >= 0, got %d", e.Times)
+			}
+			if e.Times == 0 && (r.Next != "" || r.Complete || r.Output != "" || len(r.ToolCalls) > 0 || len(r.Items) > 0) {
+				return fail(at("error"), "an error step that always fails (no times) cannot also set next, complete, output, tool_calls or items")
+			}
+			step.Error = &ScriptError{Status: e.Status, Message: e.Message, Times: e.Times}
+		}
+		for j, tc := range r.ToolCalls {
+			if tc.Name == "" {
+				return fail(at("tool_calls"), "tool_calls[%d] needs a name", j)
+			}
+			if tc.Arguments != "" {
+				var v map[string]any
+				if err := json.Unmarshal([]byte(tc.Arguments), &v); err != nil {
+					return fail(at("tool_calls"), "tool_calls[%d] (%s): arguments are not a JSON object: %v", j, tc.Name, err)
+				}
+			}
+			step.ToolCalls = append(step.ToolCalls, ScriptToolCall(tc))
+		}
+		if r.Items != nil && s.Mode != ModeFanOut {
+			return fail(at("items"), "items are only valid in a stage with mode = %q", ModeFanOut)
+		}
+		s.Script = append(s.Script, step)
+	}
+	return nil
+}
+
+// crossCheck validates references between stages, which needs every stage.
+func (p *parser) crossCheck(bp *Blueprint, raw map[string]rawStage) *ParseError {
+	for _, s := range bp.Stages {
+		for _, t := range s.Transitions {
+			if _, _, ok := bp.Stage(t.Target); !ok {
+				return p.errf(p.line("stages", s.Name, "transitions", t.Target), "stage %q: transition target %q is not a stage", s.Name, t.Target)
+			}
+		}
+		if fo := s.FanOut; fo != nil {
+			if fo.WorkerStage != "" {
+				if fo.WorkerStage == s.Name {
+					return p.errf(p.line("stages", s.Name, "worker_stage"), "stage %q: worker_stage cannot be the fan_out stage itself", s.Name)
+				}
+				if _, _, ok := bp.Stage(fo.WorkerStage); !ok {
+					return p.errf(p.line("stages", s.Name, "worker_stage"), "stage %q: worker_stage %q is not a stage", s.Name, fo.WorkerStage)
+				}
+			}
+			if fo.MergeStage != "" {
+				if _, _, ok := bp.Stage(fo.MergeStage); !ok {
+					return p.errf(p.line("stages", s.Name, "merge_stage"), "stage %q: merge_stage %q is not a stage", s.Name, fo.MergeStage)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// enum reports a value outside the allowed set, listing the choices so the
+// message alone is enough to fix the manifest.
+func (p *parser) enum(line int, what, value string, allowed ...string) *ParseError {
+	if slices.Contains(allowed, value) {
+		return nil
+	}
+	return p.errf(line, "%s %q is not one of %s", what, value, strings.Join(allowed, ", "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Hash identifies a blueprint snapshot: a sha256 over the sorted keys and
+// values, each length-prefixed so that moving bytes between a key and its
+// value (or between entries) always changes the hash.
+func Hash(files map[string]string) string {
+	h := sha256.New()
+	var n [8]byte
+	write := func(s string) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	for _, k := range sortedKeys(files) {
+		write(k)
+		write(files[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

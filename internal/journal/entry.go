@@ -1,0 +1,111 @@
+// Package journal is a run's durable, append-only record of model and tool
+// calls: each call is written as an intent, then as a completion or failure.
+// The run's position (stage, iteration, counters, pending call, terminal
+// outcome) is a pure fold of these entries over the blueprint, so after a
+// manager restart the run is re-derived exactly and no completed call is
+// issued again.
+package journal
+
+import (
+	"time"
+)
+
+// Kind names what an entry records.
+type Kind string
+
+// Entry kinds.
+const (
+	// ModelCallRequested is the intent of a model call, written before the call.
+	ModelCallRequested Kind = "ModelCallRequested"
+	// ModelCallCompleted records the model's answer and its usage.
+	ModelCallCompleted Kind = "ModelCallCompleted"
+	// ModelCallFailed records a call that failed in a way that parks or ends
+	// the run (a rejected key, a malformed request). Retried failures are not
+	// journaled, only the final classification.
+	ModelCallFailed Kind = "ModelCallFailed"
+	// InteractionAnswered records the answer to a stage-boundary checkpoint.
+	InteractionAnswered Kind = "InteractionAnswered"
+	// RunCancelled records that the run was cancelled.
+	RunCancelled Kind = "RunCancelled"
+)
+
+// Entry is one journal record. Only the fields of its kind are set.
+type Entry struct {
+	Seq  int64     `json:"seq"`
+	Kind Kind      `json:"kind"`
+	At   time.Time `json:"at"`
+
+	// Stage and Iteration locate a model call (iteration is 0-based within
+	// the stage).
+	Stage     string `json:"stage,omitempty"`
+	Iteration int    `json:"iteration,omitempty"`
+	// Call links a completion or failure to its intent's seq.
+	Call int64 `json:"call,omitempty"`
+
+	Provider    string `json:"provider,omitempty"`
+	Model       string `json:"model,omitempty"`
+	RequestHash string `json:"requestHash,omitempty"`
+
+	Response *Response `json:"response,omitempty"`
+	Usage    *Usage    `json:"usage,omitempty"`
+	// CostNanoUSD is the call's cost in billionths of a dollar, absent when
+	// the call could not be priced.
+	CostNanoUSD *int64 `json:"costNanoUSD,omitempty"`
+	// CostExact: the cost is the provider's own figure, not a rate-card
+	// reconstruction.
+	CostExact bool `json:"costExact,omitempty"`
+
+	Failure *Failure `json:"failure,omitempty"`
+
+	// Point and Approved answer an interaction point; Auto marks an answer
+	// given by policy (unattended run) rather than by a person.
+	Point    string `json:"point,omitempty"`
+	Approved bool   `json:"approved,omitempty"`
+	Auto     bool   `json:"auto,omitempty"`
+	By       string `json:"by,omitempty"`
+}
+
+// Response is what a model answered.
+type Response struct {
+	Text string `json:"text,omitempty"`
+	// Next is the transition target the model chose.
+	Next string `json:"next,omitempty"`
+	// Complete: the model finished the run.
+	Complete bool   `json:"complete,omitempty"`
+	Output   string `json:"output,omitempty"`
+}
+
+// Usage is one call's token counts.
+type Usage struct {
+	Prompt     int64 `json:"prompt,omitempty"`
+	Completion int64 `json:"completion,omitempty"`
+	Cached     int64 `json:"cached,omitempty"`
+	CacheWrite int64 `json:"cacheWrite,omitempty"`
+}
+
+// FailureClass classifies a failed call by what it takes to get past it.
+type FailureClass string
+
+// Failure classes. Every class but Fatal is a setup problem: the run parks
+// and continues once the cause is fixed.
+const (
+	FailAuth        FailureClass = "AuthFailed"
+	FailForbidden   FailureClass = "Forbidden"
+	FailCredits     FailureClass = "CreditsExhausted"
+	FailUnreachable FailureClass = "ProviderUnreachable"
+	FailTimedOut    FailureClass = "ProviderTimedOut"
+	FailFailed      FailureClass = "ProviderFailed"
+	// FailFatal is a failure no setup change fixes (a malformed request):
+	// the run ends in Error.
+	FailFatal FailureClass = "Fatal"
+)
+
+// Failure says why a call failed.
+type Failure struct {
+	Class   FailureClass `json:"class"`
+	Status  int          `json:"status,omitempty"`
+	Message string       `json:"message,omitempty"`
+	// SecretVersion is the resourceVersion of the credentials Secret the
+	// call used, so a rejected key is not retried until the Secret changes.
+	SecretVersion string `json:"secretVersion,omitempty"`
+}

@@ -1,0 +1,260 @@
+package journal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+)
+
+// Outcome is how a run ended, if it has.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeNone      Outcome = ""
+	OutcomeComplete  Outcome = "Complete"
+	OutcomeError     Outcome = "Error"
+	OutcomeCancelled Outcome = "Cancelled"
+)
+
+// State is what a journal says about a run. It is a pure function of the
+// blueprint and the entries (Fold), so the same prefix always gives the same
+// state.
+type State struct {
+	// NextSeq is the seq the next entry gets.
+	NextSeq int64
+
+	Stage      string
+	StageIndex int
+	// Iteration counts completed model calls in the current stage.
+	Iteration int
+	// Moves counts iterations and stage entries; a change means the run
+	// made progress.
+	Moves int64
+
+	Usage Usage
+	// ModelCalls counts completed model calls.
+	ModelCalls int64
+	// PricedNanoUSD is the priced subtotal.
+	PricedNanoUSD int64
+	// UnpricedCalls could not be priced.
+	UnpricedCalls int64
+	// CostInexact: some priced call was reconstructed from rate cards.
+	CostInexact bool
+
+	// EntryModel is "provider/model" of the first model call in the entry stage.
+	EntryModel string
+
+	// Pending is the model call whose intent has no completion yet.
+	Pending *Entry
+	// Failure is the last failure at the current position (cleared by any
+	// completion or stage change); FailedAttempts counts them.
+	Failure        *Failure
+	FailureAt      time.Time
+	FailedAttempts int
+
+	// Interaction is the checkpoint the run waits on, if any.
+	Interaction *PendingInteraction
+
+	// MaxIterationsHit: some stage ran out of iterations.
+	MaxIterationsHit bool
+	// GatesForced: an interaction point was passed by policy, not a person.
+	GatesForced bool
+
+	Output *SubmittedOutput
+
+	Outcome Outcome
+	// Message explains an Error outcome.
+	Message string
+}
+
+// PendingInteraction is a stage-boundary checkpoint that must be answered
+// before the run moves to Target (empty Target: the run completes).
+type PendingInteraction struct {
+	Stage  string
+	Point  blueprint.InteractionPoint
+	Target string
+	// answered counts points of Stage already approved.
+	answered int
+}
+
+// SubmittedOutput is the run's final output.
+type SubmittedOutput struct {
+	Text  string
+	Stage string
+	Seq   int64
+}
+
+// Fold replays entries over the blueprint. Entries must be in seq order; an
+// entry that contradicts the state (a completion for no intent) is ignored,
+// so a partial or duplicated journal still folds.
+func Fold(bp *blueprint.Blueprint, entries []Entry) State {
+	st := State{}
+	entry := bp.EntryStage()
+	if entry != nil {
+		st.Stage = entry.Name
+		_, st.StageIndex, _ = bp.Stage(entry.Name)
+	}
+	for i := range entries {
+		st.apply(bp, &entries[i])
+	}
+	return st
+}
+
+func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
+	if e.Seq >= st.NextSeq {
+		st.NextSeq = e.Seq + 1
+	}
+	if st.Outcome != OutcomeNone {
+		return
+	}
+	switch e.Kind {
+	case ModelCallRequested:
+		c := *e
+		st.Pending = &c
+	case ModelCallCompleted:
+		if st.Pending == nil || st.Pending.Seq != e.Call {
+			return
+		}
+		st.Pending = nil
+		st.complete(bp, e)
+	case ModelCallFailed:
+		if st.Pending == nil || st.Pending.Seq != e.Call {
+			return
+		}
+		st.Pending = nil
+		if e.Failure != nil {
+			f := *e.Failure
+			st.Failure = &f
+			st.FailureAt = e.At
+			st.FailedAttempts++
+			if f.Class == FailFatal {
+				st.Outcome, st.Message = OutcomeError, "model call failed: "+f.Message
+			}
+		}
+	case InteractionAnswered:
+		in := st.Interaction
+		if in == nil || in.Point.Name != e.Point {
+			return
+		}
+		if !e.Approved {
+			st.Interaction = nil
+			st.Outcome = OutcomeCancelled
+			st.Message = fmt.Sprintf("interaction point %q was declined", e.Point)
+			return
+		}
+		st.Interaction = nil
+		if e.Auto {
+			st.GatesForced = true
+		}
+		stage, _, _ := bp.Stage(in.Stage)
+		if next := in.answered + 1; stage != nil && next < len(stage.InteractionPoints) {
+			st.Interaction = &PendingInteraction{Stage: in.Stage, Point: stage.InteractionPoints[next], Target: in.Target, answered: next}
+			return
+		}
+		st.move(bp, in.Target)
+	case RunCancelled:
+		st.Pending = nil
+		st.Outcome = OutcomeCancelled
+		st.Message = "cancelled"
+	}
+}
+
+// complete accounts for a model answer and applies the transition it implies.
+func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
+	if u := e.Usage; u != nil {
+		st.Usage.Prompt += u.Prompt
+		st.Usage.Completion += u.Completion
+		st.Usage.Cached += u.Cached
+		st.Usage.CacheWrite += u.CacheWrite
+	}
+	st.ModelCalls++
+	if e.CostNanoUSD == nil {
+		st.UnpricedCalls++
+	} else {
+		st.PricedNanoUSD += *e.CostNanoUSD
+		if !e.CostExact {
+			st.CostInexact = true
+		}
+	}
+	if st.EntryModel == "" && e.Provider != "" {
+		st.EntryModel = e.Provider + "/" + e.Model
+	}
+	st.Failure, st.FailedAttempts = nil, 0
+	st.Iteration++
+	st.Moves++
+
+	stage, _, ok := bp.Stage(st.Stage)
+	if !ok {
+		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("stage %q is not in the blueprint", st.Stage)
+		return
+	}
+	r := e.Response
+	if r == nil {
+		r = &Response{}
+	}
+	if r.Output != "" {
+		st.Output = &SubmittedOutput{Text: r.Output, Stage: stage.Name, Seq: e.Seq}
+	}
+	target, done, hitMax, err := nextTarget(stage, r, st.Iteration)
+	switch {
+	case err != "":
+		st.Outcome, st.Message = OutcomeError, err
+		return
+	case !done:
+		return
+	}
+	if hitMax {
+		st.MaxIterationsHit = true
+	}
+	if len(stage.InteractionPoints) > 0 {
+		st.Interaction = &PendingInteraction{Stage: stage.Name, Point: stage.InteractionPoints[0], Target: target}
+		return
+	}
+	st.move(bp, target)
+}
+
+// nextTarget says where a stage goes after an answer: a target stage, ""
+// with done=true to complete the run, or done=false to iterate again.
+func nextTarget(stage *blueprint.Stage, r *Response, iteration int) (target string, done, hitMax bool, errMsg string) {
+	switch {
+	case r.Complete:
+		return "", true, false, ""
+	case r.Next != "":
+		for _, t := range stage.Transitions {
+			if t.Target == r.Next {
+				return r.Next, true, false, ""
+			}
+		}
+		return "", false, false, fmt.Sprintf("stage %q: the model chose %q, which is not one of its transitions", stage.Name, r.Next)
+	case len(stage.Transitions) == 0:
+		return "", true, false, ""
+	}
+	if t, ok := stage.TransitionFor(blueprint.CondAlways); ok {
+		return t.Target, true, false, ""
+	}
+	if iteration >= stage.MaxIterations {
+		if t, ok := stage.TransitionFor(blueprint.CondMaxIterations); ok {
+			return t.Target, true, true, ""
+		}
+		return "", false, true, fmt.Sprintf("stage %q reached max_iterations (%d) and declares no max_iterations transition", stage.Name, stage.MaxIterations)
+	}
+	return "", false, false, ""
+}
+
+// move enters target, or completes the run when target is empty.
+func (st *State) move(bp *blueprint.Blueprint, target string) {
+	if target == "" {
+		st.Outcome = OutcomeComplete
+		return
+	}
+	_, idx, ok := bp.Stage(target)
+	if !ok {
+		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("transition target %q is not a stage", target)
+		return
+	}
+	st.Stage, st.StageIndex, st.Iteration = target, idx, 0
+	st.Failure, st.FailedAttempts = nil, 0
+	st.Moves++
+}

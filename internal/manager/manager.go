@@ -1,0 +1,115 @@
+// Package manager wires the AgentRun controller into a controller-runtime
+// manager. cmd/manager and the local runner (hack/run-local) share it, so the
+// operator a developer runs locally is the one that ships.
+package manager
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+)
+
+// Options are the manager's knobs, one per command-line flag.
+type Options struct {
+	MetricsAddr    string
+	ProbeAddr      string
+	LeaderElection bool
+	// MaxConcurrentSteps bounds model and tool calls in flight at once.
+	MaxConcurrentSteps int
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// Scripted is the built-in scripted provider; a test passes its own to
+	// count calls. Defaults to a new one.
+	Scripted *providers.Scripted
+	// OnReconcile observes every reconcile (tests count them).
+	OnReconcile func(types.NamespacedName)
+}
+
+// Scheme is the runtime scheme the operator needs: core types plus AgentRun.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := arv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// New builds a manager with the AgentRun controller registered.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: Scheme(),
+		// Managed fields are never read; dropping them from the cache saves
+		// memory on every cached object.
+		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress: o.ProbeAddr,
+		LeaderElection:         o.LeaderElection,
+		LeaderElectionID:       "agentrun-operator.agentrun.dev",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if o.Scripted == nil {
+		o.Scripted = providers.NewScripted()
+	}
+	if o.MaxConcurrentSteps <= 0 {
+		o.MaxConcurrentSteps = 16
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	r := &controllers.AgentRunReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("agentrun-operator"),
+		Clock:                   o.Clock,
+		Pool:                    executor.New(o.MaxConcurrentSteps),
+		Providers:               map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
+		OnReconcile:             o.OnReconcile,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
+	}
+	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}
+
+// Run builds the manager and runs it until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	mgr, err := New(cfg, o)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,97 @@
+// Package providers calls model providers. A Provider turns one request
+// into an answer or a classified failure; the class decides whether the run
+// retries, parks on NeedsSetup, or fails.
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// Secret holds an API key. It prints as [redacted] in every format, so a key
+// passed through logs or errors by mistake is still never shown.
+type Secret string
+
+// String implements fmt.Stringer.
+func (Secret) String() string { return "[redacted]" }
+
+// GoString implements fmt.GoStringer.
+func (Secret) GoString() string { return "[redacted]" }
+
+// Reveal returns the key, for the one place that sends it to the provider.
+func (s Secret) Reveal() string { return string(s) }
+
+// Request is one model call.
+type Request struct {
+	// RunUID identifies the run, for providers that count calls per run.
+	RunUID string
+	// Seq is the journal seq of the call's intent; a re-issued call keeps it.
+	Seq          int64
+	Stage        string
+	Iteration    int
+	Attempt      int
+	Model        string
+	SystemPrompt string
+	Task         string
+	APIKey       Secret
+	// Script is the stage's scripted responses (scripted provider only).
+	Script []blueprint.ScriptStep
+}
+
+// Result is a model's answer.
+type Result struct {
+	Response journal.Response
+	Usage    journal.Usage
+	// CostNanoUSD is the provider's own cost figure, when it reports one.
+	CostNanoUSD *int64
+}
+
+// Error is a classified provider failure.
+type Error struct {
+	Class   journal.FailureClass
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("%s (HTTP %d): %s", e.Class, e.Status, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Class, e.Message)
+}
+
+// AsError extracts a classified error, classifying anything else as a
+// provider failure.
+func AsError(err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return &Error{Class: journal.FailFailed, Message: err.Error()}
+}
+
+// ClassifyStatus maps an HTTP status to a failure class; ok is false for
+// statuses worth retrying (408, 429, 5xx).
+func ClassifyStatus(status int) (class journal.FailureClass, retryable bool) {
+	switch {
+	case status == 401:
+		return journal.FailAuth, false
+	case status == 403:
+		return journal.FailForbidden, false
+	case status == 402:
+		return journal.FailCredits, false
+	case status == 408 || status == 429 || status >= 500:
+		return journal.FailFailed, true
+	default:
+		return journal.FailFatal, false
+	}
+}
+
+// Provider calls one kind of model API.
+type Provider interface {
+	Call(ctx context.Context, req Request) (Result, error)
+}

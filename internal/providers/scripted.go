@@ -1,0 +1,67 @@
+package providers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// Scripted is the deterministic, network-free provider: it answers from the
+// stage's [[stages.<s>.script]] entries, one per iteration (the last one
+// repeats). A stage with no script moves along its first transition, or
+// completes the run when it has none. It counts calls per run so tests can
+// prove no completed step is issued twice.
+type Scripted struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+// NewScripted returns a scripted provider.
+func NewScripted() *Scripted { return &Scripted{calls: map[string]int{}} }
+
+// Calls is how many calls the run has made.
+func (s *Scripted) Calls(runUID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[runUID]
+}
+
+// Call implements Provider.
+func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
+	s.mu.Lock()
+	s.calls[req.RunUID]++
+	s.mu.Unlock()
+
+	if len(req.Script) == 0 {
+		return Result{Response: journal.Response{Text: "ok", Complete: true}, Usage: journal.Usage{Prompt: 1, Completion: 1}}, nil
+	}
+	i := req.Iteration
+	if i >= len(req.Script) {
+		i = len(req.Script) - 1
+	}
+	step := req.Script[i]
+	if step.DelayMS > 0 {
+		t := time.NewTimer(time.Duration(step.DelayMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	if e := step.Error; e != nil && (e.Times == 0 || req.Attempt < e.Times) {
+		class, _ := ClassifyStatus(e.Status)
+		return Result{}, &Error{Class: class, Status: e.Status, Message: e.Message}
+	}
+	res := Result{
+		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: step.Output},
+		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
+	}
+	if step.CostUSD != nil {
+		n := int64(*step.CostUSD)
+		res.CostNanoUSD = &n
+	}
+	return res, nil
+}

@@ -1,0 +1,120 @@
+// Package runstate decides what a run does next and how it reads, as pure
+// functions of recorded facts: Decide picks the next action, and
+// DeriveWaitingOn turns the controller's markers into status.waitingOn.
+package runstate
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// Markers are the facts a wait can be derived from. Each is set by the part
+// of the controller that observed it; none is stored as a wait by itself.
+type Markers struct {
+	Setup               *SetupBlock
+	NeedsReconciliation *DanglingWrite
+	Budget              *BudgetHit
+	TaintGate           bool
+	InteractionPoint    bool
+	FanOutOutstanding   *int32
+	ChildrenOutstanding *int32
+	// HubRequest is a pending question to a person: ToolApproval or
+	// UserPrompt.
+	HubRequest arv1.WaitReason
+	SleepUntil *time.Time
+	Signal     string
+}
+
+// SetupBlock is a NeedsSetup cause.
+type SetupBlock struct {
+	Blocker arv1.SetupBlocker
+	Remedy  string
+	// Refs are the objects it waits on, as "Kind/name".
+	Refs []string
+}
+
+// DanglingWrite is a write call with an intent and no completion.
+type DanglingWrite struct {
+	Seq  int64
+	Tool string
+}
+
+// BudgetHit is a reached budget.
+type BudgetHit struct {
+	Kind     arv1.BudgetKind
+	Limit    string
+	Observed string
+}
+
+// DeriveWaitingOn is the one place a wait is derived, in precedence order:
+// NeedsSetup > NeedsReconciliation > BudgetExceeded > TaintGate >
+// InteractionPoint > FanOutWorkers > Children > ToolApproval|UserPrompt >
+// Sleeping > Signal. The first four come before the seeds' hub requests
+// because they block every other answer; healthy waits come last among the
+// person-waits' peers so a person-wait is never hidden behind them. since is
+// kept from prev when the reason is unchanged.
+func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.WaitingOn {
+	w := derive(m)
+	if w == nil {
+		return nil
+	}
+	w.NeedsAPerson = w.Reason.NeedsAPerson()
+	w.Summary = summary(w)
+	since := metav1.NewTime(now)
+	if prev != nil && prev.Reason == w.Reason && prev.Since != nil {
+		since = *prev.Since
+	}
+	w.Since = &since
+	return w
+}
+
+func derive(m Markers) *arv1.WaitingOn {
+	switch {
+	case m.Setup != nil:
+		return &arv1.WaitingOn{Reason: arv1.WaitNeedsSetup, Blocker: m.Setup.Blocker, Remedy: m.Setup.Remedy}
+	case m.NeedsReconciliation != nil:
+		seq := m.NeedsReconciliation.Seq
+		return &arv1.WaitingOn{Reason: arv1.WaitNeedsReconciliation, Seq: &seq, Tool: m.NeedsReconciliation.Tool}
+	case m.Budget != nil:
+		return &arv1.WaitingOn{Reason: arv1.WaitBudgetExceeded, Budget: &arv1.BudgetLimit{Kind: m.Budget.Kind, Limit: m.Budget.Limit}, Observed: m.Budget.Observed}
+	case m.TaintGate:
+		return &arv1.WaitingOn{Reason: arv1.WaitTaintGate}
+	case m.InteractionPoint:
+		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint}
+	case m.FanOutOutstanding != nil:
+		n := *m.FanOutOutstanding
+		return &arv1.WaitingOn{Reason: arv1.WaitFanOutWorkers, Outstanding: &n}
+	case m.ChildrenOutstanding != nil:
+		n := *m.ChildrenOutstanding
+		return &arv1.WaitingOn{Reason: arv1.WaitChildren, Outstanding: &n}
+	case m.HubRequest != "":
+		return &arv1.WaitingOn{Reason: m.HubRequest}
+	case m.SleepUntil != nil:
+		t := metav1.NewTime(*m.SleepUntil)
+		return &arv1.WaitingOn{Reason: arv1.WaitSleeping, WakeAt: &t}
+	case m.Signal != "":
+		return &arv1.WaitingOn{Reason: arv1.WaitSignal, Signal: m.Signal}
+	}
+	return nil
+}
+
+// summary renders a wait for the WAITING column.
+func summary(w *arv1.WaitingOn) string {
+	switch w.Reason {
+	case arv1.WaitFanOutWorkers, arv1.WaitChildren:
+		return fmt.Sprintf("%s(%d)", w.Reason, *w.Outstanding)
+	case arv1.WaitNeedsSetup:
+		return fmt.Sprintf("NeedsSetup: %s", w.Blocker)
+	case arv1.WaitBudgetExceeded:
+		return fmt.Sprintf("BudgetExceeded: %s", w.Budget.Kind)
+	case arv1.WaitNeedsReconciliation:
+		return fmt.Sprintf("NeedsReconciliation: %s#%d", w.Tool, *w.Seq)
+	case arv1.WaitSleeping:
+		return "Sleeping until " + w.WakeAt.UTC().Format(time.RFC3339)
+	}
+	return string(w.Reason)
+}
