@@ -18,7 +18,8 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.yoloProfile) || (has(self.yolo) && self.yolo)",message="yoloProfile requires yolo: true"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be withdrawn once requested"
-// +kubebuilder:validation:XValidation:rule="has(self.yolo) == has(oldSelf.yolo) && (!has(self.yolo) || self.yolo == oldSelf.yolo)",message="yolo is fixed at creation"
+// +kubebuilder:validation:XValidation:rule="(has(self.yolo) && self.yolo) == (has(oldSelf.yolo) && oldSelf.yolo)",message="yolo is fixed at creation"
+// +kubebuilder:validation:XValidation:rule="(has(self.depth) ? self.depth : 0) == (has(oldSelf.depth) ? oldSelf.depth : 0)",message="depth is immutable",fieldPath=".depth"
 // +kubebuilder:validation:XValidation:rule="has(self.yoloProfile) == has(oldSelf.yoloProfile) && (!has(self.yoloProfile) || self.yoloProfile == oldSelf.yoloProfile)",message="yoloProfile is fixed at creation"
 // +kubebuilder:validation:XValidation:rule="has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)",message="model is fixed at creation"
 // +kubebuilder:validation:XValidation:rule="has(self.budgets) || !has(oldSelf.budgets)",message="budgets cannot be removed once set; raise them instead"
@@ -80,7 +81,6 @@ type AgentRunSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=16
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="depth is immutable"
 	Depth int32 `json:"depth,omitempty"`
 
 	// maxChildDepth caps how deep this run's own sub-agent tree may grow
@@ -229,6 +229,7 @@ type Budgets struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="wallTime must be a duration of at most 2562047h"
 	WallTime string `json:"wallTime,omitempty"`
 }
 
@@ -520,10 +521,10 @@ const (
 // variant's fields are set (the schema enforces it).
 //
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'FanOutWorkers' || self.reason == 'Children') == has(self.outstanding)",message="outstanding is set exactly for FanOutWorkers and Children"
-// +kubebuilder:validation:XValidation:rule="(self.reason == 'NeedsSetup') == (has(self.blocker) && has(self.remedy))",message="blocker and remedy are set exactly for NeedsSetup"
+// +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsSetup' ? (has(self.blocker) && has(self.remedy)) : (!has(self.blocker) && !has(self.remedy))",message="blocker and remedy are set exactly for NeedsSetup"
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'Sleeping') == has(self.wakeAt)",message="wakeAt is set exactly for Sleeping"
-// +kubebuilder:validation:XValidation:rule="(self.reason == 'BudgetExceeded') == (has(self.budget) && has(self.observed))",message="budget and observed are set exactly for BudgetExceeded"
-// +kubebuilder:validation:XValidation:rule="(self.reason == 'NeedsReconciliation') == (has(self.seq) && has(self.tool))",message="seq and tool are set exactly for NeedsReconciliation"
+// +kubebuilder:validation:XValidation:rule="self.reason == 'BudgetExceeded' ? (has(self.budget) && has(self.observed)) : (!has(self.budget) && !has(self.observed))",message="budget and observed are set exactly for BudgetExceeded"
+// +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsReconciliation' ? (has(self.seq) && has(self.tool)) : (!has(self.seq) && !has(self.tool))",message="seq and tool are set exactly for NeedsReconciliation"
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'Signal') == has(self.signal)",message="signal is set exactly for Signal"
 type WaitingOn struct {
 	// reason is the variant.

@@ -1,0 +1,207 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+// The suite runs one real control plane; each test starts its own manager
+// against it and uses its own namespace.
+var (
+	env *testenv.Env
+	k8s client.Client
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(logSink), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	k8s, err = client.New(env.Config, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code != 0 && os.Getenv("DUMP_LOGS") != "" {
+		fmt.Fprintln(os.Stderr, logSink.String())
+	}
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// logSink keeps every log line the managers write, so tests can search them
+// (for secret values that must never appear).
+var logSink = &syncBuffer{}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// harness is one running manager.
+type harness struct {
+	scripted   *providers.Scripted
+	reconciles sync.Map // types.NamespacedName -> *atomic.Int64
+	stop       func()
+	metricsURL string
+}
+
+type managerOpts struct {
+	steps   int
+	metrics bool
+}
+
+func startManager(t *testing.T, o managerOpts) *harness {
+	t.Helper()
+	h := &harness{scripted: providers.NewScripted()}
+	opts := manager.Options{
+		MetricsAddr: "0", ProbeAddr: "0",
+		MaxConcurrentSteps: o.steps,
+		Scripted:           h.scripted,
+		OnReconcile: func(n types.NamespacedName) {
+			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
+			c.(*atomic.Int64).Add(1)
+		},
+	}
+	if o.metrics {
+		opts.MetricsAddr = "127.0.0.1:0"
+	}
+	mgr, err := manager.New(env.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	var once sync.Once
+	h.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) reconcileCount(n types.NamespacedName) int64 {
+	c, ok := h.reconciles.Load(n)
+	if !ok {
+		return 0
+	}
+	return c.(*atomic.Int64).Load()
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func createConfigMap(t *testing.T, ns, name string, data map[string]string) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
+	if err := k8s.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+func createSecret(t *testing.T, ns, name string, data map[string]string) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
+	if err := k8s.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func createRun(t *testing.T, ns, name, agent string, mutate ...func(*arv1.AgentRun)) *arv1.AgentRun {
+	t.Helper()
+	run := &arv1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       arv1.AgentRunSpec{Agent: agent, Task: "test task for " + name},
+	}
+	for _, m := range mutate {
+		m(run)
+	}
+	if err := k8s.Create(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func getRun(t *testing.T, ns, name string) *arv1.AgentRun {
+	t.Helper()
+	run := &arv1.AgentRun{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// waitFor polls the run until cond holds or the timeout passes, and fails
+// with the last status seen.
+func waitFor(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*arv1.AgentRun) bool) *arv1.AgentRun {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var run *arv1.AgentRun
+	for {
+		run = getRun(t, ns, name)
+		if cond(run) {
+			return run
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s: timed out waiting for %s; phase=%s waitingOn=%+v error=%q stage=%q", ns, name, what, run.Status.Phase, run.Status.WaitingOn, run.Status.Error, run.Status.Stage)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func phaseIs(p arv1.Phase) func(*arv1.AgentRun) bool {
+	return func(r *arv1.AgentRun) bool { return r.Status.Phase == p }
+}
+
+func blockedOn(b arv1.SetupBlocker) func(*arv1.AgentRun) bool {
+	return func(r *arv1.AgentRun) bool {
+		w := r.Status.WaitingOn
+		return r.Status.Phase == arv1.PhaseWaitingInput && w != nil && w.Reason == arv1.WaitNeedsSetup && w.Blocker == b
+	}
+}
