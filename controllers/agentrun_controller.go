@@ -46,8 +46,11 @@ type AgentRunReconciler struct {
 	Providers map[string]providers.Provider
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
-	// MaxConcurrentReconciles bounds parallel reconciles (default 4).
+	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// SkipNameValidation allows a second controller of the same name in one
+	// process (tests restart managers).
+	SkipNameValidation bool
 
 	journals    *journalStore
 	blueprints  *blueprintCache
@@ -75,8 +78,11 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	if controllerutil.AddFinalizer(run, arv1.Finalizer) {
 		// Persist the finalizer before any work, so deletion always lets us
-		// stop what we started. The update event re-queues the run.
-		return ctrl.Result{}, r.Update(ctx, run)
+		// stop what we started. The update does not change the generation,
+		// so carry on in this reconcile with the updated object.
+		if err := r.Update(ctx, run); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
 	}
 	if run.Status.Phase.IsTerminal() && run.Status.ObservedGeneration == run.Generation {
 		return ctrl.Result{}, nil
@@ -193,7 +199,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("Secret")), builder.WithPredicates(dependencyChanged{})).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("ConfigMap")), builder.WithPredicates(dependencyChanged{}, notOwnedByAgentRun{})).
 		WatchesRawSource(source.Channel(r.Pool.Events(), &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
 		Named("agentrun").
 		Complete(r)
 }

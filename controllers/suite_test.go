@@ -91,6 +91,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 	opts := manager.Options{
 		MetricsAddr: "0", ProbeAddr: "0",
 		MaxConcurrentSteps: o.steps,
+		SkipNameValidation: true,
 		Scripted:           h.scripted,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})

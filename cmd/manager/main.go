@@ -18,7 +18,7 @@ func main() {
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time.")
 	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
-	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "AgentRuns reconciled in parallel.")
+	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentRuns reconciled in parallel.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()

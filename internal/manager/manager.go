@@ -40,6 +40,9 @@ type Options struct {
 	Scripted *providers.Scripted
 	// OnReconcile observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
+	// SkipNameValidation lets several managers live in one process (tests
+	// that restart the manager).
+	SkipNameValidation bool
 }
 
 // Scheme is the runtime scheme the operator needs: core types plus AgentRun.
@@ -79,7 +82,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		o.MaxConcurrentSteps = 16
 	}
 	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
+		o.MaxConcurrentReconciles = 16
 	}
 	r := &controllers.AgentRunReconciler{
 		Client:                  mgr.GetClient(),
@@ -90,6 +93,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Providers:               map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
 		OnReconcile:             o.OnReconcile,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		SkipNameValidation:      o.SkipNameValidation,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)

@@ -1,0 +1,188 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// TestFixingOneSecretWakesOnlyItsRuns parks 200 runs across 4 Secrets,
+// creates one Secret, and checks that exactly its 50 runs were reconciled and
+// that each moved within a second, with no polling anywhere.
+func TestFixingOneSecretWakesOnlyItsRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 runs")
+	}
+	h := startManager(t, managerOpts{steps: 64})
+	ns := newNamespace(t)
+	providersTOML := ""
+	for i := range 4 {
+		providersTOML += fmt.Sprintf("[providers.p%d]\ntype = \"scripted\"\nmodels = [\"m1\"]\napi_key_secret = {name = \"s%d\", key = \"api-key\"}\n", i, i)
+	}
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providersTOML})
+	createConfigMap(t, ns, "single", map[string]string{"agent.toml": oneStage})
+	const perSecret = 50
+	for i := range 4 * perSecret {
+		secret := i % 4
+		createRun(t, ns, fmt.Sprintf("r%03d-s%d", i, secret), "single", func(r *arv1.AgentRun) { r.Spec.Model = fmt.Sprintf("p%d/m1", secret) })
+	}
+	waitAll(t, ns, 60*time.Second, "all 200 parked on SecretMissing", func(r *arv1.AgentRun) bool { return blockedOn(arv1.BlockerSecretMissing)(r) })
+
+	// Let the parked state settle, then snapshot every run's reconcile count.
+	time.Sleep(500 * time.Millisecond)
+	before := map[string]int64{}
+	var list arv1.AgentRunList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range list.Items {
+		before[r.Name] = h.reconcileCount(types.NamespacedName{Namespace: ns, Name: r.Name})
+	}
+
+	fixed := time.Now()
+	createSecret(t, ns, "s1", map[string]string{"api-key": "k1"})
+
+	// Sample until every s1 run has left NeedsSetup; record when each did.
+	moved := map[string]time.Duration{}
+	deadline := fixed.Add(10 * time.Second)
+	for len(moved) < perSecret && time.Now().Before(deadline) {
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list.Items {
+			if _, seen := moved[r.Name]; seen || r.Name[len(r.Name)-2:] != "s1" {
+				continue
+			}
+			if !blockedOn(arv1.BlockerSecretMissing)(&r) {
+				moved[r.Name] = time.Since(fixed)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(moved) != perSecret {
+		t.Fatalf("%d of %d runs moved after the Secret was created", len(moved), perSecret)
+	}
+	var worst time.Duration
+	for _, d := range moved {
+		worst = max(worst, d)
+	}
+	t.Logf("resume latency after the Secret fix: worst %v over %d runs", worst, perSecret)
+	if worst > time.Second {
+		t.Errorf("slowest run moved %v after the fix, want within 1s", worst)
+	}
+	waitAll(t, ns, 30*time.Second, "s1 runs complete", func(r *arv1.AgentRun) bool {
+		return r.Name[len(r.Name)-2:] != "s1" || r.Status.Phase == arv1.PhaseComplete
+	})
+	time.Sleep(300 * time.Millisecond)
+	woken := 0
+	for name, n := range before {
+		after := h.reconcileCount(types.NamespacedName{Namespace: ns, Name: name})
+		if name[len(name)-2:] == "s1" {
+			if after == n {
+				t.Errorf("%s was not reconciled after its Secret appeared", name)
+			}
+			woken++
+			continue
+		}
+		if after != n {
+			t.Errorf("%s waits on another Secret but was reconciled %d more times", name, after-n)
+		}
+	}
+	t.Logf("reconciled after the fix: %d runs (the Secret's own); others: 0", woken)
+}
+
+func waitAll(t *testing.T, ns string, timeout time.Duration, what string, cond func(*arv1.AgentRun) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var list arv1.AgentRunList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		bad := 0
+		var example *arv1.AgentRun
+		for i := range list.Items {
+			if !cond(&list.Items[i]) {
+				bad++
+				example = &list.Items[i]
+			}
+		}
+		if bad == 0 && len(list.Items) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %d runs not there, e.g. %s phase=%s waitingOn=%+v", what, bad, example.Name, example.Status.Phase, example.Status.WaitingOn)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rejectOnce answers 401 on the first attempt, then completes.
+const rejectOnce = `
+[agent]
+name = "rejected"
+[stages.only]
+[stages.only.model]
+models = [{provider = "keyed", model = "m1"}]
+[[stages.only.script]]
+text = "done"
+complete = true
+error = {status = 401, message = "invalid api key", times = 1}
+usage = {prompt = 10, completion = 2}
+`
+
+// TestRejectedKeyWaitsForSecretChange: a 401 parks the run on AuthFailed;
+// the provider is not called again until the Secret changes; then it
+// completes.
+func TestRejectedKeyWaitsForSecretChange(t *testing.T) {
+	h := startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "rejected", map[string]string{"agent.toml": rejectOnce})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": keyedProviders})
+	createSecret(t, ns, "model-creds", map[string]string{"api-key": "bad"})
+	createSecret(t, ns, "unrelated", map[string]string{"x": "y"})
+	run := createRun(t, ns, "r", "rejected")
+
+	parked := waitFor(t, ns, "r", 20*time.Second, "AuthFailed", blockedOn(arv1.BlockerAuthFailed))
+	w := parked.Status.WaitingOn
+	if want := fmt.Sprintf("Secret %s/model-creds key \"api-key\"", ns); !contains(w.Remedy, want) || !contains(w.Remedy, "HTTP 401") {
+		t.Errorf("remedy %q does not name %s and the 401", w.Remedy, want)
+	}
+	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
+		t.Fatalf("provider calls = %d, want 1", calls)
+	}
+	// An unrelated Secret changing, and time passing, must not retry.
+	setSecretData(t, ns, "unrelated", map[string]string{"x": "z"})
+	time.Sleep(2 * time.Second)
+	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
+		t.Fatalf("provider called again (%d calls) though the Secret did not change", calls)
+	}
+	if r := getRun(t, ns, "r"); !blockedOn(arv1.BlockerAuthFailed)(r) {
+		t.Fatalf("run left AuthFailed without a fix: %+v", r.Status.WaitingOn)
+	}
+	setSecretData(t, ns, "model-creds", map[string]string{"api-key": "good"})
+	waitFor(t, ns, "r", 20*time.Second, "Complete after the key was replaced", phaseIs(arv1.PhaseComplete))
+	if calls := h.scripted.Calls(string(run.UID)); calls != 2 {
+		t.Errorf("provider calls = %d, want 2 (the rejected one and the retry)", calls)
+	}
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+var _ sync.Mutex
