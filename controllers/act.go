@@ -136,6 +136,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		if err := r.journals.Append(ctx, run, intent); err != nil {
 			return out, err
 		}
+		f.State.Apply(f.Blueprint, intent)
 	}
 	out.dispatchedModel = res.provider.Name + "/" + res.model
 	key := executor.Key{Run: run.UID, Seq: intent.Seq}

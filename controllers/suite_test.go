@@ -81,8 +81,8 @@ type harness struct {
 }
 
 type managerOpts struct {
-	steps   int
-	metrics bool
+	steps       int
+	metricsAddr string
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -98,8 +98,8 @@ func startManager(t *testing.T, o managerOpts) *harness {
 			c.(*atomic.Int64).Add(1)
 		},
 	}
-	if o.metrics {
-		opts.MetricsAddr = "127.0.0.1:0"
+	if o.metricsAddr != "" {
+		opts.MetricsAddr = o.metricsAddr
 	}
 	mgr, err := manager.New(env.Config, opts)
 	if err != nil {

@@ -102,6 +102,10 @@ func Fold(bp *blueprint.Blueprint, entries []Entry) State {
 	return st
 }
 
+// Apply folds one more entry into the state, as Fold would have had it been
+// in the journal.
+func (st *State) Apply(bp *blueprint.Blueprint, e Entry) { st.apply(bp, &e) }
+
 func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 	if e.Seq >= st.NextSeq {
 		st.NextSeq = e.Seq + 1

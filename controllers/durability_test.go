@@ -1,0 +1,260 @@
+package controllers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// slowMiddle has a slow second stage so a test can stop the manager while
+// its call is in flight.
+const slowMiddle = `
+[agent]
+name = "slow"
+[stages.first]
+[stages.first.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[stages.first.transitions.second]
+condition = "always"
+[[stages.first.script]]
+text = "one"
+usage = {prompt = 10, completion = 1}
+[stages.second]
+[stages.second.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[stages.second.transitions.third]
+condition = "always"
+[[stages.second.script]]
+text = "two"
+delay_ms = 1500
+usage = {prompt = 20, completion = 2}
+[stages.third]
+[stages.third.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[[stages.third.script]]
+text = "three"
+complete = true
+usage = {prompt = 30, completion = 3}
+`
+
+// TestManagerRestartMidRun stops the manager while a call is in flight,
+// edits the blueprint ConfigMap, starts a new manager, and checks the run
+// completes on the snapshotted blueprint with no completed call issued twice.
+func TestManagerRestartMidRun(t *testing.T) {
+	h1 := startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "slow", map[string]string{"agent.toml": slowMiddle})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	run := createRun(t, ns, "r", "slow")
+	waitFor(t, ns, "r", 20*time.Second, "the slow call in flight", func(r *arv1.AgentRun) bool {
+		return r.Status.CurrentStage == "second" && r.Status.PendingCall != nil
+	})
+	h1.stop()
+
+	// Change the blueprint under the run: a restart must not pick this up.
+	edited := strings.NewReplacer(`name = "slow"`, `name = "edited"`, `text = "three"`, `text = "changed"`, "prompt = 30", "prompt = 999").Replace(slowMiddle)
+	setConfigMapData(t, ns, "slow", map[string]string{"agent.toml": edited})
+
+	h2 := startManager(t, managerOpts{})
+	done := waitFor(t, ns, "r", 30*time.Second, "Complete after restart", phaseIs(arv1.PhaseComplete))
+	if done.Status.AgentName != "slow" {
+		t.Errorf("agentName = %q: the edited blueprint was used", done.Status.AgentName)
+	}
+	if done.Status.Usage.PromptTokens != 60 || done.Status.Usage.ModelCalls != 3 {
+		t.Errorf("usage = %+v, want 60 prompt tokens over 3 calls (each counted once, from the snapshot)", done.Status.Usage)
+	}
+	c1, c2 := h1.scripted.Calls(string(run.UID)), h2.scripted.Calls(string(run.UID))
+	if c1 != 2 || c2 != 2 {
+		t.Errorf("calls before/after restart = %d/%d, want 2/2: the interrupted call re-issued once, no completed call again", c1, c2)
+	}
+}
+
+// TestSecretValueNeverLeaks runs with a canary API key and a provider that
+// rejects it, then searches status, events, logs and metrics for it.
+func TestSecretValueNeverLeaks(t *testing.T) {
+	const canary = "canary-sk-7f3a9e21d4"
+	port := freePort(t)
+	h := startManager(t, managerOpts{metricsAddr: fmt.Sprintf("127.0.0.1:%d", port)})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "rejected", map[string]string{"agent.toml": rejectOnce})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": keyedProviders})
+	createSecret(t, ns, "model-creds", map[string]string{"api-key": canary})
+	createRun(t, ns, "r", "rejected")
+	waitFor(t, ns, "r", 20*time.Second, "AuthFailed", blockedOn(arv1.BlockerAuthFailed))
+	setSecretData(t, ns, "model-creds", map[string]string{"api-key": canary + "-rotated"})
+	waitFor(t, ns, "r", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	_ = h
+
+	var runs arv1.AgentRunList
+	if err := k8s.List(context.Background(), &runs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	statusJSON, _ := json.Marshal(runs)
+	var evs corev1.EventList
+	if err := k8s.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	eventsJSON, _ := json.Marshal(evs)
+	var cms corev1.ConfigMapList
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	journalJSON, _ := json.Marshal(cms)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "controller_runtime_reconcile_total") {
+		t.Fatal("metrics endpoint did not answer with the manager's metrics")
+	}
+	for what, text := range map[string]string{
+		"status": string(statusJSON), "events": string(eventsJSON), "journal and owned objects": string(journalJSON),
+		"logs": logSink.String(), "metrics": string(metrics),
+	} {
+		if strings.Contains(text, canary) {
+			t.Errorf("the secret value appears in %s", what)
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// pacedThree takes 600ms per call over three stages.
+const pacedThree = `
+[agent]
+name = "paced"
+[stages.a]
+[stages.a.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[stages.a.transitions.b]
+condition = "always"
+[[stages.a.script]]
+text = "a"
+delay_ms = 600
+[stages.b]
+[stages.b.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[stages.b.transitions.c]
+condition = "always"
+[[stages.b.script]]
+text = "b"
+delay_ms = 600
+[stages.c]
+[stages.c.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[[stages.c.script]]
+text = "c"
+complete = true
+delay_ms = 600
+`
+
+func patchSpec(t *testing.T, ns, name string, mutate func(*arv1.AgentRun)) {
+	t.Helper()
+	run := getRun(t, ns, name)
+	orig := run.DeepCopy()
+	mutate(run)
+	if err := k8s.Patch(context.Background(), run, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPauseHoldsResultAndResumes pauses a run while a call is in flight: the
+// result lands while paused and is held (no error, no new call), and resume
+// carries on to completion.
+func TestPauseHoldsResultAndResumes(t *testing.T) {
+	h := startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": pacedThree})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	run := createRun(t, ns, "r", "paced")
+	waitFor(t, ns, "r", 20*time.Second, "first call in flight", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	patchSpec(t, ns, "r", func(r *arv1.AgentRun) { r.Spec.Paused = true })
+	paused := waitFor(t, ns, "r", 10*time.Second, "Paused", phaseIs(arv1.PhasePaused))
+	if c := meta.FindStatusCondition(paused.Status.Conditions, arv1.ConditionReconciling); c == nil || c.Reason != arv1.ReasonPaused {
+		t.Errorf("Reconciling = %+v, want reason Paused", c)
+	}
+	time.Sleep(1500 * time.Millisecond) // the in-flight call lands meanwhile
+	held := getRun(t, ns, "r")
+	if held.Status.Phase != arv1.PhasePaused || held.Status.Error != "" {
+		t.Fatalf("a result landing while paused changed the run: phase %s error %q", held.Status.Phase, held.Status.Error)
+	}
+	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
+		t.Fatalf("calls while paused = %d, want 1 (nothing new starts)", calls)
+	}
+	if held.Status.Active == nil || held.Status.Active.Since != nil {
+		t.Errorf("the active clock runs while paused: %+v", held.Status.Active)
+	}
+	patchSpec(t, ns, "r", func(r *arv1.AgentRun) { r.Spec.Paused = false })
+	done := waitFor(t, ns, "r", 20*time.Second, "Complete after resume", phaseIs(arv1.PhaseComplete))
+	if done.Status.Usage.ModelCalls != 3 || h.scripted.Calls(string(run.UID)) != 3 {
+		t.Errorf("model calls = %d (provider saw %d), want 3", done.Status.Usage.ModelCalls, h.scripted.Calls(string(run.UID)))
+	}
+}
+
+// TestCancelAndDelete cancels a run mid-call (terminal Cancelled, distinct
+// from Error) and deletes another mid-call (the finalizer stops its work and
+// lets it go).
+func TestCancelAndDelete(t *testing.T) {
+	h := startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": pacedThree})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	run := createRun(t, ns, "c", "paced")
+	createRun(t, ns, "d", "paced")
+	waitFor(t, ns, "c", 20*time.Second, "call in flight", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	patchSpec(t, ns, "c", func(r *arv1.AgentRun) { r.Spec.Cancel = true })
+	c := waitFor(t, ns, "c", 10*time.Second, "Cancelled", phaseIs(arv1.PhaseCancelled))
+	if c.Status.Error != "" {
+		t.Errorf("a cancelled run reports an error: %q", c.Status.Error)
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, arv1.ConditionStalled); cond == nil || cond.Reason != arv1.ReasonCancelled {
+		t.Errorf("Stalled = %+v, want reason Cancelled", cond)
+	}
+	time.Sleep(1 * time.Second)
+	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
+		t.Errorf("calls after cancel = %d, want 1", calls)
+	}
+	if r := getRun(t, ns, "c"); r.Status.Phase != arv1.PhaseCancelled {
+		t.Errorf("phase moved after cancel: %s", r.Status.Phase)
+	}
+
+	waitFor(t, ns, "d", 20*time.Second, "finalizer and a call in flight", func(r *arv1.AgentRun) bool {
+		return r.Status.PendingCall != nil && len(r.Finalizers) == 1
+	})
+	if err := k8s.Delete(context.Background(), getRun(t, ns, "d")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "d"}, &arv1.AgentRun{})
+		if client.IgnoreNotFound(err) == nil && err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted run is still there: the finalizer was not released")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
