@@ -275,5 +275,3 @@ func redact(text, secret string) string {
 	}
 	return strings.ReplaceAll(text, secret, "[redacted]")
 }
-
-

@@ -71,12 +71,12 @@ func setConfigMapData(t *testing.T, ns, name string, data map[string]string) {
 func TestNeedsSetupBlockersResumeWhenFixed(t *testing.T) {
 	startManager(t, managerOpts{})
 	cases := []struct {
-		name       string
-		arrange    func(t *testing.T, ns string)
-		blocker    arv1.SetupBlocker
-		remedyHas  []string
-		refs       []string
-		fix        func(t *testing.T, ns string)
+		name      string
+		arrange   func(t *testing.T, ns string)
+		blocker   arv1.SetupBlocker
+		remedyHas []string
+		refs      []string
+		fix       func(t *testing.T, ns string)
 	}{
 		{
 			name: "blueprint ConfigMap missing",
