@@ -198,6 +198,9 @@ func waitMessage(w *arv1.WaitingOn) string {
 	if w.Remedy != "" {
 		return w.Remedy
 	}
+	if w.Question != "" {
+		return fmt.Sprintf("%s %q asks: %s", w.Reason, w.Point, w.Question)
+	}
 	if w.Summary != "" {
 		return "Waiting on " + w.Summary
 	}

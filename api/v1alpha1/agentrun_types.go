@@ -542,6 +542,16 @@ type WaitingOn struct {
 	// since is when the run parked on this reason.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
+	// question is what the run asks the person it waits on: the
+	// checkpoint's or the agent's prompt, or the tool call to approve.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Question string `json:"question,omitempty"`
+	// point names the checkpoint (InteractionPoint) or question being
+	// asked, so an answer can say what it answers.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Point string `json:"point,omitempty"`
 
 	// outstanding counts workers or children not yet terminal (running
 	// plus queued). FanOutWorkers and Children only.

@@ -7,19 +7,27 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -32,11 +40,13 @@ func main() {
 		o          manager.Options
 		kubeconfig string
 		local      bool
+		demo       bool
 	)
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Metrics endpoint address (\"0\" turns it off).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", "127.0.0.1:8081", "Health probe address.")
 	flag.StringVar(&kubeconfig, "local-kubeconfig", filepath.Join(testenv.RepoRoot(), "bin", "local", "kubeconfig"), "Where to write the local control plane's kubeconfig.")
 	flag.BoolVar(&local, "local", false, "Always start the local control plane, even when KUBECONFIG points at a cluster.")
+	flag.BoolVar(&demo, "demo", false, "Apply the demo (config/demo) to a real cluster too; the local control plane always gets it.")
 	zo := zap.Options{Development: true}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -44,13 +54,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, kubeconfig, local); err != nil {
+	if err := run(ctx, o, kubeconfig, local, demo); err != nil {
 		fmt.Fprintln(os.Stderr, "run-local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLocal bool) error {
+func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLocal, demo bool) error {
 	if !forceLocal {
 		if cfg, ok := reachableCluster(); ok {
 			fmt.Printf(">> Using the cluster at %s (from KUBECONFIG); installing the AgentRun CRD there.\n", cfg.Host)
@@ -58,6 +68,11 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 				Paths: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")}, ErrorIfPathMissing: true,
 			}); err != nil {
 				return fmt.Errorf("installing the CRD: %w", err)
+			}
+			if demo {
+				if err := applyDemo(ctx, cfg); err != nil {
+					return err
+				}
 			}
 			return manager.Run(ctx, cfg, o)
 		}
@@ -81,13 +96,20 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 	if err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
-	fmt.Printf(`>> Local control plane ready at %s. The AgentRun CRD is installed.
+	if err := applyDemo(ctx, env.Config); err != nil {
+		return err
+	}
+	fmt.Printf(`>> Local control plane ready at %s; the AgentRun CRD and the demo (namespace agentrun-demo) are applied.
 >> In another terminal:
      export KUBECONFIG=%s
-     kubectl apply -f config/samples/
-     kubectl get agentruns -A
->> (kubectl is at %s if none is installed.) Ctrl-C stops everything.
-`, env.Config.Host, path, testenv.KubectlPath())
+     export PATH=%s:$PATH        # the kubectl built with the control plane, if you have none
+     kubectl get agentruns -A -w
+   One run waits for its provider's Secret. Create it and watch the run continue by itself:
+     kubectl create secret generic demo-model-key -n agentrun-demo --from-literal=api-key=anything
+   One run waits on a person at a checkpoint:
+     kubectl describe agentrun deploy-release -n agentrun-demo
+>> Ctrl-C stops the manager and the control plane.
+`, env.Config.Host, path, filepath.Dir(testenv.KubectlPath()))
 	return manager.Run(ctx, env.Config, o)
 }
 
@@ -109,4 +131,40 @@ func reachableCluster() (*rest.Config, bool) {
 		return nil, false
 	}
 	return cfg, true
+}
+
+// applyDemo creates the objects in config/demo, leaving any that exist.
+func applyDemo(ctx context.Context, cfg *rest.Config) error {
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "demo", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
+			}
+		}
+	}
+	return nil
 }

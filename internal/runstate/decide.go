@@ -120,7 +120,7 @@ func Decide(f Facts) Action {
 		if f.Yolo && in.Point.Unattended != blueprint.UnattendedAsk {
 			return Action{Kind: ActAnswerInteraction}
 		}
-		return Action{Kind: ActPark, Markers: Markers{InteractionPoint: true}}
+		return Action{Kind: ActPark, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}}
 	}
 	if f.InFlight {
 		return Action{Kind: ActNone}

@@ -19,7 +19,7 @@ type Markers struct {
 	NeedsReconciliation *DanglingWrite
 	Budget              *BudgetHit
 	TaintGate           bool
-	InteractionPoint    bool
+	InteractionPoint    *Question
 	FanOutOutstanding   *int32
 	ChildrenOutstanding *int32
 	// HubRequest is a pending question to a person: ToolApproval or
@@ -27,6 +27,12 @@ type Markers struct {
 	HubRequest arv1.WaitReason
 	SleepUntil *time.Time
 	Signal     string
+}
+
+// Question is what a person is asked: a checkpoint or prompt name and text.
+type Question struct {
+	Point  string
+	Prompt string
 }
 
 // SetupBlock is a NeedsSetup cause.
@@ -83,8 +89,8 @@ func derive(m Markers) *arv1.WaitingOn {
 		return &arv1.WaitingOn{Reason: arv1.WaitBudgetExceeded, Budget: &arv1.BudgetLimit{Kind: m.Budget.Kind, Limit: m.Budget.Limit}, Observed: m.Budget.Observed}
 	case m.TaintGate:
 		return &arv1.WaitingOn{Reason: arv1.WaitTaintGate}
-	case m.InteractionPoint:
-		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint}
+	case m.InteractionPoint != nil:
+		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint, Point: m.InteractionPoint.Point, Question: m.InteractionPoint.Prompt}
 	case m.FanOutOutstanding != nil:
 		n := *m.FanOutOutstanding
 		return &arv1.WaitingOn{Reason: arv1.WaitFanOutWorkers, Outstanding: &n}
