@@ -23,6 +23,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.yoloProfile) == has(oldSelf.yoloProfile) && (!has(self.yoloProfile) || self.yoloProfile == oldSelf.yoloProfile)",message="yoloProfile is fixed at creation"
 // +kubebuilder:validation:XValidation:rule="has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)",message="model is fixed at creation"
 // +kubebuilder:validation:XValidation:rule="has(self.budgets) || !has(oldSelf.budgets)",message="budgets cannot be removed once set; raise them instead"
+// +kubebuilder:validation:XValidation:rule="has(self.entryStage) == has(oldSelf.entryStage)",message="entryStage is immutable"
 type AgentRunSpec struct {
 	// agent names the ConfigMap in this namespace that holds the blueprint
 	// (agent.toml plus any prompt files, one key per file). It replaces
@@ -82,6 +83,15 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=16
 	Depth int32 `json:"depth,omitempty"`
+
+	// entryStage starts the run at this stage of its blueprint instead of
+	// the blueprint's entry stage. A fan-out parent sets it on workers that
+	// run one of its own stages (worker_stage). Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="entryStage is immutable"
+	EntryStage string `json:"entryStage,omitempty"`
 
 	// maxChildDepth caps how deep this run's own sub-agent tree may grow
 	// (0: no sub-agents). When unset the blueprint's max_child_depth applies.
@@ -683,9 +693,12 @@ type ChildrenSummary struct {
 	// succeeded children.
 	// +optional
 	Succeeded int32 `json:"succeeded,omitempty"`
-	// failed children (Error or Cancelled).
+	// failed children (Error or Cancelled), counting every attempt.
 	// +optional
 	Failed int32 `json:"failed,omitempty"`
+	// retried items: failed attempts that were given another attempt.
+	// +optional
+	Retried int32 `json:"retried,omitempty"`
 }
 
 // RunFlags say why a run may have produced nothing useful.

@@ -55,8 +55,16 @@ const (
 	// LabelRun names the run an owned object (journal, output, snapshot)
 	// belongs to.
 	LabelRun = "agentrun.dev/run"
-	// LabelItem is a fan-out child's item id.
+	// LabelParentUID is the parent run's UID on a child (names can exceed
+	// a label value's 63 characters; UIDs cannot).
+	LabelParentUID = "agentrun.dev/parent-uid"
+	// LabelItem is a fan-out child's item index.
 	LabelItem = "agentrun.dev/item"
+	// LabelAttempt is a fan-out child's attempt number (1, 2, ...).
+	LabelAttempt = "agentrun.dev/attempt"
+	// LabelChildKind says whether a child is a fan-out worker or a spawned
+	// sub-agent.
+	LabelChildKind = "agentrun.dev/child-kind"
 	// LabelComponent says what an owned object is (blueprint-snapshot,
 	// journal, output).
 	LabelComponent = "agentrun.dev/component"

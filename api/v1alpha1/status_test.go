@@ -103,7 +103,7 @@ func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 		arv1.WaitToolApproval:     {Reason: arv1.WaitToolApproval, NeedsAPerson: true, Summary: "ToolApproval", Since: since},
 		arv1.WaitUserPrompt:       {Reason: arv1.WaitUserPrompt, NeedsAPerson: true, Summary: "UserPrompt", Since: since},
 		arv1.WaitTaintGate:        {Reason: arv1.WaitTaintGate, NeedsAPerson: true, Summary: "TaintGate", Since: since},
-		arv1.WaitInteractionPoint: {Reason: arv1.WaitInteractionPoint, NeedsAPerson: true, Summary: "InteractionPoint", Since: since},
+		arv1.WaitInteractionPoint: {Reason: arv1.WaitInteractionPoint, NeedsAPerson: true, Summary: "InteractionPoint", Since: since, Point: "approve-plan", Question: "Approve the plan?"},
 		arv1.WaitFanOutWorkers:    {Reason: arv1.WaitFanOutWorkers, Summary: "FanOutWorkers(3)", Since: since, Outstanding: ptr(int32(3))},
 		arv1.WaitChildren:         {Reason: arv1.WaitChildren, Summary: "Children(0)", Since: since, Outstanding: ptr(int32(0))},
 		arv1.WaitNeedsSetup: {Reason: arv1.WaitNeedsSetup, NeedsAPerson: true, Summary: "NeedsSetup: SecretMissing", Since: since,
@@ -151,7 +151,7 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		Title:          "Review the payment retry change",
 		TitleError:     "title model timed out",
 		ParentRun:      "release-train",
-		Children:       &arv1.ChildrenSummary{Total: 5, Running: 1, Queued: 1, Succeeded: 2, Failed: 1},
+		Children:       &arv1.ChildrenSummary{Total: 5, Running: 1, Queued: 1, Succeeded: 2, Failed: 1, Retried: 1},
 		Flags: arv1.RunFlags{
 			ModifiedFiles:     []string{"pkg/pay/retry.go", "pkg/pay/retry_test.go"},
 			ModifiedFileCount: 3, EmptyOutput: true, NoOutputTools: true, SearchesRun: 4, SearchesEmpty: 1,
@@ -335,14 +335,12 @@ func TestInvalidWaitingOnIsRejected(t *testing.T) {
 		msgSignal      = "signal is set exactly for Signal"
 		field          = "status.waitingOn"
 	)
-	partialBug := "the union rule compares reason with has(a) && has(b), so one of the two fields alone on another reason reads as 'not this variant' and passes"
 
 	cases := []struct {
-		name     string
-		w        *arv1.WaitingOn
-		field    string
-		msg      string
-		knownBug string
+		name  string
+		w     *arv1.WaitingOn
+		field string
+		msg   string
 	}{
 		{name: "FanOutWorkers without outstanding", w: variant(arv1.WaitFanOutWorkers, func(w *arv1.WaitingOn) { w.Outstanding = nil }), msg: msgOutstanding},
 		{name: "Children without outstanding", w: variant(arv1.WaitChildren, func(w *arv1.WaitingOn) { w.Outstanding = nil }), msg: msgOutstanding},
@@ -369,22 +367,19 @@ func TestInvalidWaitingOnIsRejected(t *testing.T) {
 
 		// One half of a two-field variant on a foreign reason.
 		{name: "blocker alone on UserPrompt", w: variant(arv1.WaitUserPrompt, func(w *arv1.WaitingOn) { w.Blocker = arv1.BlockerSecretMissing }),
-			msg: msgSetup, knownBug: partialBug},
+			msg: msgSetup},
 		{name: "remedy alone on UserPrompt", w: variant(arv1.WaitUserPrompt, func(w *arv1.WaitingOn) { w.Remedy = "Create the Secret." }),
-			msg: msgSetup, knownBug: partialBug},
+			msg: msgSetup},
 		{name: "observed alone on ToolApproval", w: variant(arv1.WaitToolApproval, func(w *arv1.WaitingOn) { w.Observed = "12" }),
-			msg: msgBudget, knownBug: partialBug},
+			msg: msgBudget},
 		{name: "tool alone on TaintGate", w: variant(arv1.WaitTaintGate, func(w *arv1.WaitingOn) { w.Tool = "shell.exec" }),
-			msg: msgSeq, knownBug: partialBug},
+			msg: msgSeq},
 	}
 
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			name := fmt.Sprintf("badwait-%02d", i)
 			err := writeStatus(t, ns, name, arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: c.w})
-			if err == nil && c.knownBug != "" {
-				t.Skipf("KNOWN API BUG, accepted: %s", c.knownBug)
-			}
 			f := c.field
 			if f == "" {
 				f = field

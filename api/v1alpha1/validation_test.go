@@ -85,10 +85,6 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		mutate func(*arv1.AgentRunSpec)
 
 		field, msg string
-		// knownBug, when set, describes an API bug that lets this case
-		// through today. The case is skipped while the bug stands and
-		// enforced as soon as it is fixed.
-		knownBug string
 	}
 	ok := map[string]any{"agent": "code-reviewer", "task": "Review the open pull request."}
 	with := func(kv ...any) map[string]any {
@@ -134,8 +130,7 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{name: "wallTime in words", spec: with("budgets", map[string]any{"wallTime": "1 hour"}), field: "spec.budgets.wallTime", msg: budgetWallPattern},
 		{name: "wallTime in days", spec: with("budgets", map[string]any{"wallTime": "2d"}), field: "spec.budgets.wallTime", msg: budgetWallPattern},
 		{name: "wallTime beyond Go's duration range", spec: with("budgets", map[string]any{"wallTime": "9999999h"}),
-			field: "spec.budgets.wallTime", msg: "wallTime must be a duration of at most 2562047h",
-			knownBug: "the pattern admits durations past 2562047h; once stored, the budgets.wallTime transition rule errors on every update (spec, labels, finalizers and the status subresource), freezing the run"},
+			field: "spec.budgets.wallTime", msg: "wallTime must be a duration of at most 2562047h"},
 		{name: "zero token budget", spec: with("budgets", map[string]any{"tokens": 0}), field: "spec.budgets.tokens", msg: msgAtLeast1},
 		{name: "zero step budget", spec: with("budgets", map[string]any{"steps": 0}), field: "spec.budgets.steps", msg: msgAtLeast1},
 		{name: "yoloProfile without yolo", spec: with("yoloProfile", "read-only"), field: "spec", msg: msgYoloProfileNeeds},
@@ -192,11 +187,9 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{name: "changing depth", base: spec(func(s *arv1.AgentRunSpec) { s.Depth = 1 }),
 			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec.depth", msg: msgDepthImmutable},
 		{name: "setting depth after creation at 0", base: spec(nil),
-			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec.depth", msg: msgDepthImmutable,
-			knownBug: "depth 0 is omitted (omitempty), and a field-level `self == oldSelf` rule never runs when the old value is absent"},
+			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec.depth", msg: msgDepthImmutable},
 		{name: "resetting depth to 0", base: spec(func(s *arv1.AgentRunSpec) { s.Depth = 2 }),
-			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 0 }, field: "spec.depth", msg: msgDepthImmutable,
-			knownBug: "depth 0 is omitted (omitempty), and a field-level `self == oldSelf` rule never runs when the new value is absent"},
+			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 0 }, field: "spec.depth", msg: msgDepthImmutable},
 	}
 	if len(cases) < 14 {
 		t.Fatalf("only %d cases", len(cases))
@@ -213,9 +206,6 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 				run := createRun(t, ns, name, *c.base)
 				c.mutate(&run.Spec)
 				err = k8sClient.Update(ctx, run)
-			}
-			if err == nil && c.knownBug != "" {
-				t.Skipf("KNOWN API BUG, accepted: %s", c.knownBug)
 			}
 			requireInvalid(t, err, c.field, c.msg)
 			if c.spec != nil {
@@ -307,14 +297,13 @@ func TestValidUpdatesAreAccepted(t *testing.T) {
 func TestTypedUpdateKeepsExplicitZeroValues(t *testing.T) {
 	ns := newNamespace(t)
 	cases := []struct {
-		field    string
-		value    any
-		knownBug string
+		field string
+		value any
 	}{
-		{"yolo", false, "the yolo rule compares has(self.yolo) with has(oldSelf.yolo), so an explicit yolo: false dropped by omitempty reads as a change"},
-		{"depth", int64(0), ""},
-		{"paused", false, ""},
-		{"cancel", false, ""},
+		{"yolo", false},
+		{"depth", int64(0)},
+		{"paused", false},
+		{"cancel", false},
 	}
 	for _, c := range cases {
 		t.Run(c.field, func(t *testing.T) {
@@ -330,9 +319,6 @@ func TestTypedUpdateKeepsExplicitZeroValues(t *testing.T) {
 			}
 			run.Finalizers = append(run.Finalizers, arv1.Finalizer)
 			err := k8sClient.Update(ctx, run)
-			if err != nil && c.knownBug != "" {
-				t.Skipf("KNOWN API BUG, refused (%v): %s", err, c.knownBug)
-			}
 			if err != nil {
 				t.Fatalf("typed update after explicit %s: %v", c.field, err)
 			}

@@ -27,6 +27,15 @@ const (
 	InteractionAnswered Kind = "InteractionAnswered"
 	// RunCancelled records that the run was cancelled.
 	RunCancelled Kind = "RunCancelled"
+	// FanOutResolved records that every fan-out item reached a final state
+	// (its workers' results are read from the children, not copied here).
+	FanOutResolved Kind = "FanOutResolved"
+	// ChildrenResolved records that every sub-agent a requires_children
+	// stage waited on has finished.
+	ChildrenResolved Kind = "ChildrenResolved"
+	// SpawnRefused records a child the controller refused to create (the
+	// depth cap), which ends the run with the reason.
+	SpawnRefused Kind = "SpawnRefused"
 )
 
 // Entry is one journal record. Only the fields of its kind are set.
@@ -63,6 +72,12 @@ type Entry struct {
 	Approved bool   `json:"approved,omitempty"`
 	Auto     bool   `json:"auto,omitempty"`
 	By       string `json:"by,omitempty"`
+
+	// FailedItems counts fan-out items that failed every attempt; FailAll
+	// says on_worker_failure = fail_all fired. Message explains a refusal.
+	FailedItems int    `json:"failedItems,omitempty"`
+	FailAll     bool   `json:"failAll,omitempty"`
+	Message     string `json:"message,omitempty"`
 }
 
 // Response is what a model answered.
@@ -73,6 +88,16 @@ type Response struct {
 	// Complete: the model finished the run.
 	Complete bool   `json:"complete,omitempty"`
 	Output   string `json:"output,omitempty"`
+	// Items are fan-out items (fan_out stages).
+	Items []string `json:"items,omitempty"`
+	// Spawns are sub-agents the model started.
+	Spawns []Spawn `json:"spawns,omitempty"`
+}
+
+// Spawn is a sub-agent request: a blueprint ConfigMap and a task.
+type Spawn struct {
+	Agent string `json:"agent"`
+	Task  string `json:"task"`
 }
 
 // Usage is one call's token counts.

@@ -64,6 +64,17 @@ type State struct {
 
 	Output *SubmittedOutput
 
+	// FanOut is the fan-out in progress, if any; LastFanOut the one most
+	// recently resolved (its target stage merges the workers' outputs).
+	FanOut     *FanOut
+	LastFanOut *FanOut
+	// Subagents are every sub-agent spawned so far, in order; a child's
+	// index here is part of its name.
+	Subagents []Spawn
+	// ChildrenGate holds a requires_children stage until its sub-agents
+	// finish.
+	ChildrenGate *Gate
+
 	Outcome Outcome
 	// Message explains an Error outcome.
 	Message string
@@ -77,6 +88,19 @@ type PendingInteraction struct {
 	Target string
 	// answered counts points of Stage already approved.
 	answered int
+}
+
+// FanOut is a fan_out stage's items and where the run goes once they are done.
+type FanOut struct {
+	Stage  string
+	Items  []string
+	Target string
+}
+
+// Gate holds a stage until something outside the journal is done.
+type Gate struct {
+	Stage  string
+	Target string
 }
 
 // SubmittedOutput is the run's final output.
@@ -162,6 +186,27 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 		st.Pending = nil
 		st.Outcome = OutcomeCancelled
 		st.Message = "cancelled"
+	case FanOutResolved:
+		fo := st.FanOut
+		if fo == nil {
+			return
+		}
+		st.FanOut, st.LastFanOut = nil, fo
+		if e.FailAll {
+			st.Outcome = OutcomeError
+			st.Message = fmt.Sprintf("stage %q: a fan-out worker failed and on_worker_failure = fail_all", fo.Stage)
+			return
+		}
+		st.leave(bp, fo.Stage, fo.Target)
+	case ChildrenResolved:
+		g := st.ChildrenGate
+		if g == nil {
+			return
+		}
+		st.ChildrenGate = nil
+		st.leave(bp, g.Stage, g.Target)
+	case SpawnRefused:
+		st.Outcome, st.Message = OutcomeError, e.Message
 	}
 }
 
@@ -185,7 +230,7 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if st.EntryModel == "" && e.Provider != "" {
 		st.EntryModel = e.Provider + "/" + e.Model
 	}
-	st.Failure, st.FailedAttempts = nil, 0
+	st.Failure, st.FailedAttempts, st.FailureAt = nil, 0, time.Time{}
 	st.Iteration++
 	st.Moves++
 
@@ -202,8 +247,20 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 		st.Output = &SubmittedOutput{Text: r.Output, Stage: stage.Name, Seq: e.Seq}
 	}
 	target, done, hitMax, err := nextTarget(stage, r, st.Iteration)
+	if stage.FanOut != nil && err == "" && !done {
+		// A fan_out stage's answer is its items: it moves on once they are done.
+		target, done = "", true
+		if t, ok := stage.TransitionFor(blueprint.CondAlways); ok {
+			target = t.Target
+		} else if len(stage.Transitions) > 0 {
+			target = stage.Transitions[0].Target
+		}
+	}
 	switch {
 	case err != "":
+		if hitMax {
+			st.MaxIterationsHit = true
+		}
 		st.Outcome, st.Message = OutcomeError, err
 		return
 	case !done:
@@ -212,8 +269,31 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if hitMax {
 		st.MaxIterationsHit = true
 	}
-	if len(stage.InteractionPoints) > 0 {
-		st.Interaction = &PendingInteraction{Stage: stage.Name, Point: stage.InteractionPoints[0], Target: target}
+	if stage.FanOut != nil {
+		items := r.Items
+		if m := stage.FanOut.MaxItems; m > 0 && len(items) > m {
+			items = items[:m]
+		}
+		if stage.FanOut.MergeStage != "" {
+			target = stage.FanOut.MergeStage
+		}
+		st.FanOut = &FanOut{Stage: stage.Name, Items: items, Target: target}
+		return
+	}
+	if len(r.Spawns) > 0 {
+		st.Subagents = append(st.Subagents, r.Spawns...)
+	}
+	if stage.RequiresChildren && len(st.Subagents) > 0 {
+		st.ChildrenGate = &Gate{Stage: stage.Name, Target: target}
+		return
+	}
+	st.leave(bp, stage.Name, target)
+}
+
+// leave exits stage toward target, through its interaction points if any.
+func (st *State) leave(bp *blueprint.Blueprint, stage, target string) {
+	if s, _, ok := bp.Stage(stage); ok && len(s.InteractionPoints) > 0 {
+		st.Interaction = &PendingInteraction{Stage: stage, Point: s.InteractionPoints[0], Target: target}
 		return
 	}
 	st.move(bp, target)
@@ -224,6 +304,9 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 func nextTarget(stage *blueprint.Stage, r *Response, iteration int) (target string, done, hitMax bool, errMsg string) {
 	switch {
 	case r.Complete:
+		if !stage.AllowComplete && len(stage.Transitions) > 0 {
+			return "", false, false, fmt.Sprintf("stage %q: the model completed the run but the stage does not allow_complete", stage.Name)
+		}
 		return "", true, false, ""
 	case r.Next != "":
 		for _, t := range stage.Transitions {

@@ -31,6 +31,12 @@ const (
 	ActAnswerInteraction ActionKind = "AnswerInteraction"
 	// ActDispatch: issue the next model call (or re-issue the pending one).
 	ActDispatch ActionKind = "Dispatch"
+	// ActResolveFanOut: every fan-out item is final; journal it and move on.
+	ActResolveFanOut ActionKind = "ResolveFanOut"
+	// ActResolveChildren: every awaited sub-agent finished; move on.
+	ActResolveChildren ActionKind = "ResolveChildren"
+	// ActRefuseSpawn: a child would exceed the depth cap; end the run.
+	ActRefuseSpawn ActionKind = "RefuseSpawn"
 )
 
 // Facts are everything Decide looks at. The controller gathers them; Decide
@@ -59,6 +65,12 @@ type Facts struct {
 	// Credential names where the next call's key comes from, for remedies.
 	Credential Credential
 	Now        time.Time
+
+	// Children are the run's child runs as last observed.
+	Children []ChildFact
+	// Depth is this run's depth; MaxChildDepth the deepest a descendant
+	// may be.
+	Depth, MaxChildDepth int32
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -85,6 +97,10 @@ type Action struct {
 	Message string
 	// RetryAt, when set, is when a parked run should be looked at again.
 	RetryAt *time.Time
+	// CreateChildren are child runs to create, whatever the Kind.
+	CreateChildren []ChildRequest
+	// FanOut is the fan-out's progress, when one is under way.
+	FanOut *FanOutPlan
 }
 
 // NeedsProvider reports whether Decide would want to dispatch a call, so the
@@ -94,7 +110,7 @@ func NeedsProvider(f Facts) bool {
 		return false
 	}
 	st := f.State
-	return st.Outcome == journal.OutcomeNone && st.Interaction == nil
+	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil
 }
 
 // Decide picks the run's next action from the recorded facts.
@@ -125,11 +141,14 @@ func Decide(f Facts) Action {
 	if f.InFlight {
 		return Action{Kind: ActNone}
 	}
+	if a, ok := decideChildren(f); ok {
+		return a
+	}
 	if f.Setup != nil {
 		return Action{Kind: ActPark, Markers: Markers{Setup: f.Setup}}
 	}
 	if st.Pending != nil {
-		return Action{Kind: ActDispatch, Reissue: true}
+		return withSpawns(f, Action{Kind: ActDispatch, Reissue: true})
 	}
 	if fl := st.Failure; fl != nil && fl.SecretVersion == f.SecretVersion {
 		// The provider answered that this credential cannot be used, and the
@@ -144,13 +163,24 @@ func Decide(f Facts) Action {
 		if fl.Class != journal.FailAuth && fl.Class != journal.FailForbidden {
 			at := st.FailureAt.Add(RetryCooldown)
 			if !f.Now.Before(at) {
-				return Action{Kind: ActDispatch}
+				return withSpawns(f, Action{Kind: ActDispatch})
 			}
 			park.RetryAt = &at
 		}
-		return park
+		return withSpawns(f, park)
 	}
-	return Action{Kind: ActDispatch}
+	return withSpawns(f, Action{Kind: ActDispatch})
+}
+
+// withSpawns adds sub-agents due for creation to an action that does not
+// wait for them (their stage does not require children).
+func withSpawns(f Facts, a Action) Action {
+	if c, ok := decideChildren(f); ok {
+		return c
+	} else if len(c.CreateChildren) > 0 {
+		a.CreateChildren = c.CreateChildren
+	}
+	return a
 }
 
 func credentialRefs(c Credential) []string {
@@ -161,29 +191,82 @@ func credentialRefs(c Credential) []string {
 }
 
 // ProviderRemedy is the sentence for a run parked on a provider's answer.
-// It names the Secret and key, never their value.
+// It names the Secret and key, never their value, and stays within the
+// status field's bound whatever the provider said.
 func ProviderRemedy(fl *journal.Failure, c Credential) string {
 	where := fmt.Sprintf("provider %q", c.Provider)
-	secret := ""
+	creds, update := "", ""
 	if c.Secret != "" {
-		secret = fmt.Sprintf(" Secret %s/%s key %q", c.Namespace, c.Secret, c.Key)
-	}
-	update := ""
-	if c.Secret != "" {
+		creds = fmt.Sprintf(" (key in Secret %s/%s key %q)", c.Namespace, c.Secret, c.Key)
 		update = fmt.Sprintf(" Then update the Secret (kubectl create secret generic %s -n %s --from-literal=%s=<key> --dry-run=client -o yaml | kubectl apply -f -) and the run continues.", c.Secret, c.Namespace, c.Key)
 	}
+	said := fl.Message
+	if len(said) > 300 {
+		said = said[:300] + "..."
+	}
+	retry := fmt.Sprintf(" The run retries every %s", RetryCooldown)
+	if c.Secret != "" {
+		retry += ", or at once when the Secret changes"
+	}
+	retry += "."
 	switch fl.Class {
 	case journal.FailAuth:
-		return fmt.Sprintf("The %s rejected the API key in%s (HTTP %d). Put a valid key there:%s", where, secret, fl.Status, update)
+		return fmt.Sprintf("The %s rejected the API key%s (HTTP %d). Put a valid key there.%s", where, creds, fl.Status, update)
 	case journal.FailForbidden:
-		return fmt.Sprintf("The %s accepted the key in%s but refused access to the model (HTTP %d). Grant the key access or choose another model.%s", where, secret, fl.Status, update)
+		return fmt.Sprintf("The %s accepted the key%s but refused access to the model (HTTP %d). Grant the key access or choose another model.%s", where, creds, fl.Status, update)
 	case journal.FailCredits:
-		return fmt.Sprintf("The %s reports the account behind%s is out of credits or quota. Add credits; the run retries every %s, or at once when the Secret changes.", where, secret, RetryCooldown)
+		return fmt.Sprintf("The %s reports the account%s is out of credits or quota. Add credits.%s", where, creds, retry)
 	case journal.FailUnreachable:
-		return fmt.Sprintf("The %s could not be reached (%s). Check its base URL and the network; the run retries every %s.", where, fl.Message, RetryCooldown)
+		return fmt.Sprintf("The %s%s could not be reached (%s). Check its base URL and the network.%s", where, creds, said, retry)
 	case journal.FailTimedOut:
-		return fmt.Sprintf("The %s timed out. The run retries every %s.", where, RetryCooldown)
+		return fmt.Sprintf("The %s%s timed out.%s", where, creds, retry)
 	default:
-		return fmt.Sprintf("The %s failed: %s. The run retries every %s.", where, fl.Message, RetryCooldown)
+		return fmt.Sprintf("The %s%s failed: %s.%s", where, creds, said, retry)
 	}
+}
+
+// decideChildren handles fan-outs and sub-agents: create the children that
+// are due (within the depth cap), park while they run, and move on once they
+// are final. ok is false when the run has no children to wait for.
+func decideChildren(f Facts) (Action, bool) {
+	st := f.State
+	sub := PlanSubagents(len(st.Subagents), f.Children)
+	create := sub.Create
+	var a Action
+	switch {
+	case st.FanOut != nil:
+		spec := blueprint.FanOutSpec{}
+		if s, _, ok := f.Blueprint.Stage(st.FanOut.Stage); ok && s.FanOut != nil {
+			spec = *s.FanOut
+		}
+		plan := PlanFanOut(len(st.FanOut.Items), spec, f.Children, f.Paused)
+		a.FanOut = &plan
+		if plan.Done {
+			a.Kind = ActResolveFanOut
+			return a, true
+		}
+		create = append(create, plan.Create...)
+		n := int32(plan.Outstanding())
+		a.Kind, a.Markers = ActPark, Markers{FanOutOutstanding: &n}
+	case st.ChildrenGate != nil:
+		if sub.Outstanding == 0 {
+			return Action{Kind: ActResolveChildren}, true
+		}
+		n := int32(sub.Outstanding)
+		a.Kind, a.Markers = ActPark, Markers{ChildrenOutstanding: &n}
+	default:
+		if len(create) == 0 {
+			return Action{}, false
+		}
+		// Sub-agents spawned by a stage that does not wait for them run
+		// alongside; create them and carry on deciding.
+		a.Kind = ""
+	}
+	if len(create) > 0 && f.Depth+1 > f.MaxChildDepth {
+		return Action{Kind: ActRefuseSpawn, Message: fmt.Sprintf(
+			"refused to create a child run at depth %d: this run is at depth %d and maxChildDepth is %d (raise spec.maxChildDepth or the blueprint's max_child_depth)",
+			f.Depth+1, f.Depth, f.MaxChildDepth)}, true
+	}
+	a.CreateChildren = create
+	return a, a.Kind != ""
 }

@@ -23,7 +23,7 @@ const canary = "sk-ant-CANARY-0123456789"
 func interaction(unattended string) *journal.PendingInteraction {
 	return &journal.PendingInteraction{
 		Stage:  "plan",
-		Point:  blueprint.InteractionPoint{Name: "approve-plan", Unattended: unattended, Style: blueprint.StyleConfirm},
+		Point:  blueprint.InteractionPoint{Name: "approve-plan", Prompt: "Proceed with this plan?", Unattended: unattended, Style: blueprint.StyleConfirm},
 		Target: "build",
 	}
 }
@@ -142,7 +142,7 @@ func TestDecide(t *testing.T) {
 				f.Yolo = true
 				f.State.Interaction = interaction(blueprint.UnattendedAsk)
 			}),
-			want: Action{Kind: ActPark, Markers: Markers{InteractionPoint: true}},
+			want: Action{Kind: ActPark, Markers: Markers{InteractionPoint: &Question{Point: "approve-plan", Prompt: "Proceed with this plan?"}}},
 		},
 		{
 			name: "attended run parks on an auto_approve point",
@@ -150,7 +150,7 @@ func TestDecide(t *testing.T) {
 				f.State.Interaction = interaction(blueprint.UnattendedAutoApprove)
 				f.Setup = setup
 			}),
-			want: Action{Kind: ActPark, Markers: Markers{InteractionPoint: true}},
+			want: Action{Kind: ActPark, Markers: Markers{InteractionPoint: &Question{Point: "approve-plan", Prompt: "Proceed with this plan?"}}},
 		},
 		{
 			name:  "a call in flight: nothing to do",
@@ -327,8 +327,8 @@ func showAction(a Action) string {
 	if m := a.Markers.Setup; m != nil {
 		s += " Setup:{" + string(m.Blocker) + " refs=" + strings.Join(m.Refs, ",") + " remedy=" + m.Remedy + "}"
 	}
-	if a.Markers.InteractionPoint {
-		s += " InteractionPoint"
+	if q := a.Markers.InteractionPoint; q != nil {
+		s += " InteractionPoint:" + q.Point + "/" + q.Prompt
 	}
 	return s + "}"
 }
@@ -383,18 +383,13 @@ func TestProviderRemedy(t *testing.T) {
 		class   journal.FailureClass
 		status  int
 		phrases []string
-		// bug, when set, skips the check that the remedy names the Secret.
-		bug string
 	}{
-		{journal.FailAuth, 401, []string{"rejected the API key", "HTTP 401", "kubectl create secret generic llm-keys -n team-a --from-literal=ANTHROPIC_API_KEY=<key>"}, ""},
-		{journal.FailForbidden, 403, []string{"refused access", "HTTP 403", "kubectl create secret generic llm-keys -n team-a"}, ""},
-		{journal.FailCredits, 402, []string{"out of credits", RetryCooldown.String()}, ""},
-		{journal.FailUnreachable, 0, []string{"could not be reached", "dial tcp: connection refused", RetryCooldown.String()},
-			"BUG: decide.go ProviderRemedy: the ProviderUnreachable remedy does not name the Secret namespace/name/key (it drops the `secret` clause) though the doc says it names the Secret and key"},
-		{journal.FailTimedOut, 0, []string{"timed out", RetryCooldown.String()},
-			"BUG: decide.go ProviderRemedy: the ProviderTimedOut remedy does not name the Secret namespace/name/key"},
-		{journal.FailFailed, 500, []string{"failed: dial tcp: connection refused", RetryCooldown.String()},
-			"BUG: decide.go ProviderRemedy: the ProviderFailed (default) remedy does not name the Secret namespace/name/key"},
+		{journal.FailAuth, 401, []string{"rejected the API key", "HTTP 401", "kubectl create secret generic llm-keys -n team-a --from-literal=ANTHROPIC_API_KEY=<key>"}},
+		{journal.FailForbidden, 403, []string{"refused access", "HTTP 403", "kubectl create secret generic llm-keys -n team-a"}},
+		{journal.FailCredits, 402, []string{"out of credits", RetryCooldown.String()}},
+		{journal.FailUnreachable, 0, []string{"could not be reached", "dial tcp: connection refused", RetryCooldown.String()}},
+		{journal.FailTimedOut, 0, []string{"timed out", RetryCooldown.String()}},
+		{journal.FailFailed, 500, []string{"failed: dial tcp: connection refused", RetryCooldown.String()}},
 	}
 	for _, tc := range classes {
 		t.Run(string(tc.class), func(t *testing.T) {
@@ -410,9 +405,6 @@ func TestProviderRemedy(t *testing.T) {
 			}
 			if len(r) > 1024 {
 				t.Errorf("remedy is %d bytes, over status.waitingOn.remedy's 1024", len(r))
-			}
-			if tc.bug != "" {
-				t.Skip(tc.bug)
 			}
 			for _, p := range []string{"team-a/llm-keys", `"ANTHROPIC_API_KEY"`} {
 				if !strings.Contains(r, p) {
@@ -435,7 +427,6 @@ func TestProviderRemedyWithoutSecret(t *testing.T) {
 				t.Errorf("remedy %q tells the operator to update a Secret though the provider uses none", r)
 			}
 			if class == journal.FailCredits {
-				t.Skip("BUG (cosmetic): decide.go ProviderRemedy FailCredits without a Secret reads \"the account behind is out of credits\" and \"or at once when the Secret changes\"")
 			}
 			if strings.Contains(r, "Secret") {
 				t.Errorf("remedy %q mentions a Secret though the provider uses none", r)
@@ -445,7 +436,6 @@ func TestProviderRemedyWithoutSecret(t *testing.T) {
 }
 
 func TestProviderRemedyBoundedLength(t *testing.T) {
-	t.Skip("BUG: decide.go ProviderRemedy embeds Failure.Message untruncated (ProviderUnreachable and default cases), so a long provider error yields a remedy over the CRD's 1024-byte status.waitingOn.remedy limit and the status update is rejected")
 	long := strings.Repeat("upstream error body ", 100) // 2000 bytes
 	for _, class := range []journal.FailureClass{journal.FailUnreachable, journal.FailFailed} {
 		r := ProviderRemedy(&journal.Failure{Class: class, Status: 502, Message: long}, cred)

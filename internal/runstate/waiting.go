@@ -90,7 +90,7 @@ func derive(m Markers) *arv1.WaitingOn {
 	case m.TaintGate:
 		return &arv1.WaitingOn{Reason: arv1.WaitTaintGate}
 	case m.InteractionPoint != nil:
-		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint, Point: m.InteractionPoint.Point, Question: m.InteractionPoint.Prompt}
+		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint, Point: clip(m.InteractionPoint.Point, 253), Question: clip(m.InteractionPoint.Prompt, 2048)}
 	case m.FanOutOutstanding != nil:
 		n := *m.FanOutOutstanding
 		return &arv1.WaitingOn{Reason: arv1.WaitFanOutWorkers, Outstanding: &n}
@@ -118,9 +118,21 @@ func summary(w *arv1.WaitingOn) string {
 	case arv1.WaitBudgetExceeded:
 		return fmt.Sprintf("BudgetExceeded: %s", w.Budget.Kind)
 	case arv1.WaitNeedsReconciliation:
-		return fmt.Sprintf("NeedsReconciliation: %s#%d", w.Tool, *w.Seq)
+		tool := w.Tool
+		if len(tool) > 80 {
+			tool = tool[:77] + "..."
+		}
+		return fmt.Sprintf("NeedsReconciliation: %s#%d", tool, *w.Seq)
 	case arv1.WaitSleeping:
 		return "Sleeping until " + w.WakeAt.UTC().Format(time.RFC3339)
 	}
 	return string(w.Reason)
+}
+
+// clip bounds a string to n bytes (the CRD's limit for the field).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
 }

@@ -1,0 +1,468 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// wait bounds every wait, so a bug fails the test instead of hanging it.
+const wait = 5 * time.Second
+
+func wakeFor(name string) event.GenericEvent {
+	return event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}}
+}
+
+func key(run string, seq int64) Key { return Key{Run: types.UID(run), Seq: seq} }
+
+// nextEvent returns the name of the next wake event.
+func nextEvent(t *testing.T, p *Pool) string {
+	t.Helper()
+	select {
+	case ev := <-p.Events():
+		return ev.Object.GetName()
+	case <-time.After(wait):
+		t.Fatalf("no wake event within %s", wait)
+		return ""
+	}
+}
+
+// noEvent checks that no wake event is waiting. An event sent late would be
+// missed, so it can only fail to catch a bug, never report a false one.
+func noEvent(t *testing.T, p *Pool, within time.Duration) {
+	t.Helper()
+	select {
+	case ev := <-p.Events():
+		t.Fatalf("unexpected wake event for %q", ev.Object.GetName())
+	case <-time.After(within):
+	}
+}
+
+func recv(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(wait):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// blocker is a step that reports when it starts and runs until released
+// or cancelled.
+type blocker struct {
+	started chan struct{}
+	release chan struct{}
+	ended   chan error // ctx.Err() when the step ended
+}
+
+func newBlocker() *blocker {
+	return &blocker{started: make(chan struct{}), release: make(chan struct{}), ended: make(chan error, 1)}
+}
+
+func (b *blocker) fn(ctx context.Context) {
+	close(b.started)
+	select {
+	case <-b.release:
+		b.ended <- ctx.Err()
+	case <-ctx.Done():
+		b.ended <- ctx.Err()
+	case <-time.After(wait):
+		b.ended <- errors.New("never released")
+	}
+}
+
+func (b *blocker) endErr(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-b.ended:
+		return err
+	case <-time.After(wait):
+		t.Fatalf("step did not end within %s", wait)
+		return nil
+	}
+}
+
+func TestNewSize(t *testing.T) {
+	for _, tc := range []struct{ in, want int }{{-3, 1}, {0, 1}, {1, 1}, {4, 4}} {
+		p := New(tc.in)
+		if p.Size() != tc.want || p.Busy() != 0 {
+			t.Errorf("New(%d): size %d busy %d, want %d 0", tc.in, p.Size(), p.Busy(), tc.want)
+		}
+	}
+}
+
+func TestSubmitRunsFnAndWakes(t *testing.T) {
+	p := New(2)
+	ran := make(chan struct{})
+	var gotCtx context.Context
+	if !p.Submit(key("a", 1), wakeFor("run-a"), func(ctx context.Context) {
+		gotCtx = ctx
+		close(ran)
+	}) {
+		t.Fatal("Submit on an empty pool returned false")
+	}
+	recv(t, ran, "fn to run")
+	if got := nextEvent(t, p); got != "run-a" {
+		t.Errorf("wake event for %q, want run-a", got)
+	}
+	// The event is sent after the step is released: the woken reconcile
+	// sees it finished.
+	if p.InFlight(key("a", 1)) || p.RunInFlight("a") || p.Busy() != 0 {
+		t.Errorf("after the wake: InFlight %v RunInFlight %v Busy %d", p.InFlight(key("a", 1)), p.RunInFlight("a"), p.Busy())
+	}
+	// The step's context is cancelled once fn returns.
+	if gotCtx == nil || gotCtx.Err() == nil {
+		t.Errorf("step context not cancelled after fn returned")
+	}
+	noEvent(t, p, 50*time.Millisecond)
+
+	// The same key can run again once finished.
+	again := make(chan struct{})
+	if !p.Submit(key("a", 1), wakeFor("run-a"), func(context.Context) { close(again) }) {
+		t.Fatal("resubmitting a finished key returned false")
+	}
+	recv(t, again, "second run of the key")
+	if got := nextEvent(t, p); got != "run-a" {
+		t.Errorf("wake event for %q, want run-a", got)
+	}
+}
+
+func TestPoolBoundsConcurrency(t *testing.T) {
+	const n = 20
+	p := New(2)
+	var running, maxRunning atomic.Int32
+	track := func() func() {
+		cur := running.Add(1)
+		for {
+			m := maxRunning.Load()
+			if cur <= m || maxRunning.CompareAndSwap(m, cur) {
+				break
+			}
+		}
+		return func() { running.Add(-1) }
+	}
+
+	// Phase 1: 20 blocking steps at once; only 2 get a slot.
+	release := make(chan struct{})
+	started := make(chan struct{}, n)
+	accepted := 0
+	for i := 0; i < n; i++ {
+		ok := p.Submit(key(fmt.Sprintf("r%d", i), 1), wakeFor(fmt.Sprintf("r%d", i)), func(ctx context.Context) {
+			defer track()()
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(wait):
+			}
+		})
+		if ok {
+			accepted++
+		}
+	}
+	if accepted != 2 {
+		t.Fatalf("accepted %d of %d submissions into a pool of 2", accepted, n)
+	}
+	if p.Busy() != 2 {
+		t.Errorf("Busy %d, want 2", p.Busy())
+	}
+	recv(t, started, "first step")
+	recv(t, started, "second step")
+	close(release)
+
+	// Phase 2: drive all 20 runs to completion, re-submitting when woken,
+	// the way the controller does. Each step yields to overlap with others.
+	var ranMu sync.Mutex
+	ran := map[string]int{}
+	remaining := map[string]bool{}
+	for i := 0; i < n; i++ {
+		remaining[fmt.Sprintf("r%d", i)] = true
+	}
+	deadline := time.After(wait)
+	for len(remaining) > 0 {
+		progressed := false
+		for name := range remaining {
+			name := name
+			ok := p.Submit(key(name, 2), wakeFor(name), func(context.Context) {
+				defer track()()
+				for i := 0; i < 50; i++ {
+					runtime.Gosched()
+				}
+				ranMu.Lock()
+				ran[name]++
+				ranMu.Unlock()
+			})
+			if ok {
+				delete(remaining, name)
+				progressed = true
+			}
+		}
+		if !progressed {
+			select {
+			case <-p.Events():
+			case <-deadline:
+				t.Fatalf("runs never got a slot: %d remaining", len(remaining))
+			}
+		}
+	}
+	// Wait for the last steps to finish.
+	for p.Busy() > 0 {
+		select {
+		case <-p.Events():
+		case <-deadline:
+			t.Fatalf("pool still busy: %d", p.Busy())
+		}
+	}
+	if m := maxRunning.Load(); m > 2 || m < 1 {
+		t.Errorf("max concurrent steps %d, want 1..2", m)
+	}
+	ranMu.Lock()
+	defer ranMu.Unlock()
+	if len(ran) != n {
+		t.Errorf("%d runs ran, want %d", len(ran), n)
+	}
+	for name, c := range ran {
+		if c != 1 {
+			t.Errorf("%s ran %d times, want 1", name, c)
+		}
+	}
+}
+
+func TestFullPoolWakesWaitingRun(t *testing.T) {
+	p := New(1)
+	a := newBlocker()
+	if !p.Submit(key("a", 1), wakeFor("run-a"), a.fn) {
+		t.Fatal("first Submit returned false")
+	}
+	recv(t, a.started, "step a")
+	ranB := false
+	if p.Submit(key("b", 1), wakeFor("run-b"), func(context.Context) { ranB = true }) {
+		t.Fatal("Submit into a full pool returned true")
+	}
+	if p.InFlight(key("b", 1)) || p.RunInFlight("b") {
+		t.Error("a refused step is reported in flight")
+	}
+	noEvent(t, p, 20*time.Millisecond)
+
+	close(a.release)
+	if err := a.endErr(t); err != nil {
+		t.Errorf("released step saw ctx error %v", err)
+	}
+	got := map[string]bool{nextEvent(t, p): true, nextEvent(t, p): true}
+	if !got["run-a"] || !got["run-b"] {
+		t.Errorf("wake events %v, want run-a (finished) and run-b (waiting)", got)
+	}
+	if ranB {
+		t.Error("the refused fn ran")
+	}
+	// b is woken once only.
+	noEvent(t, p, 50*time.Millisecond)
+
+	// Woken, b now gets the slot.
+	done := make(chan struct{})
+	if !p.Submit(key("b", 1), wakeFor("run-b"), func(context.Context) { close(done) }) {
+		t.Fatal("woken run still refused")
+	}
+	recv(t, done, "step b")
+	if got := nextEvent(t, p); got != "run-b" {
+		t.Errorf("wake for %q, want run-b", got)
+	}
+}
+
+func TestCancelForgetsWaitingRun(t *testing.T) {
+	p := New(1)
+	a := newBlocker()
+	p.Submit(key("a", 1), wakeFor("run-a"), a.fn)
+	recv(t, a.started, "step a")
+	if p.Submit(key("b", 1), wakeFor("run-b"), func(context.Context) {}) {
+		t.Fatal("Submit into a full pool returned true")
+	}
+	p.Cancel("b")
+	close(a.release)
+	if got := nextEvent(t, p); got != "run-a" {
+		t.Errorf("wake for %q, want run-a", got)
+	}
+	noEvent(t, p, 100*time.Millisecond)
+}
+
+func TestSubmitInFlightKeyStartsNothing(t *testing.T) {
+	p := New(2)
+	b := newBlocker()
+	if !p.Submit(key("a", 1), wakeFor("first"), b.fn) {
+		t.Fatal("Submit returned false")
+	}
+	recv(t, b.started, "first step")
+	var second atomic.Int32
+	if !p.Submit(key("a", 1), wakeFor("second"), func(context.Context) { second.Add(1) }) {
+		t.Error("Submit of an in-flight key returned false")
+	}
+	if p.Busy() != 1 {
+		t.Errorf("Busy %d after a duplicate Submit, want 1", p.Busy())
+	}
+	close(b.release)
+	if got := nextEvent(t, p); got != "first" {
+		t.Errorf("wake for %q, want first", got)
+	}
+	noEvent(t, p, 50*time.Millisecond)
+	if second.Load() != 0 {
+		t.Errorf("the duplicate fn ran %d times", second.Load())
+	}
+}
+
+func TestInFlightRunInFlightBusy(t *testing.T) {
+	p := New(3)
+	a1, a2, b1 := newBlocker(), newBlocker(), newBlocker()
+	for _, s := range []struct {
+		k Key
+		b *blocker
+	}{{key("a", 1), a1}, {key("a", 2), a2}, {key("b", 1), b1}} {
+		if !p.Submit(s.k, wakeFor(string(s.k.Run)), s.b.fn) {
+			t.Fatalf("Submit %v returned false", s.k)
+		}
+		// In flight as soon as Submit returns, before fn has started.
+		if !p.InFlight(s.k) {
+			t.Errorf("%v not in flight right after Submit", s.k)
+		}
+	}
+	for _, b := range []*blocker{a1, a2, b1} {
+		recv(t, b.started, "step")
+	}
+	check := func(stage string, keys map[Key]bool, runs map[types.UID]bool, busy int) {
+		t.Helper()
+		for k, want := range keys {
+			if got := p.InFlight(k); got != want {
+				t.Errorf("%s: InFlight(%v) = %v, want %v", stage, k, got, want)
+			}
+		}
+		for r, want := range runs {
+			if got := p.RunInFlight(r); got != want {
+				t.Errorf("%s: RunInFlight(%s) = %v, want %v", stage, r, got, want)
+			}
+		}
+		if p.Busy() != busy {
+			t.Errorf("%s: Busy %d, want %d", stage, p.Busy(), busy)
+		}
+	}
+	check("all running",
+		map[Key]bool{key("a", 1): true, key("a", 2): true, key("b", 1): true, key("a", 3): false, key("c", 1): false},
+		map[types.UID]bool{"a": true, "b": true, "c": false}, 3)
+
+	close(a1.release)
+	nextEvent(t, p)
+	check("a/1 done",
+		map[Key]bool{key("a", 1): false, key("a", 2): true, key("b", 1): true},
+		map[types.UID]bool{"a": true, "b": true}, 2)
+
+	close(a2.release)
+	nextEvent(t, p)
+	check("a done",
+		map[Key]bool{key("a", 2): false, key("b", 1): true},
+		map[types.UID]bool{"a": false, "b": true}, 1)
+
+	close(b1.release)
+	nextEvent(t, p)
+	check("all done", map[Key]bool{key("b", 1): false}, map[types.UID]bool{"b": false}, 0)
+}
+
+func TestCancelCancelsRunSteps(t *testing.T) {
+	p := New(3)
+	a1, a2, b1 := newBlocker(), newBlocker(), newBlocker()
+	p.Submit(key("a", 1), wakeFor("a1"), a1.fn)
+	p.Submit(key("a", 2), wakeFor("a2"), a2.fn)
+	p.Submit(key("b", 1), wakeFor("b1"), b1.fn)
+	for _, b := range []*blocker{a1, a2, b1} {
+		recv(t, b.started, "step")
+	}
+	p.Cancel("a")
+	for i, b := range []*blocker{a1, a2} {
+		if err := b.endErr(t); !errors.Is(err, context.Canceled) {
+			t.Errorf("step a/%d ended with %v, want context.Canceled", i+1, err)
+		}
+	}
+	got := map[string]bool{nextEvent(t, p): true, nextEvent(t, p): true}
+	if !got["a1"] || !got["a2"] {
+		t.Errorf("wake events %v, want a1 and a2", got)
+	}
+	// b is untouched.
+	if !p.InFlight(key("b", 1)) {
+		t.Error("Cancel(a) stopped run b")
+	}
+	close(b1.release)
+	if err := b1.endErr(t); err != nil {
+		t.Errorf("step b ended with %v, want nil (released, not cancelled)", err)
+	}
+	if got := nextEvent(t, p); got != "b1" {
+		t.Errorf("wake for %q, want b1", got)
+	}
+	// Cancelling a run with nothing running is harmless.
+	p.Cancel("nobody")
+}
+
+func TestStartStopCancelsEverything(t *testing.T) {
+	p := New(2)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	startErr := make(chan error, 1)
+	go func() { startErr <- p.Start(ctx) }()
+
+	a, b := newBlocker(), newBlocker()
+	p.Submit(key("a", 1), wakeFor("a"), a.fn)
+	p.Submit(key("b", 1), wakeFor("b"), b.fn)
+	recv(t, a.started, "step a")
+	recv(t, b.started, "step b")
+
+	select {
+	case err := <-startErr:
+		t.Fatalf("Start returned %v before its context was cancelled", err)
+	default:
+	}
+	stop()
+	for name, bl := range map[string]*blocker{"a": a, "b": b} {
+		if err := bl.endErr(t); !errors.Is(err, context.Canceled) {
+			t.Errorf("step %s ended with %v, want context.Canceled", name, err)
+		}
+	}
+	select {
+	case err := <-startErr:
+		if err != nil {
+			t.Errorf("Start returned %v, want nil", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Start did not return after its context was cancelled")
+	}
+
+	// Slots are freed even though the wake events may be dropped.
+	deadline := time.After(wait)
+	for p.Busy() > 0 || p.RunInFlight("a") || p.RunInFlight("b") {
+		select {
+		case <-deadline:
+			t.Fatalf("steps still held after stop: busy %d", p.Busy())
+		case <-p.Events():
+		case <-time.After(time.Millisecond):
+		}
+	}
+
+	// A step submitted after the stop starts already cancelled: nothing
+	// outlives the manager.
+	late := make(chan error, 1)
+	if p.Submit(key("c", 1), wakeFor("c"), func(ctx context.Context) { late <- ctx.Err() }) {
+		select {
+		case err := <-late:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("step submitted after stop got ctx error %v, want context.Canceled", err)
+			}
+		case <-time.After(wait):
+			t.Fatal("step submitted after stop never ran")
+		}
+	}
+}
