@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"time"
 
@@ -50,7 +51,32 @@ func (o actOutcome) result() ctrl.Result {
 // means done.
 func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
 	var out actOutcome
+	if len(f.children) > 0 {
+		if err := r.cascade(ctx, run, f.children, a.Kind == runstate.ActCancel || (a.FanOut != nil && a.FanOut.FailAll)); err != nil {
+			return out, err
+		}
+	}
+	if len(a.CreateChildren) > 0 {
+		if err := r.createChildren(ctx, run, f, a.CreateChildren); err != nil {
+			return out, err
+		}
+	}
 	switch a.Kind {
+	case runstate.ActResolveFanOut:
+		err := r.journals.Append(ctx, run, journal.Entry{
+			Seq: f.State.NextSeq, Kind: journal.FanOutResolved, At: f.Now, Stage: f.State.FanOut.Stage,
+			FailedItems: a.FanOut.FailedItems, FailAll: a.FanOut.FailAll,
+		})
+		out.again = true
+		return out, err
+	case runstate.ActResolveChildren:
+		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.ChildrenResolved, At: f.Now})
+		out.again = true
+		return out, err
+	case runstate.ActRefuseSpawn:
+		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.SpawnRefused, At: f.Now, Message: a.Message})
+		out.again = true
+		return out, err
 	case runstate.ActSpawn:
 		if err := r.snapshot(ctx, run, f); err != nil {
 			return out, err
@@ -149,6 +175,13 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 	if stage != nil {
 		req.Script, req.SystemPrompt = stage.Script, stage.SystemPrompt
 	}
+	if lf := st.LastFanOut; lf != nil && lf.Target == st.Stage {
+		outputs, err := r.mergeInputs(ctx, run, f.children)
+		if err != nil {
+			return out, err
+		}
+		req.ChildOutputs = outputs
+	}
 	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, intent, req, res) }) {
 		out.backpressure = true
 	}
@@ -162,7 +195,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 // pending and is re-issued by whoever drives the run next.
 func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRun, intent journal.Entry, req providers.Request, res *resolved) {
 	log := ctrl.Log.WithName("step").WithValues("AgentRun", run.Namespace+"/"+run.Name, "seq", intent.Seq)
-	p, ok := r.Providers[res.provider.Type]
+	p, ok := r.providerFor(res.provider)
 	var result providers.Result
 	var callErr error
 	if !ok {
@@ -274,4 +307,23 @@ func redact(text, secret string) string {
 		return text
 	}
 	return strings.ReplaceAll(text, secret, "[redacted]")
+}
+
+// sharedHTTP pools connections across calls to HTTP providers; each call is
+// bounded by its step's context instead of a client timeout.
+var sharedHTTP = &http.Client{}
+
+// providerFor returns the client for a provider entry: the registered one
+// for its type (scripted, or a test's), else an SDK client for its base URL.
+func (r *AgentRunReconciler) providerFor(p *providerconfig.Provider) (providers.Provider, bool) {
+	if c, ok := r.Providers[p.Type]; ok {
+		return c, true
+	}
+	switch p.Type {
+	case providerconfig.TypeOpenAI:
+		return providers.NewOpenAI(p.BaseURL, sharedHTTP), true
+	case providerconfig.TypeAnthropic:
+		return providers.NewAnthropic(p.BaseURL, sharedHTTP), true
+	}
+	return nil, false
 }

@@ -52,9 +52,10 @@ type AgentRunReconciler struct {
 	// process (tests restart managers).
 	SkipNameValidation bool
 
-	journals    *journalStore
-	blueprints  *blueprintCache
-	stepTimeout time.Duration
+	journals     *journalStore
+	blueprints   *blueprintCache
+	expectations *expectations
+	stepTimeout  time.Duration
 }
 
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
@@ -135,6 +136,23 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // their owner references.
 func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.AgentRun) error {
 	r.Pool.Cancel(run.UID)
+	// Delete children first and keep the finalizer until they are gone, so
+	// no child outlives its parent even where no garbage collector runs.
+	children, err := r.listChildren(ctx, run)
+	if err != nil {
+		return err
+	}
+	if len(children) > 0 {
+		for i := range children {
+			if children[i].DeletionTimestamp.IsZero() {
+				if err := r.Delete(ctx, &children[i]); client.IgnoreNotFound(err) != nil {
+					return fmt.Errorf("deleting child %s: %w", children[i].Name, err)
+				}
+			}
+		}
+		return nil // each child's deletion re-queues this run
+	}
+	r.expectations.drop(run.UID)
 	r.journals.Forget(run.UID)
 	r.blueprints.Forget(run.UID)
 	if controllerutil.RemoveFinalizer(run, arv1.Finalizer) {
@@ -179,6 +197,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("AgentRunReconciler needs a Recorder, a Clock, a Pool and an APIReader")
 	}
 	r.journals = newJournalStore(r.Client, r.APIReader)
+	r.expectations = newExpectations()
 	r.blueprints = newBlueprintCache()
 	if r.stepTimeout == 0 {
 		r.stepTimeout = 5 * time.Minute
@@ -196,6 +215,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.LabelChangedPredicate{},
 			deletionPredicate{},
 		))).
+		Owns(&arv1.AgentRun{}, builder.WithPredicates(childChanged{})).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("Secret")), builder.WithPredicates(dependencyChanged{})).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("ConfigMap")), builder.WithPredicates(dependencyChanged{}, notOwnedByAgentRun{})).
 		WatchesRawSource(source.Channel(r.Pool.Events(), &handler.EnqueueRequestForObject{})).

@@ -26,6 +26,8 @@ type facts struct {
 	spawnFiles map[string]string
 	// resolved is the provider for the next call, when one is due and ready.
 	resolved *resolved
+	// children are the run's child runs, from the cache.
+	children []arv1.AgentRun
 }
 
 // derive gathers the facts: the blueprint (snapshot, or the ConfigMap
@@ -46,6 +48,17 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 		return nil, err
 	}
 	f.State = journal.Fold(f.Blueprint, entries)
+	if f.children, err = r.listChildren(ctx, run); err != nil {
+		return nil, err
+	}
+	f.Children = r.childFacts(run, f.children)
+	f.Depth, f.MaxChildDepth = run.Spec.Depth, defaultMaxChildDepth
+	if d := f.Blueprint.Agent.MaxChildDepth; d != nil && *d > 0 {
+		f.MaxChildDepth = *d
+	}
+	if d := run.Spec.MaxChildDepth; d != nil {
+		f.MaxChildDepth = *d
+	}
 	if p := f.State.Pending; p != nil {
 		f.InFlight = r.Pool.InFlight(executor.Key{Run: run.UID, Seq: p.Seq})
 	}
@@ -76,6 +89,9 @@ func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentR
 	switch {
 	case err == nil && ownedBy(snap, run):
 		bp, perr := blueprint.Parse(snap.Data)
+		if perr == nil {
+			perr = withEntryStage(bp, run.Spec.EntryStage)
+		}
 		if perr != nil {
 			f.BlueprintError = fmt.Sprintf("blueprint snapshot %s: %v", snap.Name, perr)
 			return nil
@@ -104,11 +120,27 @@ func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentR
 		return nil
 	}
 	bp, err := blueprint.Parse(src.Data)
+	if err == nil {
+		err = withEntryStage(bp, run.Spec.EntryStage)
+	}
 	if err != nil {
 		f.BlueprintError = fmt.Sprintf("blueprint ConfigMap %s/%s: %v", run.Namespace, run.Spec.Agent, err)
 		return nil
 	}
 	f.Blueprint, f.spawnFiles = bp, src.Data
+	return nil
+}
+
+// withEntryStage makes spec.entryStage the blueprint's entry stage for this
+// run (fan-out workers running one of their parent's stages).
+func withEntryStage(bp *blueprint.Blueprint, stage string) error {
+	if stage == "" {
+		return nil
+	}
+	if _, _, ok := bp.Stage(stage); !ok {
+		return fmt.Errorf("spec.entryStage %q is not a stage of the blueprint", stage)
+	}
+	bp.Agent.EntryStage = stage
 	return nil
 }
 

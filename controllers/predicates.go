@@ -34,3 +34,16 @@ func (notOwnedByAgentRun) Update(e event.UpdateEvent) bool {
 func (notOwnedByAgentRun) Delete(e event.DeleteEvent) bool { return !runOwned(e.Object.GetLabels()) }
 
 func runOwned(l map[string]string) bool { return l[arv1.LabelComponent] != "" && l[labelRunUID] != "" }
+
+// childChanged wakes a parent when a child's phase or wait changes, or when
+// it goes away: what the parent derives its fan-out and roll-up from.
+type childChanged struct{ predicate.Funcs }
+
+func (childChanged) Update(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld.(*arv1.AgentRun), e.ObjectNew.(*arv1.AgentRun)
+	if o.Status.Phase != n.Status.Phase || (n.DeletionTimestamp != nil) != (o.DeletionTimestamp != nil) {
+		return true
+	}
+	ow, nw := o.Status.WaitingOn, n.Status.WaitingOn
+	return (ow == nil) != (nw == nil) || (ow != nil && ow.Reason != nw.Reason)
+}

@@ -104,6 +104,8 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	if o.finalOutput != nil {
 		st.FinalOutput = o.finalOutput
 	}
+	st.Children = childrenSummary(f, a)
+	st.TreeUsage = treeUsage(st.Usage, f.children)
 
 	// Last moved: a new iteration, stage or phase only.
 	if st.Phase != prev.Phase || st.CurrentStage != prev.CurrentStage || st.Iteration != prev.Iteration || st.LastProgressAt == nil {
@@ -205,4 +207,56 @@ func waitMessage(w *arv1.WaitingOn) string {
 		return "Waiting on " + w.Summary
 	}
 	return "Waiting on " + string(w.Reason)
+}
+
+// childrenSummary counts the run's children, from the fan-out plan when one
+// is under way (it knows the queue) and from the children otherwise.
+func childrenSummary(f *facts, a runstate.Action) *arv1.ChildrenSummary {
+	if len(f.Children) == 0 && a.FanOut == nil {
+		return nil
+	}
+	s := &arv1.ChildrenSummary{Total: int32(len(f.Children))}
+	for _, c := range f.Children {
+		switch {
+		case !c.Phase.IsTerminal():
+			s.Running++
+		case c.Phase == arv1.PhaseComplete || c.Phase == arv1.PhaseCompleteInteractive:
+			s.Succeeded++
+		default:
+			s.Failed++
+		}
+	}
+	if p := a.FanOut; p != nil {
+		s.Queued = int32(p.Queued)
+		s.Retried = int32(p.Retried)
+	}
+	return s
+}
+
+// addUsage adds c into t; cost becomes unknown if either is.
+func addUsage(t *arv1.Usage, c arv1.Usage) {
+	t.PromptTokens += c.PromptTokens
+	t.CompletionTokens += c.CompletionTokens
+	t.CachedTokens += c.CachedTokens
+	t.CacheWriteTokens += c.CacheWriteTokens
+	t.TotalTokens += c.TotalTokens
+	t.ModelCalls += c.ModelCalls
+	t.ToolCalls += c.ToolCalls
+	t.UnpricedCalls += c.UnpricedCalls
+	t.CostIsExact = t.CostIsExact && (c.CostIsExact || c.CostPricedUSD == "" || c.CostPricedUSD == "0")
+	a, _ := money.ParseUSD(orZero(t.CostPricedUSD))
+	b, _ := money.ParseUSD(orZero(c.CostPricedUSD))
+	t.CostPricedUSD = (a + b).String()
+	if t.CostUSD == costUnknown || c.CostUSD == costUnknown || t.UnpricedCalls > 0 {
+		t.CostUSD = costUnknown
+	} else {
+		t.CostUSD = t.CostPricedUSD
+	}
+}
+
+func orZero(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
 }

@@ -106,6 +106,12 @@ type rawScriptStep struct {
 	DelayMS   int             `toml:"delay_ms"`
 	ToolCalls []rawToolCall   `toml:"tool_calls"`
 	Items     []string        `toml:"items"`
+	Spawn     []rawSpawn      `toml:"spawn"`
+}
+
+type rawSpawn struct {
+	Agent string `toml:"agent"`
+	Task  string `toml:"task"`
 }
 
 type rawUsage struct {
@@ -119,6 +125,8 @@ type rawScriptError struct {
 	Status  int    `toml:"status"`
 	Message string `toml:"message"`
 	Times   int    `toml:"times"`
+	// WhenTask makes the error fire only for runs whose task contains it.
+	WhenTask string `toml:"when_task"`
 }
 
 type rawToolCall struct {
@@ -535,10 +543,10 @@ func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
 			if e.Times < 0 {
 				return fail(at("error"), "error.times must be >= 0, got %d", e.Times)
 			}
-			if e.Times == 0 && (r.Next != "" || r.Complete || r.Output != "" || len(r.ToolCalls) > 0 || len(r.Items) > 0) {
+			if e.Times == 0 && e.WhenTask == "" && (r.Next != "" || r.Complete || r.Output != "" || len(r.ToolCalls) > 0 || len(r.Items) > 0) {
 				return fail(at("error"), "an error step that always fails (no times) cannot also set next, complete, output, tool_calls or items")
 			}
-			step.Error = &ScriptError{Status: e.Status, Message: e.Message, Times: e.Times}
+			step.Error = &ScriptError{Status: e.Status, Message: e.Message, Times: e.Times, WhenTask: e.WhenTask}
 		}
 		for j, tc := range r.ToolCalls {
 			if tc.Name == "" {
@@ -554,6 +562,12 @@ func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
 		}
 		if r.Items != nil && s.Mode != ModeFanOut {
 			return fail(at("items"), "items are only valid in a stage with mode = %q", ModeFanOut)
+		}
+		for j, sp := range r.Spawn {
+			if sp.Agent == "" || sp.Task == "" {
+				return fail(at("spawn"), "spawn[%d] needs an agent (a blueprint ConfigMap) and a task", j)
+			}
+			step.Spawn = append(step.Spawn, ScriptSpawn(sp))
 		}
 		s.Script = append(s.Script, step)
 	}

@@ -207,7 +207,8 @@ type ScriptStep struct {
 	Next string
 	// Complete means the model finishes the run.
 	Complete bool
-	// Output is submitted as the run's output.
+	// Output is submitted as the run's output; "{task}" in it is replaced
+	// by the run's task.
 	Output string
 	Usage  ScriptUsage
 	// CostUSD is the provider-reported cost; nil means price from rates.
@@ -218,6 +219,15 @@ type ScriptStep struct {
 	ToolCalls []ScriptToolCall
 	// Items are the fan-out items the model produces.
 	Items []string
+	// Spawn starts sub-agents (the spawn_agent tool, scripted).
+	Spawn []ScriptSpawn
+}
+
+// ScriptSpawn is a sub-agent a scripted step starts: a child run of the
+// blueprint ConfigMap Agent with Task.
+type ScriptSpawn struct {
+	Agent string
+	Task  string
 }
 
 // ScriptUsage is the token usage a scripted call reports.
@@ -237,6 +247,9 @@ type ScriptError struct {
 	// call (0: every attempt), so a test can fix the cause and see the run
 	// continue.
 	Times int
+	// WhenTask makes the error fire only for runs whose task contains it
+	// (so one fan-out item can fail while the others succeed).
+	WhenTask string
 }
 
 // ScriptToolCall is a tool call the scripted model makes.

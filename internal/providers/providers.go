@@ -40,6 +40,9 @@ type Request struct {
 	APIKey       Secret
 	// Script is the stage's scripted responses (scripted provider only).
 	Script []blueprint.ScriptStep
+	// ChildOutputs are the final outputs of the fan-out workers this stage
+	// merges, in item order (empty outside a merge stage).
+	ChildOutputs []string
 }
 
 // Result is a model's answer.

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,12 +15,22 @@ import (
 // completes the run when it has none. It counts calls per run so tests can
 // prove no completed step is issued twice.
 type Scripted struct {
-	mu    sync.Mutex
-	calls map[string]int
+	mu     sync.Mutex
+	calls  map[string]int
+	merged map[string][]string
 }
 
 // NewScripted returns a scripted provider.
-func NewScripted() *Scripted { return &Scripted{calls: map[string]int{}} }
+func NewScripted() *Scripted {
+	return &Scripted{calls: map[string]int{}, merged: map[string][]string{}}
+}
+
+// Merged is the child outputs the run's last merging call received.
+func (s *Scripted) Merged(runUID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.merged[runUID]
+}
 
 // Calls is how many calls the run has made.
 func (s *Scripted) Calls(runUID string) int {
@@ -32,6 +43,9 @@ func (s *Scripted) Calls(runUID string) int {
 func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 	s.mu.Lock()
 	s.calls[req.RunUID]++
+	if len(req.ChildOutputs) > 0 {
+		s.merged[req.RunUID] = req.ChildOutputs
+	}
 	s.mu.Unlock()
 
 	if len(req.Script) == 0 {
@@ -51,13 +65,16 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		case <-t.C:
 		}
 	}
-	if e := step.Error; e != nil && (e.Times == 0 || req.Attempt < e.Times) {
+	if e := step.Error; e != nil && (e.Times == 0 || req.Attempt < e.Times) && strings.Contains(req.Task, e.WhenTask) {
 		class, _ := ClassifyStatus(e.Status)
 		return Result{}, &Error{Class: class, Status: e.Status, Message: e.Message}
 	}
 	res := Result{
-		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: step.Output},
+		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: strings.ReplaceAll(step.Output, "{task}", req.Task), Items: step.Items},
 		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
+	}
+	for _, sp := range step.Spawn {
+		res.Response.Spawns = append(res.Response.Spawns, journal.Spawn{Agent: sp.Agent, Task: sp.Task})
 	}
 	if step.CostUSD != nil {
 		n := int64(*step.CostUSD)

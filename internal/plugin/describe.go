@@ -1,0 +1,274 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+)
+
+// RenderDescribe writes the run record of run at now, for a person.
+func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time) error {
+	st := &run.Status
+	tw := newTable(w)
+	line := func(label, format string, a ...any) {
+		fmt.Fprintf(tw, "%s:\t%s\n", label, fmt.Sprintf(format, a...))
+	}
+	opt := func(label, v string) {
+		if v != "" {
+			line(label, "%s", v)
+		}
+	}
+	line("Name", "%s", run.Name)
+	line("Namespace", "%s", run.Namespace)
+	agent := run.Spec.Agent
+	if st.AgentName != "" && st.AgentName != agent {
+		agent += fmt.Sprintf(" (agent %q)", st.AgentName)
+	}
+	line("Agent", "%s", agent)
+	opt("Title", st.Title)
+	line("Task", "%s", oneLine(run.Spec.Task, 200))
+	phase := string(st.Phase)
+	if phase == "" {
+		phase = "(not seen by the controller yet)"
+	}
+	line("Phase", "%s", phase)
+	line("State", "%s", wire.Status(run, now).String("state"))
+	if st.CurrentStage != "" || st.NumStages > 0 {
+		line("Stage", "%s %d/%d", st.CurrentStage, st.StageIndex+1, st.NumStages)
+	} else {
+		opt("Stage", st.Stage)
+	}
+	line("Iteration", "%d", st.Iteration)
+	model := st.Model
+	if run.Spec.Model != "" {
+		model = run.Spec.Model + " (override)"
+	}
+	opt("Model", model)
+	if p := wire.ParentOf(run); p != "" {
+		line("Parent", "%s (depth %d)", p, run.Spec.Depth)
+	}
+	if c := st.Children; c != nil {
+		line("Children", "%d total: %d running, %d queued, %d succeeded, %d failed", c.Total, c.Running, c.Queued, c.Succeeded, c.Failed)
+	}
+	u := st.Usage
+	line("Tokens", "%d prompt, %d completion (%d cached, %d cache write), %d total", u.PromptTokens, u.CompletionTokens,
+		u.CachedTokens, u.CacheWriteTokens, totalTokens(u))
+	line("Calls", "%d model, %d tool", u.ModelCalls, u.ToolCalls)
+	line("Cost", "%s", costText(u))
+	if t := st.TreeUsage; t != nil {
+		line("Tree cost", "%s, %d tokens (this run and its descendants)", costText(*t), totalTokens(*t))
+	}
+	line("Age", "%s", wire.Duration(run.AgeSeconds(now)))
+	line("Working", "%s", wire.Duration(run.ActiveRuntimeSeconds(now)))
+	if s, ok := run.LastMovedSeconds(now); ok {
+		line("Last moved", "%s ago", wire.Duration(s))
+	} else {
+		line("Last moved", "never")
+	}
+	var spec []string
+	if run.Spec.Paused {
+		spec = append(spec, "paused")
+	}
+	if run.Spec.Cancel {
+		spec = append(spec, "cancel requested")
+	}
+	if run.Spec.Yolo {
+		y := "yolo"
+		if run.Spec.YoloProfile != "" {
+			y += " (profile " + run.Spec.YoloProfile + ")"
+		}
+		spec = append(spec, y)
+	}
+	if len(spec) > 0 {
+		line("Requested", "%s", strings.Join(spec, ", "))
+	}
+	if b := run.Spec.Budgets; b != nil {
+		line("Budgets", "%s", budgetsText(b))
+	}
+
+	if wo := st.WaitingOn; wo != nil {
+		summary := wo.Summary
+		if summary == "" {
+			summary = string(wo.Reason)
+		}
+		line("Waiting on", "%s", summary)
+		sub := func(label, v string) {
+			if v != "" {
+				fmt.Fprintf(tw, "  %s:\t%s\n", label, v)
+			}
+		}
+		if wo.NeedsAPerson || wo.Reason.NeedsAPerson() {
+			sub("Needs a person", "yes")
+		} else {
+			sub("Needs a person", "no (clears by itself)")
+		}
+		if wo.Since != nil {
+			sub("Since", fmt.Sprintf("%s (%s ago)", stamp(wo.Since), wire.Duration(int64(now.Sub(wo.Since.Time)/time.Second))))
+		}
+		sub("Blocker", string(wo.Blocker))
+		sub("Remedy", wo.Remedy)
+		sub("Point", wo.Point)
+		sub("Question", wo.Question)
+		if wo.Outstanding != nil {
+			sub("Outstanding", fmt.Sprint(*wo.Outstanding))
+		}
+		if wo.WakeAt != nil {
+			v := stamp(wo.WakeAt)
+			if now.After(wo.WakeAt.Time) {
+				v += fmt.Sprintf(" (overdue by %s)", wire.Duration(int64(now.Sub(wo.WakeAt.Time)/time.Second)))
+			}
+			sub("Wake at", v)
+		}
+		if wo.Budget != nil {
+			sub("Budget", fmt.Sprintf("%s limit %s, observed %s", wo.Budget.Kind, wo.Budget.Limit, wo.Observed))
+		}
+		if wo.Seq != nil {
+			sub("Dangling write", fmt.Sprintf("%s (journal #%d): its outcome is unknown", wo.Tool, *wo.Seq))
+		}
+		sub("Signal", wo.Signal)
+		if len(st.SetupRefs) > 0 {
+			sub("Waits for", strings.Join(st.SetupRefs, ", "))
+		}
+	}
+	if pc := st.PendingCall; pc != nil {
+		switch pc.Kind {
+		case arv1.CallKindModel:
+			fmt.Fprintf(tw, "Pending call:\tmodel call #%d (request %s)\n", pc.Seq, pc.RequestHash)
+		default:
+			key := pc.IdempotencyKey
+			if key == "" {
+				key = "none"
+			}
+			fmt.Fprintf(tw, "Pending call:\ttool call #%d %s (effect %s, idempotency key %s) input %s\n",
+				pc.Seq, pc.Tool, pc.Effect, key, oneLine(pc.Input, 200))
+		}
+	}
+	if st.Error != "" {
+		fmt.Fprintf(tw, "Error:\t%s\n", st.Error)
+	}
+	if d := st.FinalOutput; d != nil {
+		parts := []string{fmt.Sprintf("%s, %d bytes", orDash(string(d.Format)), d.Bytes)}
+		if d.Truncated {
+			parts = append(parts, "truncated at 256 KiB")
+		}
+		if d.Stage != "" {
+			parts = append(parts, "from stage "+d.Stage)
+		}
+		if d.SubmittedAt != nil {
+			parts = append(parts, "submitted "+stamp(d.SubmittedAt))
+		}
+		if d.ObjectName != "" {
+			parts = append(parts, "in ConfigMap "+d.ObjectName)
+		}
+		fmt.Fprintf(tw, "Output:\t%s\n", strings.Join(parts, "; "))
+		if len(d.Artifacts) > 0 {
+			fmt.Fprintf(tw, "Artifacts:\t%s\n", strings.Join(d.Artifacts, ", "))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:")
+		tw = newTable(w)
+		fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
+		for _, c := range st.Conditions {
+			age := wire.Empty
+			if !c.LastTransitionTime.IsZero() {
+				age = wire.Duration(int64(now.Sub(c.LastTransitionTime.Time) / time.Second))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age, oneLine(c.Message, 160))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func costText(u arv1.Usage) string {
+	var b strings.Builder
+	switch u.CostUSD {
+	case "":
+		if u.UnpricedCalls > 0 {
+			b.WriteString("unknown")
+		} else {
+			b.WriteString("$0")
+		}
+	case "unknown":
+		b.WriteString("unknown")
+	default:
+		b.WriteString("$" + u.CostUSD)
+	}
+	if u.CostUSD == "unknown" || u.UnpricedCalls > 0 {
+		priced := u.CostPricedUSD
+		if priced == "" {
+			priced = "0"
+		}
+		fmt.Fprintf(&b, " ($%s priced, %d unpriced call(s))", priced, u.UnpricedCalls)
+	} else if u.ModelCalls > 0 || u.CostUSD != "" {
+		if u.CostIsExact {
+			b.WriteString(" (exact: provider-reported)")
+		} else {
+			b.WriteString(" (estimated from rate cards)")
+		}
+	}
+	return b.String()
+}
+
+func budgetsText(b *arv1.Budgets) string {
+	var parts []string
+	if b.Steps != nil {
+		parts = append(parts, fmt.Sprintf("steps %d", *b.Steps))
+	}
+	if b.Tokens != nil {
+		parts = append(parts, fmt.Sprintf("tokens %d", *b.Tokens))
+	}
+	if b.ToolCalls != nil {
+		parts = append(parts, fmt.Sprintf("tool calls %d", *b.ToolCalls))
+	}
+	if b.CostUSD != "" {
+		parts = append(parts, "cost $"+b.CostUSD)
+	}
+	if b.WallTime != "" {
+		parts = append(parts, "working time "+b.WallTime)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func stamp(t *metav1.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func orDash(s string) string {
+	if s == "" {
+		return wire.Empty
+	}
+	return s
+}
+
+// oneLine collapses whitespace and cuts s at max runes, so one value never
+// breaks a listing.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+// totalTokens is usage.totalTokens, or prompt + completion when the total
+// was not written.
+func totalTokens(u arv1.Usage) int64 {
+	if u.TotalTokens != 0 {
+		return u.TotalTokens
+	}
+	return u.PromptTokens + u.CompletionTokens
+}

@@ -1,0 +1,434 @@
+// Package plugin is the kubectl plugin `kubectl agentrun`: a listing of run
+// trees that puts runs needing a person first, a run record, the wire
+// run-state, pause/resume/cancel, a run's output and its transcript. The
+// binary in cmd/kubectl-agentrun only calls Main.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+)
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitError = 1
+	ExitUsage = 2
+)
+
+// NotAvailableGates is what answer, approve and deny say until answering a
+// gate is built.
+const NotAvailableGates = "not available yet: answering gates arrives with the tools-and-gates work"
+
+// requestTimeout bounds the whole command, so a dead API server fails it
+// instead of hanging a terminal.
+const requestTimeout = 60 * time.Second
+
+// app is one invocation. Tests replace now and connect.
+type app struct {
+	stdout, stderr io.Writer
+	now            func() time.Time
+	connect        func(o options) (client.Client, string, error)
+}
+
+// Main runs the plugin with args as os.Args (args[0] is the program name)
+// and returns the exit code: 0 ok, 1 error (message on stderr), 2 usage.
+func Main(args []string, stdout, stderr io.Writer) int {
+	logf.SetLogger(logr.Discard())
+	a := &app{stdout: stdout, stderr: stderr, now: time.Now, connect: connect}
+	return a.run(args[1:])
+}
+
+type command struct {
+	name    string
+	summary string
+	usage   string
+	flags   flagSet
+	// positional is how many positional arguments it takes (a run name: 1).
+	positional int
+	run        func(a *app, ctx context.Context, c client.Client, ns string, o options) error
+}
+
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{name: "ps", summary: "List runs as trees, the ones needing a person first", flags: flagSet{allNamespaces: true},
+			usage: `Usage: kubectl agentrun ps [-n NAMESPACE | -A]
+
+List AgentRuns as trees (children under their parent) with their phase, what
+they wait on, stage, tokens, cost, working time and time since they last
+moved. Runs that need a person come first, then the newest. The footer counts
+the runs that need an answer.
+
+Flags:
+  -A, --all-namespaces   list runs in every namespace
+` + commonFlags, run: (*app).ps},
+		{name: "describe", summary: "Show a run's record", positional: 1,
+			usage: `Usage: kubectl agentrun describe NAME [-n NAMESPACE]
+
+Show the run record: agent, task, phase, stage, iteration, model, tokens,
+cost, age / working time / last moved, what it waits on and how to clear it,
+the pending call, error, final output and conditions.
+
+Flags:
+` + commonFlags, run: (*app).describe},
+		{name: "status", summary: "Print a run's wire state", positional: 1, flags: flagSet{output: true},
+			usage: `Usage: kubectl agentrun status NAME [-o json] [-n NAMESPACE]
+
+Print the run's status. With -o json, print the run-state object
+{"status","usage","next_seq","pending"} exactly as every agentrun surface
+returns it.
+
+Flags:
+  -o, --output json      print the run-state object as JSON
+` + commonFlags, run: (*app).status},
+		{name: "pause", summary: "Pause a run (spec.paused: true)", positional: 1,
+			usage: `Usage: kubectl agentrun pause NAME [-n NAMESPACE]
+
+Set spec.paused to true. A step already in flight finishes; no new step
+starts until the run is resumed.
+
+Flags:
+` + commonFlags, run: patchSpec(`{"spec":{"paused":true}}`, "paused")},
+		{name: "resume", summary: "Resume a paused run (spec.paused: false)", positional: 1,
+			usage: `Usage: kubectl agentrun resume NAME [-n NAMESPACE]
+
+Set spec.paused to false, so the run goes on.
+
+Flags:
+` + commonFlags, run: patchSpec(`{"spec":{"paused":false}}`, "resumed")},
+		{name: "cancel", summary: "Cancel a run for good (spec.cancel: true)", positional: 1,
+			usage: `Usage: kubectl agentrun cancel NAME [-n NAMESPACE]
+
+Set spec.cancel to true: in-flight work is abandoned, children are cancelled
+and the run ends Cancelled. A cancel cannot be withdrawn.
+
+Flags:
+` + commonFlags, run: patchSpec(`{"spec":{"cancel":true}}`, "cancel requested")},
+		{name: "output", summary: "Print a run's final output", positional: 1,
+			usage: `Usage: kubectl agentrun output NAME [-n NAMESPACE]
+
+Print the run's final output (the "output" key of the ConfigMap named by
+status.finalOutput.objectName), byte for byte. Exits 1 when the run has no
+output.
+
+Flags:
+` + commonFlags, run: (*app).output},
+		{name: "transcript", summary: "Print a run's journal, one line per entry", positional: 1,
+			usage: `Usage: kubectl agentrun transcript NAME [-n NAMESPACE]
+
+Print the run's journal (its model calls, answers, failures, checkpoint
+answers and cancellation) one line per entry, in sequence order.
+
+Flags:
+` + commonFlags, run: (*app).transcript},
+	}
+	for _, name := range []string{"answer", "approve", "deny"} {
+		commands = append(commands, &command{name: name, summary: "Not available yet",
+			usage: fmt.Sprintf("Usage: kubectl agentrun %s NAME\n\n%s.\n", name, NotAvailableGates)})
+	}
+}
+
+const commonFlags = `  -n, --namespace NS     the namespace (default: the kubeconfig context's)
+      --kubeconfig PATH  kubeconfig file (default: $KUBECONFIG, ~/.kube/config)
+      --context NAME     kubeconfig context
+  -h, --help             show this help
+`
+
+func topUsage() string {
+	var b strings.Builder
+	b.WriteString("kubectl agentrun: inspect and steer AgentRuns.\n\nUsage: kubectl agentrun COMMAND [flags]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-11s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nRun 'kubectl agentrun COMMAND --help' for a command's flags.\n")
+	return b.String()
+}
+
+func (a *app) run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(a.stderr, topUsage())
+		return ExitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "--help", "help":
+		if len(args) > 1 && name == "help" {
+			if c := lookup(args[1]); c != nil {
+				fmt.Fprint(a.stdout, c.usage)
+				return ExitOK
+			}
+		}
+		fmt.Fprint(a.stdout, topUsage())
+		return ExitOK
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(a.stderr, "error: unknown command %q\n\n%s", name, topUsage())
+		return ExitUsage
+	}
+	if c.run == nil { // answer, approve, deny
+		for _, arg := range args[1:] {
+			if arg == "-h" || arg == "--help" {
+				fmt.Fprint(a.stdout, c.usage)
+				return ExitOK
+			}
+		}
+		fmt.Fprintln(a.stderr, NotAvailableGates)
+		return ExitUsage
+	}
+	o, err := parseArgs(args[1:], c.flags)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "error: %v\n\n%s", err, c.usage)
+		return ExitUsage
+	}
+	if o.help {
+		fmt.Fprint(a.stdout, c.usage)
+		return ExitOK
+	}
+	if len(o.args) != c.positional {
+		if c.positional == 0 {
+			fmt.Fprintf(a.stderr, "error: %s takes no arguments, got %q\n\n%s", c.name, o.args, c.usage)
+		} else {
+			fmt.Fprintf(a.stderr, "error: %s takes exactly one run NAME\n\n%s", c.name, c.usage)
+		}
+		return ExitUsage
+	}
+	if o.allNamespaces && o.namespace != "" {
+		fmt.Fprintf(a.stderr, "error: -n/--namespace and -A/--all-namespaces cannot be used together\n\n%s", c.usage)
+		return ExitUsage
+	}
+	if o.output != "" && o.output != "json" {
+		fmt.Fprintf(a.stderr, "error: unsupported output format %q (supported: json)\n\n%s", o.output, c.usage)
+		return ExitUsage
+	}
+	cl, ns, err := a.connect(o)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "error: %v\n", err)
+		return ExitError
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	if err := c.run(a, ctx, cl, ns, o); err != nil {
+		fmt.Fprintf(a.stderr, "error: %v\n", explain(err))
+		return ExitError
+	}
+	return ExitOK
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// explain turns API errors a person can act on into sentences.
+func explain(err error) error {
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("the AgentRun API (%s) is not installed in this cluster: %w", arv1.GroupVersion, err)
+	}
+	return err
+}
+
+// connect loads the kubeconfig the way kubectl does ($KUBECONFIG, then
+// ~/.kube/config; --kubeconfig and --context override) and returns a client
+// and the namespace to use.
+func connect(o options) (client.Client, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.kubeconfig != "" {
+		rules.ExplicitPath = o.kubeconfig
+	}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
+	if o.namespace != "" {
+		overrides.Context.Namespace = o.namespace
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "kubectl-agentrun"
+	cfg.Timeout = requestTimeout
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, "", err
+	}
+	if err := arv1.AddToScheme(scheme); err != nil {
+		return nil, "", err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	return c, ns, nil
+}
+
+// getRun fetches one run, with a not-found message that names the namespace.
+func getRun(ctx context.Context, c client.Client, ns, name string) (*arv1.AgentRun, error) {
+	var run arv1.AgentRun
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &run); err != nil {
+		if apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("agentrun %q not found in namespace %q", name, ns)
+		}
+		return nil, err
+	}
+	return &run, nil
+}
+
+func (a *app) ps(ctx context.Context, c client.Client, ns string, o options) error {
+	var list arv1.AgentRunList
+	var opts []client.ListOption
+	if !o.allNamespaces {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := c.List(ctx, &list, opts...); err != nil {
+		return err
+	}
+	if len(list.Items) == 0 {
+		if o.allNamespaces {
+			fmt.Fprintln(a.stderr, "No AgentRuns found.")
+		} else {
+			fmt.Fprintf(a.stderr, "No AgentRuns found in namespace %q.\n", ns)
+		}
+		return nil
+	}
+	return RenderPs(a.stdout, list.Items, a.now(), o.allNamespaces)
+}
+
+func (a *app) describe(ctx context.Context, c client.Client, ns string, o options) error {
+	run, err := getRun(ctx, c, ns, o.args[0])
+	if err != nil {
+		return err
+	}
+	return RenderDescribe(a.stdout, run, a.now())
+}
+
+func (a *app) status(ctx context.Context, c client.Client, ns string, o options) error {
+	run, err := getRun(ctx, c, ns, o.args[0])
+	if err != nil {
+		return err
+	}
+	state := wire.RunState(run, a.now())
+	if o.output == "json" {
+		b, err := json.MarshalIndent(state, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+		return err
+	}
+	st := wire.Status(run, a.now())
+	fmt.Fprintf(a.stdout, "%s/%s: %s\n", run.Namespace, run.Name, st.String("state"))
+	for _, f := range st[1:] {
+		fmt.Fprintf(a.stdout, "  %s: %s\n", f.Key, plain(f.Value))
+	}
+	fmt.Fprintf(a.stdout, "pending: %s\n", plain(wire.Pending(run)))
+	return nil
+}
+
+// plain renders a wire value for a person: strings bare, the rest as JSON.
+func plain(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// patchSpec is a command that merge-patches the run's spec.
+func patchSpec(patch, done string) func(a *app, ctx context.Context, c client.Client, ns string, o options) error {
+	return func(a *app, ctx context.Context, c client.Client, ns string, o options) error {
+		run := &arv1.AgentRun{}
+		run.Namespace, run.Name = ns, o.args[0]
+		if err := c.Patch(ctx, run, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			if apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+				return fmt.Errorf("agentrun %q not found in namespace %q", o.args[0], ns)
+			}
+			return err
+		}
+		fmt.Fprintf(a.stdout, "agentrun.%s/%s %s\n", arv1.GroupVersion.Group, run.Name, done)
+		if run.Status.Phase.IsTerminal() {
+			fmt.Fprintf(a.stderr, "note: the run is already %s; this changes nothing it does\n", run.Status.Phase)
+		}
+		return nil
+	}
+}
+
+func (a *app) output(ctx context.Context, c client.Client, ns string, o options) error {
+	run, err := getRun(ctx, c, ns, o.args[0])
+	if err != nil {
+		return err
+	}
+	d := run.Status.FinalOutput
+	if d == nil || d.ObjectName == "" {
+		phase := string(run.Status.Phase)
+		if phase == "" {
+			phase = "not started"
+		}
+		return fmt.Errorf("run %s/%s has no output (phase: %s)", ns, run.Name, phase)
+	}
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: d.ObjectName}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("run %s/%s names output ConfigMap %q, which does not exist", ns, run.Name, d.ObjectName)
+		}
+		return err
+	}
+	text, ok := cm.Data["output"]
+	if !ok {
+		return fmt.Errorf("output ConfigMap %s/%s has no \"output\" key", ns, d.ObjectName)
+	}
+	if _, err := io.WriteString(a.stdout, text); err != nil {
+		return err
+	}
+	if d.Truncated {
+		fmt.Fprintf(a.stderr, "note: the stored output was cut at the 256 KiB cap (%d bytes were submitted)\n", d.Bytes)
+	}
+	return nil
+}
+
+func (a *app) transcript(ctx context.Context, c client.Client, ns string, o options) error {
+	run, err := getRun(ctx, c, ns, o.args[0])
+	if err != nil {
+		return err
+	}
+	var list corev1.ConfigMapList
+	if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{
+		LabelRunUID: string(run.UID), arv1.LabelComponent: ComponentJournal,
+	}); err != nil {
+		return err
+	}
+	if len(list.Items) == 0 {
+		fmt.Fprintf(a.stderr, "run %s/%s has no journal entries yet\n", ns, run.Name)
+		return nil
+	}
+	return RenderTranscript(a.stdout, list.Items)
+}

@@ -1,0 +1,155 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+)
+
+// newTable is the tabwriter every listing uses: kubectl's three-space gap.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+}
+
+// psNode is one run in the listing's forest.
+type psNode struct {
+	row      wire.PsRow
+	children []*psNode
+	// needs: this run or one of its descendants needs a person, so its
+	// tree sorts first.
+	needs bool
+}
+
+// RenderPs writes the `ps` listing of runs at now: one tree per top-level
+// run, children under their parent (status.parentRun, else the controller
+// owner reference) drawn with box characters, then a footer counting the
+// runs that need an answer. Among siblings, and among the trees, a run
+// whose tree holds a run needing a person comes first, then the newest,
+// then by namespace and name. A run whose parent is not in the list is
+// shown as a top-level run; so is a run caught in a parent cycle.
+func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bool) error {
+	nodes := make(map[string]*psNode, len(runs))
+	key := func(ns, name string) string { return ns + "/" + name }
+	order := make([]*psNode, 0, len(runs))
+	needing := 0
+	for i := range runs {
+		n := &psNode{row: wire.NewPsRow(&runs[i], now)}
+		nodes[key(n.row.Namespace, n.row.Name)] = n
+		order = append(order, n)
+		if n.row.NeedsAPerson {
+			needing++
+		}
+	}
+	var roots []*psNode
+	for _, n := range order {
+		if p, ok := nodes[key(n.row.Namespace, n.row.Parent)]; ok && n.row.Parent != "" && p != n {
+			p.children = append(p.children, n)
+		} else {
+			roots = append(roots, n)
+		}
+	}
+	// needs is computed over the forest reachable from the roots; a parent
+	// cycle is unreachable and handled below.
+	var mark func(n *psNode, seen map[*psNode]bool) bool
+	mark = func(n *psNode, seen map[*psNode]bool) bool {
+		if seen[n] {
+			return n.needs
+		}
+		seen[n] = true
+		n.needs = n.row.NeedsAPerson
+		for _, c := range n.children {
+			if mark(c, seen) {
+				n.needs = true
+			}
+		}
+		return n.needs
+	}
+	seen := map[*psNode]bool{}
+	for _, r := range roots {
+		mark(r, seen)
+	}
+	for _, n := range order {
+		if !seen[n] { // in a cycle: break it by listing the run at the top
+			n.row.Parent = ""
+			roots = append(roots, n)
+			mark(n, seen)
+		}
+	}
+
+	tw := newTable(w)
+	header := "RUN\tPHASE\tWAITING\tSTAGE\tTOKENS\tCOST\tWORKING\tLAST MOVED"
+	if allNamespaces {
+		header = "NAMESPACE\t" + header
+	}
+	fmt.Fprintln(tw, header)
+	printed := map[*psNode]bool{}
+	var emit func(n *psNode, prefix, connector string)
+	emit = func(n *psNode, prefix, connector string) {
+		if printed[n] {
+			return
+		}
+		printed[n] = true
+		r := n.row
+		if allNamespaces {
+			fmt.Fprintf(tw, "%s\t", r.Namespace)
+		}
+		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+			prefix, connector, r.Name, r.Phase, r.Waiting, r.Stage, r.Tokens, r.Cost, r.Working, r.LastMoved)
+		sortNodes(n.children)
+		childPrefix := prefix
+		switch connector {
+		case "├─ ":
+			childPrefix += "│  "
+		case "└─ ":
+			childPrefix += "   "
+		}
+		for i, c := range n.children {
+			conn := "├─ "
+			if i == len(n.children)-1 {
+				conn = "└─ "
+			}
+			emit(c, childPrefix, conn)
+		}
+	}
+	sortNodes(roots)
+	for _, r := range roots {
+		emit(r, "", "")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%s\n", Footer(needing))
+	return err
+}
+
+// Footer is the listing's last line: how many runs need an answer.
+func Footer(needing int) string {
+	switch needing {
+	case 0:
+		return "no run needs an answer"
+	case 1:
+		return "1 run needs an answer"
+	}
+	return fmt.Sprintf("%d runs need an answer", needing)
+}
+
+func sortNodes(ns []*psNode) {
+	sort.SliceStable(ns, func(i, j int) bool {
+		a, b := ns[i], ns[j]
+		if a.needs != b.needs {
+			return a.needs
+		}
+		if !a.row.Created.Equal(b.row.Created) {
+			return a.row.Created.After(b.row.Created)
+		}
+		if a.row.Namespace != b.row.Namespace {
+			return a.row.Namespace < b.row.Namespace
+		}
+		return a.row.Name < b.row.Name
+	})
+}

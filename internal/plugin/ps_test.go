@@ -1,0 +1,289 @@
+package plugin
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+var fixedNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+func ago(d time.Duration) *metav1.Time { t := metav1.NewTime(fixedNow.Add(-d)); return &t }
+
+// fixtureRuns is the fixed set the golden listing is rendered from: a parent
+// with two children (one parked on a tool approval, with a child of its
+// own), a NeedsSetup run, a
+// completed run, a run with unknown cost, one that has not been seen by the
+// controller, and a sleeping run in another namespace.
+func fixtureRuns() []arv1.AgentRun {
+	mk := func(ns, name string, age time.Duration, st arv1.AgentRunStatus) arv1.AgentRun {
+		return arv1.AgentRun{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"),
+				CreationTimestamp: *ago(age)},
+			Spec:   arv1.AgentRunSpec{Agent: "researcher", Task: "t"},
+			Status: st,
+		}
+	}
+	parent := mk("team-a", "survey", 2*time.Hour, arv1.AgentRunStatus{
+		Phase: arv1.PhaseWaitingInput,
+		WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitChildren, Summary: "Children(2)", Outstanding: ptr(int32(2)),
+			Since: ago(20 * time.Minute)},
+		Stage: "fan-out 2/4", Usage: arv1.Usage{TotalTokens: 5400, CostUSD: "0.0312", CostIsExact: true},
+		Active:         &arv1.ActiveClock{BankedSeconds: 192},
+		LastProgressAt: ago(20 * time.Minute),
+	})
+	childA := mk("team-a", "survey-item-1", 20*time.Minute, arv1.AgentRunStatus{
+		Phase: arv1.PhaseRunning, ParentRun: "survey", Stage: "read 1/2",
+		Usage:          arv1.Usage{TotalTokens: 800, CostUSD: "0.002"},
+		Active:         &arv1.ActiveClock{BankedSeconds: 30, Since: ago(45 * time.Second)},
+		LastProgressAt: ago(45 * time.Second),
+	})
+	// The second child names its parent only by the controller owner
+	// reference.
+	childB := mk("team-a", "survey-item-2", 19*time.Minute, arv1.AgentRunStatus{
+		Phase: arv1.PhaseWaitingInput,
+		WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitToolApproval, NeedsAPerson: true, Summary: "ToolApproval",
+			Question: "Run shell: make deploy?"},
+		Stage: "act 2/2", Usage: arv1.Usage{TotalTokens: 1500, CostUSD: "0.0045"},
+		Active:         &arv1.ActiveClock{BankedSeconds: 310},
+		LastProgressAt: ago(4 * time.Minute),
+	})
+	childB.OwnerReferences = []metav1.OwnerReference{{APIVersion: "agentrun.dev/v1alpha1", Kind: "AgentRun",
+		Name: "survey", UID: "survey-uid", Controller: ptr(true)}}
+	grandchild := mk("team-a", "survey-item-2-check", 5*time.Minute, arv1.AgentRunStatus{
+		Phase: arv1.PhaseComplete, ParentRun: "survey-item-2", Stage: "check 1/1",
+		Usage:          arv1.Usage{TotalTokens: 90, CostUSD: "0.0001"},
+		Active:         &arv1.ActiveClock{BankedSeconds: 12},
+		LastProgressAt: ago(5 * time.Minute),
+	})
+	setup := mk("team-a", "triage", 30*time.Minute, arv1.AgentRunStatus{
+		Phase: arv1.PhaseWaitingInput,
+		WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitNeedsSetup, NeedsAPerson: true, Summary: "NeedsSetup: SecretMissing",
+			Blocker: arv1.BlockerSecretMissing, Remedy: `create Secret "anthropic" in namespace "team-a"`},
+		Stage: "plan 1/3", Active: &arv1.ActiveClock{},
+	})
+	done := mk("team-a", "changelog", 26*time.Hour, arv1.AgentRunStatus{
+		Phase: arv1.PhaseComplete, Stage: "write 3/3",
+		Usage:          arv1.Usage{TotalTokens: 12000, CostUSD: "0.18", CostIsExact: true},
+		Active:         &arv1.ActiveClock{BankedSeconds: 4000},
+		LastProgressAt: ago(25 * time.Hour),
+		FinalOutput:    &arv1.FinalOutputDescriptor{Format: arv1.OutputFormatMarkdown, Bytes: 2048, ObjectName: "changelog-output"},
+	})
+	unknown := mk("team-a", "local-model", 10*time.Minute, arv1.AgentRunStatus{
+		Phase: arv1.PhaseRunning, Stage: "draft 1/1",
+		Usage:          arv1.Usage{PromptTokens: 700, CompletionTokens: 200, CostUSD: "unknown", UnpricedCalls: 2},
+		StartedAt:      ago(10 * time.Minute),
+		UpdatedAt:      ago(1 * time.Minute),
+		LastProgressAt: ago(1 * time.Minute),
+	})
+	fresh := mk("team-a", "just-created", 5*time.Second, arv1.AgentRunStatus{})
+	sleeping := mk("team-b", "nightly", 3*time.Hour, arv1.AgentRunStatus{
+		Phase: arv1.PhaseWaitingInput,
+		WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitSleeping, Summary: "Sleeping until 2026-03-01T13:00:00Z",
+			WakeAt: ptr(metav1.NewTime(fixedNow.Add(time.Hour)))},
+		Active:         &arv1.ActiveClock{BankedSeconds: 59},
+		LastProgressAt: ago(2 * time.Hour),
+	})
+	// Deliberately not in display order.
+	return []arv1.AgentRun{done, childA, fresh, setup, grandchild, unknown, parent, sleeping, childB}
+}
+
+func inNamespace(runs []arv1.AgentRun, ns string) []arv1.AgentRun {
+	var out []arv1.AgentRun
+	for _, r := range runs {
+		if r.Namespace == ns {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s (run with -update to write it): %v", path, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestPsGolden(t *testing.T) {
+	var buf bytes.Buffer
+	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "ps.golden", buf.Bytes())
+
+	buf.Reset()
+	if err := RenderPs(&buf, fixtureRuns(), fixedNow, true); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "ps-all-namespaces.golden", buf.Bytes())
+}
+
+// The ordering rules, independently of the golden file's bytes.
+func TestPsOrder(t *testing.T) {
+	var buf bytes.Buffer
+	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	for _, l := range lines[1 : len(lines)-2] {
+		f := strings.Fields(strings.TrimLeft(l, " │├└─"))
+		names = append(names, f[0])
+	}
+	// Trees holding a run that needs a person first, newest first (triage,
+	// 30m old, before survey, 2h old, which holds survey-item-2); within
+	// survey the child needing a person before its newer sibling; then the
+	// rest newest first.
+	want := []string{"triage", "survey", "survey-item-2", "survey-item-2-check", "survey-item-1", "just-created", "local-model", "changelog"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("order = %v, want %v\n%s", names, want, buf.String())
+	}
+	if last := lines[len(lines)-1]; last != "2 runs need an answer" {
+		t.Errorf("footer = %q", last)
+	}
+}
+
+func TestPsParentCycleIsShown(t *testing.T) {
+	a := arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "a"}, Status: arv1.AgentRunStatus{ParentRun: "b"}}
+	b := arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "b"}, Status: arv1.AgentRunStatus{ParentRun: "a"}}
+	var buf bytes.Buffer
+	if err := RenderPs(&buf, []arv1.AgentRun{a, b}, fixedNow, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "a ") || !strings.Contains(buf.String(), "b ") {
+		t.Errorf("a run in a cycle is missing:\n%s", buf.String())
+	}
+}
+
+func TestFooter(t *testing.T) {
+	for n, want := range map[int]string{0: "no run needs an answer", 1: "1 run needs an answer", 3: "3 runs need an answer"} {
+		if got := Footer(n); got != want {
+			t.Errorf("Footer(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestRenderTranscript(t *testing.T) {
+	entry := func(name, data string) corev1.ConfigMap {
+		return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{JournalKey: data}}
+	}
+	cms := []corev1.ConfigMap{
+		entry("r-j000002", `{"seq":2,"kind":"ModelCallFailed","at":"2026-03-01T11:02:00Z","stage":"plan","iteration":1,"call":1,"provider":"anthropic","model":"claude","failure":{"class":"AuthFailed","status":401,"message":"invalid x-api-key"}}`),
+		entry("r-j000000", `{"seq":0,"kind":"ModelCallRequested","at":"2026-03-01T11:00:00Z","stage":"plan","provider":"anthropic","model":"claude","requestHash":"h0"}`),
+		entry("r-j000001", `{"seq":1,"kind":"ModelCallCompleted","at":"2026-03-01T11:01:00Z","stage":"plan","call":0,"provider":"anthropic","model":"claude","response":{"text":"Here is\nthe plan.","next":"build"},"usage":{"prompt":1200,"completion":300,"cached":800},"costNanoUSD":4200000,"costExact":true}`),
+		entry("r-j000003", `{"seq":3,"kind":"InteractionAnswered","at":"2026-03-01T11:03:00Z","point":"review-plan","approved":true,"by":"alice"}`),
+		entry("r-j000004", `{"seq":4,"kind":"RunCancelled","at":"2026-03-01T11:04:00Z"}`),
+	}
+	var buf bytes.Buffer
+	if err := RenderTranscript(&buf, cms); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "transcript.golden", buf.Bytes())
+
+	buf.Reset()
+	err := RenderTranscript(&buf, append(cms, entry("r-j000009", `{not json`)))
+	if err == nil || !strings.Contains(err.Error(), "r-j000009") || !strings.Contains(buf.String(), "r-j000009: unreadable entry") {
+		t.Errorf("a corrupt entry: err %v, output\n%s", err, buf.String())
+	}
+}
+
+func TestDescribeGolden(t *testing.T) {
+	runs := fixtureRuns()
+	var buf bytes.Buffer
+	for _, name := range []string{"triage", "survey-item-2", "changelog", "local-model"} {
+		for i := range runs {
+			if runs[i].Name == name {
+				buf.WriteString("=== " + name + "\n")
+				if err := RenderDescribe(&buf, &runs[i], fixedNow); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	golden(t, "describe.golden", buf.Bytes())
+}
+
+func TestParseArgs(t *testing.T) {
+	o, err := parseArgs([]string{"x", "-n", "ns", "-ojson", "--kubeconfig=/k", "--context", "c"}, flagSet{output: true})
+	if err != nil || o.namespace != "ns" || o.output != "json" || o.kubeconfig != "/k" || o.context != "c" ||
+		len(o.args) != 1 || o.args[0] != "x" {
+		t.Errorf("parsed %+v, %v", o, err)
+	}
+	if o, err := parseArgs([]string{"-A", "--namespace=x"}, flagSet{allNamespaces: true}); err != nil || !o.allNamespaces || o.namespace != "x" {
+		t.Errorf("parsed %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"-A"}, {"-o", "json"}, {"--bogus"}, {"-n"}, {"--namespace="}} {
+		if _, err := parseArgs(bad, flagSet{}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestUsageAndGates(t *testing.T) {
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Main(append([]string{"kubectl-agentrun"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, _, errOut := run(); code != ExitUsage || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("no command: %d %q", code, errOut)
+	}
+	if code, out, _ := run("--help"); code != ExitOK || !strings.Contains(out, "transcript") {
+		t.Errorf("--help: %d %q", code, out)
+	}
+	for _, c := range []string{"ps", "describe", "status", "pause", "resume", "cancel", "output", "transcript", "answer", "approve", "deny"} {
+		if code, out, _ := run(c, "--help"); code != ExitOK || !strings.HasPrefix(out, "Usage: kubectl agentrun "+c) {
+			t.Errorf("%s --help: %d %q", c, code, out)
+		}
+	}
+	for _, c := range []string{"answer", "approve", "deny"} {
+		code, out, errOut := run(c, "some-run")
+		if code != ExitUsage || out != "" || errOut != NotAvailableGates+"\n" {
+			t.Errorf("%s: %d %q %q", c, code, out, errOut)
+		}
+	}
+	if code, _, errOut := run("describe"); code != ExitUsage || !strings.Contains(errOut, "exactly one run NAME") {
+		t.Errorf("describe without a name: %d %q", code, errOut)
+	}
+	if code, _, errOut := run("status", "x", "-o", "yaml"); code != ExitUsage || !strings.Contains(errOut, "unsupported output format") {
+		t.Errorf("status -o yaml: %d %q", code, errOut)
+	}
+	if code, _, errOut := run("ps", "-A", "-n", "x"); code != ExitUsage || !strings.Contains(errOut, "cannot be used together") {
+		t.Errorf("ps -A -n: %d %q", code, errOut)
+	}
+	if code, _, _ := run("frobnicate"); code != ExitUsage {
+		t.Errorf("unknown command: %d", code)
+	}
+	if code, _, errOut := run("ps", "--kubeconfig", "/nonexistent/kubeconfig"); code != ExitError || !strings.Contains(errOut, "kubeconfig") {
+		t.Errorf("missing kubeconfig: %d %q", code, errOut)
+	}
+}

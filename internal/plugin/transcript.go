@@ -1,0 +1,166 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/money"
+)
+
+// Where a run's journal lives: one ConfigMap per entry, labelled with the
+// run's UID and the journal component, the entry as JSON under JournalKey.
+const (
+	LabelRunUID      = "agentrun.dev/run-uid"
+	ComponentJournal = "journal"
+	JournalKey       = "entry"
+)
+
+// RenderTranscript writes one line per journal entry held in cms, in seq
+// order: "#SEQ  TIME  STAGE[ITERATION]  WHAT  DETAIL". An entry that does
+// not parse is reported in its place (by ConfigMap name) rather than
+// skipped, and makes the command fail after the listing.
+func RenderTranscript(w io.Writer, cms []corev1.ConfigMap) error {
+	type item struct {
+		e   journal.Entry
+		bad string
+	}
+	items := make([]item, 0, len(cms))
+	var corrupt []string
+	for i := range cms {
+		var e journal.Entry
+		if err := json.Unmarshal([]byte(cms[i].Data[JournalKey]), &e); err != nil {
+			items = append(items, item{e: journal.Entry{Seq: -1}, bad: fmt.Sprintf("%s: unreadable entry: %v", cms[i].Name, err)})
+			corrupt = append(corrupt, cms[i].Name)
+			continue
+		}
+		items = append(items, item{e: e})
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].e.Seq < items[j].e.Seq })
+	tw := newTable(w)
+	for _, it := range items {
+		if it.bad != "" {
+			fmt.Fprintf(tw, "#?\t\t\t%s\n", it.bad)
+			continue
+		}
+		e := it.e
+		where := orDash(e.Stage)
+		if e.Stage != "" {
+			where = fmt.Sprintf("%s[%d]", e.Stage, e.Iteration)
+		}
+		at := orDash("")
+		if !e.At.IsZero() {
+			at = e.At.UTC().Format(time.RFC3339)
+		}
+		what, detail := describeEntry(&e)
+		if detail == "" {
+			fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\n", e.Seq, at, where, what)
+			continue
+		}
+		fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\t%s\n", e.Seq, at, where, what, detail)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(corrupt) > 0 {
+		return fmt.Errorf("%d journal entr(ies) could not be read: %s", len(corrupt), strings.Join(corrupt, ", "))
+	}
+	return nil
+}
+
+// describeEntry is an entry's kind in words and its details.
+func describeEntry(e *journal.Entry) (string, string) {
+	model := e.Model
+	if e.Provider != "" {
+		model = e.Provider + "/" + e.Model
+	}
+	var d []string
+	switch e.Kind {
+	case journal.ModelCallRequested:
+		if model != "" {
+			d = append(d, model)
+		}
+		if e.RequestHash != "" {
+			d = append(d, "request "+e.RequestHash)
+		}
+		return "model call", strings.Join(d, " ")
+	case journal.ModelCallCompleted:
+		d = append(d, fmt.Sprintf("call #%d", e.Call))
+		if model != "" {
+			d = append(d, model)
+		}
+		if u := e.Usage; u != nil {
+			t := fmt.Sprintf("%d+%d tokens", u.Prompt, u.Completion)
+			if u.Cached > 0 || u.CacheWrite > 0 {
+				t += fmt.Sprintf(" (%d cached, %d cache write)", u.Cached, u.CacheWrite)
+			}
+			d = append(d, t)
+		}
+		if e.CostNanoUSD != nil {
+			c := "$" + money.NanoUSD(*e.CostNanoUSD).String()
+			if !e.CostExact {
+				c += " (estimated)"
+			}
+			d = append(d, c)
+		} else {
+			d = append(d, "cost unknown")
+		}
+		if r := e.Response; r != nil {
+			if r.Next != "" {
+				d = append(d, "next "+r.Next)
+			}
+			if r.Complete {
+				d = append(d, "complete")
+			}
+			if r.Output != "" {
+				d = append(d, fmt.Sprintf("output %q", oneLine(r.Output, 60)))
+			}
+			if r.Text != "" {
+				d = append(d, fmt.Sprintf("%q", oneLine(r.Text, 80)))
+			}
+		}
+		return "model answered", strings.Join(d, ", ")
+	case journal.ModelCallFailed:
+		d = append(d, fmt.Sprintf("call #%d", e.Call))
+		if model != "" {
+			d = append(d, model)
+		}
+		if f := e.Failure; f != nil {
+			t := string(f.Class)
+			if f.Status != 0 {
+				t += fmt.Sprintf(" (HTTP %d)", f.Status)
+			}
+			d = append(d, t)
+			if f.Message != "" {
+				d = append(d, fmt.Sprintf("%q", oneLine(f.Message, 120)))
+			}
+		}
+		return "model failed", strings.Join(d, ", ")
+	case journal.InteractionAnswered:
+		verdict := "denied"
+		if e.Approved {
+			verdict = "approved"
+		}
+		t := orDash(e.Point) + " " + verdict
+		if e.By != "" {
+			t += " by " + e.By
+		}
+		if e.Auto {
+			t += " (automatically: unattended run)"
+		}
+		return "checkpoint", t
+	case journal.RunCancelled:
+		if e.By != "" {
+			return "cancelled", "by " + e.By
+		}
+		return "cancelled", ""
+	}
+	raw, _ := json.Marshal(e)
+	return string(e.Kind), oneLine(string(raw), 160)
+}

@@ -1,0 +1,56 @@
+package providers
+
+import "testing"
+
+func TestParseCostUSD(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want int64
+		ok   bool
+	}{
+		{"0.0012", 1_200_000, true},
+		{"0.000000001", 1, true},
+		{"12.5", 12_500_000_000, true},
+		{"1.2e-05", 12_000, true},
+		{"1E-9", 1, true},
+		{"0.00000000049", 0, true},
+		{"0.0000000005", 1, true},
+		{"0.1234567894", 123_456_789, true},
+		{`"0.25"`, 250_000_000, true},
+		{"null", 0, false},
+		{"", 0, false},
+		{"-0.5", 0, false},
+		{"abc", 0, false},
+		{"1e30", 0, false},
+	} {
+		got, ok := parseCostUSD(tc.raw)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseCostUSD(%q) = %d, %v; want %d, %v", tc.raw, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestRedactEmptyKey(t *testing.T) {
+	if got := redact("message", ""); got != "message" {
+		t.Errorf("redact with no key = %q, want the message unchanged", got)
+	}
+	if got := redact("key k3y here k3y", "k3y"); got != "key [redacted] here [redacted]" {
+		t.Errorf("redact = %q", got)
+	}
+}
+
+func TestSaysCredits(t *testing.T) {
+	for s, want := range map[string]bool{
+		"insufficient_quota": true,
+		"You exceeded your current quota, please check your plan and billing details.": true,
+		"Your credit balance is too low to access the Anthropic API.":                  true,
+		"billing_error": true,
+		"Rate limit reached for gpt-4o on tokens per min (TPM)": false,
+		"Quota exceeded for metric: requests per minute":        false,
+		"rate_limit_error": false,
+	} {
+		if got := saysCredits(s); got != want {
+			t.Errorf("saysCredits(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
