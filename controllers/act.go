@@ -137,6 +137,9 @@ func (r *AgentRunReconciler) snapshot(ctx context.Context, run *arv1.AgentRun, f
 		return err
 	}
 	bp, err := blueprint.Parse(cm.Data)
+	if err == nil {
+		err = withEntryStage(bp, run.Spec.EntryStage)
+	}
 	if err != nil {
 		return fmt.Errorf("parsing the snapshot: %w", err)
 	}

@@ -206,3 +206,5 @@ func blockedOn(b arv1.SetupBlocker) func(*arv1.AgentRun) bool {
 		return r.Status.Phase == arv1.PhaseWaitingInput && w != nil && w.Reason == arv1.WaitNeedsSetup && w.Blocker == b
 	}
 }
+
+func metaControllerOf(r *arv1.AgentRun) *metav1.OwnerReference { return metav1.GetControllerOf(r) }
