@@ -127,7 +127,7 @@ func (h *harness) reconcileCount(n types.NamespacedName) int64 {
 	return c.(*atomic.Int64).Load()
 }
 
-func newNamespace(t *testing.T) string {
+func newNamespace(t testing.TB) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
@@ -136,7 +136,7 @@ func newNamespace(t *testing.T) string {
 	return ns.Name
 }
 
-func createConfigMap(t *testing.T, ns, name string, data map[string]string) *corev1.ConfigMap {
+func createConfigMap(t testing.TB, ns, name string, data map[string]string) *corev1.ConfigMap {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
 	if err := k8s.Create(context.Background(), cm); err != nil {
@@ -145,7 +145,7 @@ func createConfigMap(t *testing.T, ns, name string, data map[string]string) *cor
 	return cm
 }
 
-func createSecret(t *testing.T, ns, name string, data map[string]string) *corev1.Secret {
+func createSecret(t testing.TB, ns, name string, data map[string]string) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
 	if err := k8s.Create(context.Background(), s); err != nil {
@@ -154,7 +154,7 @@ func createSecret(t *testing.T, ns, name string, data map[string]string) *corev1
 	return s
 }
 
-func createRun(t *testing.T, ns, name, agent string, mutate ...func(*arv1.AgentRun)) *arv1.AgentRun {
+func createRun(t testing.TB, ns, name, agent string, mutate ...func(*arv1.AgentRun)) *arv1.AgentRun {
 	t.Helper()
 	run := &arv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -169,7 +169,7 @@ func createRun(t *testing.T, ns, name, agent string, mutate ...func(*arv1.AgentR
 	return run
 }
 
-func getRun(t *testing.T, ns, name string) *arv1.AgentRun {
+func getRun(t testing.TB, ns, name string) *arv1.AgentRun {
 	t.Helper()
 	run := &arv1.AgentRun{}
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, run); err != nil {
@@ -208,3 +208,5 @@ func blockedOn(b arv1.SetupBlocker) func(*arv1.AgentRun) bool {
 }
 
 func metaControllerOf(r *arv1.AgentRun) *metav1.OwnerReference { return metav1.GetControllerOf(r) }
+
+func keyOf(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }

@@ -1,0 +1,140 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+)
+
+// writeCounter counts the manager's mutating API requests by verb and
+// resource, through its REST transport.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	total  atomic.Int64
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+			res := parts[len(parts)-1]
+			if req.Method == http.MethodPost && len(parts) > 0 {
+				res = parts[len(parts)-1]
+			} else if len(parts) >= 2 {
+				res = parts[len(parts)-2] + "/" + parts[len(parts)-1]
+				if parts[len(parts)-1] == "status" {
+					res = parts[len(parts)-3] + "/status"
+				} else {
+					res = parts[len(parts)-2]
+				}
+			}
+			w.mu.Lock()
+			w.counts[req.Method+" "+res]++
+			w.mu.Unlock()
+			w.total.Add(1)
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// startCountingManager runs a manager whose every write is counted.
+func startCountingManager(t testing.TB, steps int) (*writeCounter, *providers.Scripted) {
+	t.Helper()
+	wc := &writeCounter{counts: map[string]int{}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(wc.wrap)
+	scripted := providers.NewScripted()
+	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", MaxConcurrentSteps: steps, Scripted: scripted, SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return wc, scripted
+}
+
+// TestWritesPerStep bounds what one model step costs in API writes: the
+// intent and the completion (one small create each) and at most two status
+// writes. The counts are logged for the closing note.
+func TestWritesPerStep(t *testing.T) {
+	wc, _ := startCountingManager(t, 16)
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "triple", map[string]string{"agent.toml": threeStage})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	time.Sleep(300 * time.Millisecond)
+	base := wc.total.Load()
+	createRun(t, ns, "r", "triple")
+	run := waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	time.Sleep(500 * time.Millisecond) // let trailing writes land
+	writes := wc.total.Load() - base
+	steps := run.Status.Usage.ModelCalls
+	// Fixed per run: finalizer, blueprint snapshot, output object, and a
+	// few events.
+	t.Logf("%d model steps cost %d writes in all: %v", steps, writes, wc.snapshot())
+	perStep := float64(writes) / float64(steps)
+	t.Logf("writes per step (including the run's fixed cost): %.2f", perStep)
+	if max := 4*steps + 10; writes > max {
+		t.Errorf("%d writes for %d steps, want at most %d (4 per step + 10 fixed)", writes, steps, max)
+	}
+}
+
+// BenchmarkFanOut200 measures one parent converging over 200 workers
+// (max_workers 50) and the API writes per child.
+func BenchmarkFanOut200(b *testing.B) {
+	wc, _ := startCountingManager(b, 64)
+	for i := 0; b.Loop(); i++ {
+		ns := newNamespace(b)
+		ctx := context.Background()
+		createConfigMap(b, ns, "fan", map[string]string{"agent.toml": fanOutBlueprint(200, 50, "continue", 1, 0)})
+		createConfigMap(b, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+		before := wc.total.Load()
+		start := time.Now()
+		createRun(b, ns, "p", "fan")
+		for {
+			r := &arv1.AgentRun{}
+			if err := k8s.Get(ctx, keyOf(ns, "p"), r); err == nil && r.Status.Phase.IsTerminal() {
+				if r.Status.Phase != arv1.PhaseComplete {
+					b.Fatalf("parent ended %s: %s", r.Status.Phase, r.Status.Error)
+				}
+				break
+			}
+			if time.Since(start) > 5*time.Minute {
+				b.Fatal("200 workers did not converge in 5 minutes")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		elapsed := time.Since(start)
+		writes := wc.total.Load() - before
+		b.ReportMetric(elapsed.Seconds(), "s/converge")
+		b.ReportMetric(float64(writes)/200, "writes/child")
+		fmt.Printf("1 parent x 200 workers: converged in %v, %d writes (%.1f per child)\n", elapsed.Round(time.Millisecond), writes, float64(writes)/200)
+	}
+}
