@@ -36,7 +36,11 @@ type facts struct {
 func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, Now: now,
+		Budgets: run.Spec.Budgets,
 	}}
+	if c := run.Status.Active; c != nil {
+		f.Working = time.Duration(c.TotalSeconds(now)) * time.Second
+	}
 	if err := r.loadBlueprint(ctx, run, f); err != nil {
 		return nil, err
 	}

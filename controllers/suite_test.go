@@ -209,4 +209,6 @@ func blockedOn(b arv1.SetupBlocker) func(*arv1.AgentRun) bool {
 
 func metaControllerOf(r *arv1.AgentRun) *metav1.OwnerReference { return metav1.GetControllerOf(r) }
 
-func keyOf(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+func keyOf(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}

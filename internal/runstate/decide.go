@@ -71,6 +71,10 @@ type Facts struct {
 	// Depth is this run's depth; MaxChildDepth the deepest a descendant
 	// may be.
 	Depth, MaxChildDepth int32
+
+	// Budgets are the spec's budgets; Working is the active clock's total.
+	Budgets *arv1.Budgets
+	Working time.Duration
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -148,7 +152,15 @@ func Decide(f Facts) Action {
 		return Action{Kind: ActPark, Markers: Markers{Setup: f.Setup}}
 	}
 	if st.Pending != nil {
+		// Already journaled (and so already within budget when issued).
 		return withSpawns(f, Action{Kind: ActDispatch, Reissue: true})
+	}
+	if hit := CheckBudgets(f.Budgets, Spent{
+		Steps: st.ModelCalls, Tokens: st.Usage.Prompt + st.Usage.Completion,
+		CostNano: st.PricedNanoUSD, Working: f.Working,
+	}); hit != nil {
+		// Checked before the call: the call that would cross it is never made.
+		return Action{Kind: ActPark, Markers: Markers{Budget: hit}}
 	}
 	if fl := st.Failure; fl != nil && fl.SecretVersion == f.SecretVersion {
 		// The provider answered that this credential cannot be used, and the
