@@ -1,6 +1,6 @@
 # Multi-stage build of the manager: a static binary on a distroless, non-root
-# base. The flags match `make build-static`, which a test runs to keep this
-# file honest on machines without a Docker engine.
+# base. The flags match `make build`; cmd/manager's build test runs this
+# file's own build line, keeping it honest on machines without Docker.
 FROM golang:1.26 AS builder
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64

@@ -231,14 +231,19 @@ func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRu
 		return
 	}
 	done := journal.Entry{Seq: intent.Seq + 1, Call: intent.Seq, At: r.Clock.Now(), Provider: intent.Provider, Model: intent.Model, Stage: intent.Stage}
+	key := breakerKey(run.Namespace, res.provider.Name)
 	if callErr != nil {
 		pe := providers.AsError(callErr)
+		if pe.Class != journal.FailFatal {
+			r.Breakers.Failure(key, string(pe.Class), r.Clock.Now())
+		}
 		done.Kind = journal.ModelCallFailed
 		done.Failure = &journal.Failure{
 			Class: pe.Class, Status: pe.Status, SecretVersion: res.secretVersion,
 			Message: redact(pe.Message, req.APIKey.Reveal()),
 		}
 	} else {
+		r.Breakers.Success(key)
 		done.Kind = journal.ModelCallCompleted
 		done.Response = &result.Response
 		done.Usage = &result.Usage

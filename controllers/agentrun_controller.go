@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -44,6 +45,8 @@ type AgentRunReconciler struct {
 	Pool *executor.Pool
 	// Providers maps a provider type ("scripted", ...) to its client.
 	Providers map[string]providers.Provider
+	// Breakers are the providers' circuit breakers, shared by every run.
+	Breakers *circuit.Breakers
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
 	// MaxConcurrentReconciles bounds parallel reconciles.
@@ -85,8 +88,10 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
-	if run.Status.Phase.IsTerminal() && run.Status.ObservedGeneration == run.Generation {
-		return ctrl.Result{}, nil
+	if run.Status.Phase.IsTerminal() {
+		// Terminal is final: a spec edit after the end is observed, never
+		// acted on (a fixed blueprint cannot be resumed into).
+		return ctrl.Result{}, r.observeTerminal(ctx, run)
 	}
 
 	before := run.Status.DeepCopy()
@@ -129,6 +134,16 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	r.emitEvents(run, before)
 	return outcome.result(), nil
+}
+
+// observeTerminal stamps a terminal run's status with the generation it saw.
+func (r *AgentRunReconciler) observeTerminal(ctx context.Context, run *arv1.AgentRun) error {
+	if run.Status.ObservedGeneration == run.Generation {
+		return nil
+	}
+	run.Status.ObservedGeneration = run.Generation
+	setConditions(run, false)
+	return client.IgnoreNotFound(r.Status().Update(ctx, run))
 }
 
 // reconcileDelete stops in-flight work and releases the finalizer. Owned
@@ -195,6 +210,9 @@ func orNone(s string) string {
 func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil || r.Clock == nil || r.Pool == nil || r.APIReader == nil {
 		return fmt.Errorf("AgentRunReconciler needs a Recorder, a Clock, a Pool and an APIReader")
+	}
+	if r.Breakers == nil {
+		r.Breakers = circuit.New()
 	}
 	r.journals = newJournalStore(r.Client, r.APIReader)
 	r.expectations = newExpectations()

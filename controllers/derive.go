@@ -57,7 +57,7 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	}
 	f.Children = r.childFacts(run, f.children)
 	f.Depth, f.MaxChildDepth = run.Spec.Depth, defaultMaxChildDepth
-	if d := f.Blueprint.Agent.MaxChildDepth; d != nil && *d > 0 {
+	if d := f.Blueprint.Agent.MaxChildDepth; d != nil {
 		f.MaxChildDepth = *d
 	}
 	if d := run.Spec.MaxChildDepth; d != nil {
@@ -68,14 +68,11 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	}
 	if runstate.NeedsProvider(f.Facts) {
 		stage, _, _ := f.Blueprint.Stage(f.State.Stage)
-		res, block, err := r.resolveProvider(ctx, run, stage)
+		res, block, retryAt, err := r.resolveProvider(ctx, run, stage, f.State, now)
 		if err != nil {
 			return nil, err
 		}
-		f.Setup, f.resolved = block, res
-		if res != nil {
-			f.SecretVersion, f.Credential = res.secretVersion, res.credential
-		}
+		f.Setup, f.SetupRetryAt, f.resolved = block, retryAt, res
 	}
 	return f, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -27,10 +29,77 @@ type resolved struct {
 	credential    runstate.Credential
 }
 
-// resolveProvider reads the provider ConfigMap and the credentials Secret
-// the next call needs, uncached (the manager caches only their metadata).
-// A problem the cluster operator can fix comes back as a SetupBlock.
-func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.AgentRun, stage *blueprint.Stage) (*resolved, *runstate.SetupBlock, error) {
+// resolveProvider reads the provider ConfigMap and the credentials of each
+// model the stage lists (uncached: the cache holds only their metadata),
+// then picks the first that has not failed here and whose circuit is closed
+// (runstate.SelectCandidate). A problem the cluster operator can fix comes
+// back as a SetupBlock, with a retry time when waiting also helps.
+func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.AgentRun, stage *blueprint.Stage, st journal.State, now time.Time) (*resolved, *runstate.SetupBlock, *time.Time, error) {
+	cfg, cmName, block, err := r.providerConfig(ctx, run)
+	if err != nil || block != nil {
+		return nil, block, nil, err
+	}
+	refs := []string{run.Spec.Model}
+	if run.Spec.Model == "" && stage != nil && len(stage.Models) > 0 {
+		refs = refs[:0]
+		for _, m := range stage.Models {
+			refs = append(refs, m.String())
+		}
+	}
+	cands := make([]runstate.Candidate, len(refs))
+	res := make([]*resolved, len(refs))
+	for i, ref := range refs {
+		p, model, ok := cfg.Resolve(ref)
+		if !ok {
+			want := ref
+			if want == "" {
+				want = "a default model"
+			}
+			cands[i] = runstate.Candidate{Ref: ref, Block: &runstate.SetupBlock{
+				Blocker: arv1.BlockerProviderMissing, Refs: []string{"ConfigMap/" + cmName},
+				Remedy: fmt.Sprintf("No provider in ConfigMap %s/%s serves %s: declare it under [providers.<name>] (models = [...]) in %s.", run.Namespace, cmName, want, providerconfig.DataKey),
+			}}
+			continue
+		}
+		rv, block, err := r.credentials(ctx, run, p)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rv.config, rv.provider, rv.model = cfg, p, model
+		res[i] = rv
+		cands[i] = runstate.Candidate{Ref: p.Name + "/" + model, Block: block, SecretVersion: rv.secretVersion, Credential: rv.credential}
+		if open, until, class := r.Breakers.Open(breakerKey(run.Namespace, p.Name), now); open {
+			cands[i].CircuitOpenUntil, cands[i].CircuitClass = &until, class
+		}
+	}
+	sel := runstate.SelectCandidate(cands, st.Failed, now)
+	if sel.Block != nil {
+		// Editing the provider config (another model, another Secret) may
+		// fix any of these, so the run waits on it too.
+		withConfigRef(sel.Block, cmName)
+		if sel.Index < 0 {
+			return nil, sel.Block, sel.RetryAt, nil
+		}
+		return nil, sel.Block, nil, nil
+	}
+	return res[sel.Index], nil, nil, nil
+}
+
+func withConfigRef(b *runstate.SetupBlock, cmName string) {
+	ref := "ConfigMap/" + cmName
+	for _, r := range b.Refs {
+		if r == ref {
+			return
+		}
+	}
+	b.Refs = append(b.Refs, ref)
+}
+
+// breakerKey scopes a provider's circuit to its namespace's provider config.
+func breakerKey(ns, provider string) string { return ns + "/" + provider }
+
+// providerConfig reads and parses the run's provider ConfigMap.
+func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.AgentRun) (*providerconfig.Config, string, *runstate.SetupBlock, error) {
 	ns, cmName := run.Namespace, run.Spec.ProviderConfig
 	if cmName == "" {
 		cmName = providerconfig.DefaultConfigMapName
@@ -39,37 +108,28 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 	var cm corev1.ConfigMap
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: cmName}, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &runstate.SetupBlock{
+			return nil, cmName, &runstate.SetupBlock{
 				Blocker: arv1.BlockerProviderConfigMissing, Refs: cmRef,
 				Remedy: fmt.Sprintf("Create the provider ConfigMap %s/%s with a %s key declaring the providers: kubectl create configmap %s -n %s --from-file=%s",
 					ns, cmName, providerconfig.DataKey, cmName, ns, providerconfig.DataKey),
 			}, nil
 		}
-		return nil, nil, fmt.Errorf("reading provider config %s/%s: %w", ns, cmName, err)
+		return nil, cmName, nil, fmt.Errorf("reading provider config %s/%s: %w", ns, cmName, err)
 	}
 	cfg, err := providerconfig.Parse(cm.Data)
 	if err != nil {
-		return nil, &runstate.SetupBlock{
+		return nil, cmName, &runstate.SetupBlock{
 			Blocker: arv1.BlockerProviderConfigInvalid, Refs: cmRef,
 			Remedy: fmt.Sprintf("Fix the provider ConfigMap %s/%s: %s", ns, cmName, truncate(err.Error(), 600)),
 		}, nil
 	}
-	ref := run.Spec.Model
-	if ref == "" && stage != nil && len(stage.Models) > 0 {
-		ref = stage.Models[0].String()
-	}
-	p, model, ok := cfg.Resolve(ref)
-	if !ok {
-		want := ref
-		if want == "" {
-			want = "a default model"
-		}
-		return nil, &runstate.SetupBlock{
-			Blocker: arv1.BlockerProviderMissing, Refs: cmRef,
-			Remedy: fmt.Sprintf("No provider in ConfigMap %s/%s serves %s: declare it under [providers.<name>] (models = [...]) in %s.", ns, cmName, want, providerconfig.DataKey),
-		}, nil
-	}
-	out := &resolved{config: cfg, provider: p, model: model, credential: runstate.Credential{Provider: p.Name, Namespace: ns}}
+	return cfg, cmName, nil, nil
+}
+
+// credentials reads the provider's API key Secret, if it has one.
+func (r *AgentRunReconciler) credentials(ctx context.Context, run *arv1.AgentRun, p *providerconfig.Provider) (*resolved, *runstate.SetupBlock, error) {
+	ns := run.Namespace
+	out := &resolved{credential: runstate.Credential{Provider: p.Name, Namespace: ns}}
 	if p.APIKeySecret == nil {
 		return out, nil, nil
 	}
@@ -79,7 +139,7 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 	var sec corev1.Secret
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: sref.Name}, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &runstate.SetupBlock{
+			return out, &runstate.SetupBlock{
 				Blocker: arv1.BlockerSecretMissing, Refs: secRef,
 				Remedy: fmt.Sprintf("Create the Secret %s/%s holding provider %q's API key under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<api key>",
 					ns, sref.Name, p.Name, sref.Key, sref.Name, ns, sref.Key),
@@ -87,16 +147,16 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		}
 		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", ns, sref.Name, err)
 	}
+	out.secretVersion = sec.ResourceVersion
 	key := strings.TrimSpace(string(sec.Data[sref.Key]))
 	if key == "" {
-		return nil, &runstate.SetupBlock{
+		return out, &runstate.SetupBlock{
 			Blocker: arv1.BlockerSecretKeyMissing, Refs: secRef,
 			Remedy: fmt.Sprintf("The Secret %s/%s has no non-empty key %q for provider %q: kubectl create secret generic %s -n %s --from-literal=%s=<api key> --dry-run=client -o yaml | kubectl apply -f -",
 				ns, sref.Name, sref.Key, p.Name, sref.Name, ns, sref.Key),
 		}, nil
 	}
 	out.apiKey = providers.Secret(key)
-	out.secretVersion = sec.ResourceVersion
 	return out, nil, nil
 }
 

@@ -140,7 +140,7 @@ func TestNeedsSetupBlockersResumeWhenFixed(t *testing.T) {
 			},
 			blocker:   arv1.BlockerSecretMissing,
 			remedyHas: []string{"/model-creds", `"api-key"`, "kubectl create secret generic model-creds -n ", "--from-literal=api-key=<api key>"},
-			refs:      []string{"Secret/model-creds"},
+			refs:      []string{"Secret/model-creds", "ConfigMap/agentrun-providers"},
 			fix: func(t *testing.T, ns string) {
 				createSecret(t, ns, "model-creds", map[string]string{"api-key": "k"})
 			},
@@ -154,7 +154,7 @@ func TestNeedsSetupBlockersResumeWhenFixed(t *testing.T) {
 			},
 			blocker:   arv1.BlockerSecretKeyMissing,
 			remedyHas: []string{"/model-creds", `"api-key"`},
-			refs:      []string{"Secret/model-creds"},
+			refs:      []string{"Secret/model-creds", "ConfigMap/agentrun-providers"},
 			fix: func(t *testing.T, ns string) {
 				setSecretData(t, ns, "model-creds", map[string]string{"api-key": "k"})
 			},
@@ -168,7 +168,7 @@ func TestNeedsSetupBlockersResumeWhenFixed(t *testing.T) {
 			},
 			blocker:   arv1.BlockerSecretKeyMissing,
 			remedyHas: []string{"/model-creds", `"api-key"`},
-			refs:      []string{"Secret/model-creds"},
+			refs:      []string{"Secret/model-creds", "ConfigMap/agentrun-providers"},
 			fix: func(t *testing.T, ns string) {
 				setSecretData(t, ns, "model-creds", map[string]string{"api-key": "k"})
 			},

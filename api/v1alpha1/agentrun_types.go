@@ -320,8 +320,7 @@ type AgentRunStatus struct {
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
 	// lastProgressAt is when the run last actually moved: a new iteration, a
 	// new stage or a new phase. Anything that ages a run reads this, never
-	// updatedAt. A manager restart resets it, since a re-driven run really
-	// has just moved.
+	// updatedAt.
 	// +optional
 	LastProgressAt *metav1.Time `json:"lastProgressAt,omitempty"`
 	// active measures working time, as against age. Absent means no clock
@@ -620,7 +619,8 @@ type BudgetLimit struct {
 	Limit string `json:"limit"`
 }
 
-// Usage counts what a run consumed. Retries are included: they were billed.
+// Usage counts what a run consumed, from completed model calls (a failed
+// attempt reports no usage, so it adds none).
 type Usage struct {
 	// promptTokens billed across every model call.
 	// +optional

@@ -52,9 +52,6 @@ const (
 	Finalizer = "agentrun.dev/finalizer"
 	// LabelParent names the parent run on a child and on owned objects.
 	LabelParent = "agentrun.dev/parent"
-	// LabelRun names the run an owned object (journal, output, snapshot)
-	// belongs to.
-	LabelRun = "agentrun.dev/run"
 	// LabelParentUID is the parent run's UID on a child (names can exceed
 	// a label value's 63 characters; UIDs cannot).
 	LabelParentUID = "agentrun.dev/parent-uid"

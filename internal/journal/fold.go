@@ -53,6 +53,9 @@ type State struct {
 	Failure        *Failure
 	FailureAt      time.Time
 	FailedAttempts int
+	// Failed holds, per "provider/model", the last failure at the current
+	// position, so the next call fails over to the stage's next model.
+	Failed map[string]FailedCall
 
 	// Interaction is the checkpoint the run waits on, if any.
 	Interaction *PendingInteraction
@@ -78,6 +81,12 @@ type State struct {
 	Outcome Outcome
 	// Message explains an Error outcome.
 	Message string
+}
+
+// FailedCall is a model's last failure at the current position.
+type FailedCall struct {
+	Failure Failure
+	At      time.Time
 }
 
 // PendingInteraction is a stage-boundary checkpoint that must be answered
@@ -151,11 +160,16 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 		if st.Pending == nil || st.Pending.Seq != e.Call {
 			return
 		}
+		ref := st.Pending.Provider + "/" + st.Pending.Model
 		st.Pending = nil
 		if e.Failure != nil {
 			f := *e.Failure
 			st.Failure = &f
 			st.FailureAt = e.At
+			if st.Failed == nil {
+				st.Failed = map[string]FailedCall{}
+			}
+			st.Failed[ref] = FailedCall{Failure: f, At: e.At}
 			st.FailedAttempts++
 			if f.Class == FailFatal {
 				st.Outcome, st.Message = OutcomeError, "model call failed: "+f.Message
@@ -230,7 +244,7 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if st.EntryModel == "" && e.Provider != "" {
 		st.EntryModel = e.Provider + "/" + e.Model
 	}
-	st.Failure, st.FailedAttempts, st.FailureAt = nil, 0, time.Time{}
+	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Iteration++
 	st.Moves++
 
@@ -342,6 +356,6 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 		return
 	}
 	st.Stage, st.StageIndex, st.Iteration = target, idx, 0
-	st.Failure, st.FailedAttempts = nil, 0
+	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++
 }

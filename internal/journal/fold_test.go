@@ -307,6 +307,7 @@ func TestFoldFullState(t *testing.T) {
 				Failure:        &Failure{Class: FailAuth, Status: 401, Message: "invalid x-api-key", SecretVersion: "v1"},
 				FailureAt:      at(1),
 				FailedAttempts: 1,
+				Failed:         failedAt(FailAuth, 401, "invalid x-api-key", "v1", 1),
 			},
 		},
 		{
@@ -325,6 +326,7 @@ func TestFoldFullState(t *testing.T) {
 				Failure:        &Failure{Class: FailCredits, Status: 402, Message: "no credits", SecretVersion: "v2"},
 				FailureAt:      at(3),
 				FailedAttempts: 2,
+				Failed:         failedAt(FailCredits, 402, "no credits", "v2", 3),
 			},
 		},
 		{
@@ -355,6 +357,7 @@ func TestFoldFullState(t *testing.T) {
 				Failure:        &Failure{Class: FailFatal, Status: 400, Message: "malformed request"},
 				FailureAt:      at(1),
 				FailedAttempts: 1,
+				Failed:         failedAt(FailFatal, 400, "malformed request", "", 1),
 				Outcome:        OutcomeError,
 				Message:        "model call failed: malformed request",
 			},
@@ -922,4 +925,9 @@ func TestFoldEntryModelIsFirstCall(t *testing.T) {
 	if st.EntryModel != "first/m1" {
 		t.Errorf("EntryModel %q, want first/m1", st.EntryModel)
 	}
+}
+
+// failedAt is the Failed map after one failure of the test model.
+func failedAt(class FailureClass, status int, msg, version string, sec int64) map[string]FailedCall {
+	return map[string]FailedCall{"anthropic/claude-x": {Failure: Failure{Class: class, Status: status, Message: msg, SecretVersion: version}, At: at(sec)}}
 }

@@ -11,8 +11,8 @@ import (
 
 // Scripted is the deterministic, network-free provider: it answers from the
 // stage's [[stages.<s>.script]] entries, one per iteration (the last one
-// repeats). A stage with no script moves along its first transition, or
-// completes the run when it has none. It counts calls per run so tests can
+// repeats). A stage with no script answers "ok" and asks to complete the
+// run (which a stage with transitions must allow_complete). It counts calls per run so tests can
 // prove no completed step is issued twice.
 type Scripted struct {
 	mu     sync.Mutex

@@ -59,12 +59,9 @@ type Facts struct {
 	// Setup is a setup problem found for the next call, if any. Nil when the
 	// provider is ready (or when no call is due).
 	Setup *SetupBlock
-	// SecretVersion is the resourceVersion of the credentials Secret the
-	// next call would use ("" when it uses none).
-	SecretVersion string
-	// Credential names where the next call's key comes from, for remedies.
-	Credential Credential
-	Now        time.Time
+	// SetupRetryAt is when an out-of-service provider may be tried again.
+	SetupRetryAt *time.Time
+	Now          time.Time
 
 	// Children are the run's child runs as last observed.
 	Children []ChildFact
@@ -149,7 +146,9 @@ func Decide(f Facts) Action {
 		return a
 	}
 	if f.Setup != nil {
-		return Action{Kind: ActPark, Markers: Markers{Setup: f.Setup}}
+		// A setup problem, or every model of the stage out of service
+		// (SelectCandidate already failed over where it could).
+		return Action{Kind: ActPark, Markers: Markers{Setup: f.Setup}, RetryAt: f.SetupRetryAt}
 	}
 	if st.Pending != nil {
 		// Already journaled (and so already within budget when issued).
@@ -161,25 +160,6 @@ func Decide(f Facts) Action {
 	}); hit != nil {
 		// Checked before the call: the call that would cross it is never made.
 		return Action{Kind: ActPark, Markers: Markers{Budget: hit}}
-	}
-	if fl := st.Failure; fl != nil && fl.SecretVersion == f.SecretVersion {
-		// The provider answered that this credential cannot be used, and the
-		// Secret has not changed since: retrying at once would only repeat
-		// the answer. A rejected key waits for the Secret to change; an
-		// outage is also retried after the cooldown.
-		park := Action{Kind: ActPark, Markers: Markers{Setup: &SetupBlock{
-			Blocker: arv1.SetupBlocker(fl.Class),
-			Remedy:  ProviderRemedy(fl, f.Credential),
-			Refs:    credentialRefs(f.Credential),
-		}}}
-		if fl.Class != journal.FailAuth && fl.Class != journal.FailForbidden {
-			at := st.FailureAt.Add(RetryCooldown)
-			if !f.Now.Before(at) {
-				return withSpawns(f, Action{Kind: ActDispatch})
-			}
-			park.RetryAt = &at
-		}
-		return withSpawns(f, park)
 	}
 	return withSpawns(f, Action{Kind: ActDispatch})
 }

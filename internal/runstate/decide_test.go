@@ -41,11 +41,9 @@ func ptrTime(t time.Time) *time.Time { return &t }
 // running is a spawned, healthy run with nothing special going on.
 func running() Facts {
 	return Facts{
-		Spawned:       true,
-		State:         journal.State{Stage: "plan", NextSeq: 3},
-		SecretVersion: "v1",
-		Credential:    cred,
-		Now:           now,
+		Spawned: true,
+		State:   journal.State{Stage: "plan", NextSeq: 3},
+		Now:     now,
 	}
 }
 
@@ -170,104 +168,11 @@ func TestDecide(t *testing.T) {
 			needProvider: true,
 		},
 		{
-			name: "rejected key with the same Secret parks without a retry time",
+			name: "every model out of service parks with the retry time",
 			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailAuth, 401, "v1"), failedAt.Add(-time.Hour)
+				f.Setup, f.SetupRetryAt = setup, ptrTime(failedAt.Add(RetryCooldown))
 			}),
-			want: Action{Kind: ActPark, Markers: Markers{Setup: &SetupBlock{
-				Blocker: arv1.BlockerAuthFailed, Refs: []string{"Secret/llm-keys"},
-			}}},
-			wantRemedy:   []string{"team-a/llm-keys", `"ANTHROPIC_API_KEY"`, `"anthropic"`, "HTTP 401"},
-			needProvider: true,
-		},
-		{
-			name: "forbidden with the same Secret parks without a retry time",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailForbidden, 403, "v1"), failedAt.Add(-time.Hour)
-			}),
-			want: Action{Kind: ActPark, Markers: Markers{Setup: &SetupBlock{
-				Blocker: arv1.BlockerForbidden, Refs: []string{"Secret/llm-keys"},
-			}}},
-			wantRemedy:   []string{"team-a/llm-keys", `"ANTHROPIC_API_KEY"`, "HTTP 403"},
-			needProvider: true,
-		},
-		{
-			name: "rejected key with a changed Secret dispatches",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailAuth, 401, "v1"), failedAt
-				f.SecretVersion = "v2"
-			}),
-			want:         Action{Kind: ActDispatch},
-			needProvider: true,
-		},
-		{
-			name: "no credits, same Secret, before the cooldown parks until it ends",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailCredits, 402, "v1"), failedAt
-			}),
-			want: Action{Kind: ActPark, RetryAt: ptrTime(failedAt.Add(RetryCooldown)), Markers: Markers{Setup: &SetupBlock{
-				Blocker: arv1.BlockerCreditsExhausted, Refs: []string{"Secret/llm-keys"},
-			}}},
-			wantRemedy:   []string{"team-a/llm-keys", `"ANTHROPIC_API_KEY"`, "out of credits"},
-			needProvider: true,
-		},
-		{
-			name: "no credits one nanosecond before the cooldown still parks",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailCredits, 402, "v1"), now.Add(-RetryCooldown+time.Nanosecond)
-			}),
-			want: Action{Kind: ActPark, RetryAt: ptrTime(now.Add(time.Nanosecond)), Markers: Markers{Setup: &SetupBlock{
-				Blocker: arv1.BlockerCreditsExhausted, Refs: []string{"Secret/llm-keys"},
-			}}},
-			wantRemedy:   []string{"team-a/llm-keys"},
-			needProvider: true,
-		},
-		{
-			name: "no credits exactly at the cooldown dispatches",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailCredits, 402, "v1"), now.Add(-RetryCooldown)
-			}),
-			want:         Action{Kind: ActDispatch},
-			needProvider: true,
-		},
-		{
-			name: "no credits after the cooldown dispatches",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailCredits, 402, "v1"), now.Add(-RetryCooldown-time.Second)
-			}),
-			want:         Action{Kind: ActDispatch},
-			needProvider: true,
-		},
-		{
-			name: "no credits with a changed Secret dispatches at once",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailCredits, 402, "v1"), failedAt
-				f.SecretVersion = "v2"
-			}),
-			want:         Action{Kind: ActDispatch},
-			needProvider: true,
-		},
-		{
-			name: "unreachable before the cooldown parks with its own blocker",
-			facts: with(running(), func(f *Facts) {
-				f.State.Failure, f.State.FailureAt = failure(journal.FailUnreachable, 0, "v1"), failedAt
-			}),
-			want: Action{Kind: ActPark, RetryAt: ptrTime(failedAt.Add(RetryCooldown)), Markers: Markers{Setup: &SetupBlock{
-				Blocker: arv1.BlockerProviderUnreachable, Refs: []string{"Secret/llm-keys"},
-			}}},
-			wantRemedy:   []string{`"anthropic"`, "could not be reached", "provider said no"},
-			needProvider: true,
-		},
-		{
-			name: "failure of a call that uses no Secret parks without refs",
-			facts: with(running(), func(f *Facts) {
-				f.SecretVersion, f.Credential = "", Credential{Provider: "local"}
-				f.State.Failure, f.State.FailureAt = failure(journal.FailTimedOut, 0, ""), failedAt
-			}),
-			want: Action{Kind: ActPark, RetryAt: ptrTime(failedAt.Add(RetryCooldown)), Markers: Markers{Setup: &SetupBlock{
-				Blocker: arv1.BlockerProviderTimedOut,
-			}}},
-			wantRemedy:   []string{`"local"`, "timed out"},
+			want:         Action{Kind: ActPark, RetryAt: ptrTime(failedAt.Add(RetryCooldown)), Markers: Markers{Setup: setup}},
 			needProvider: true,
 		},
 		{
@@ -445,5 +350,93 @@ func TestProviderRemedyBoundedLength(t *testing.T) {
 		if !strings.Contains(r, "upstream error body") {
 			t.Errorf("%s: remedy lost the provider's message entirely", class)
 		}
+	}
+}
+
+// TestSelectCandidate covers failover: a model that failed here is skipped
+// while its failure still counts (a rejected key until the Secret changes,
+// an outage until the Secret changes or the cooldown ends), open circuits
+// are skipped, and when nothing is left the run parks on the shared blocker.
+func TestSelectCandidate(t *testing.T) {
+	failedAt := now.Add(-time.Minute)
+	a := Candidate{Ref: "anthropic/m", SecretVersion: "v1", Credential: cred}
+	b := Candidate{Ref: "openai/g", SecretVersion: "o1", Credential: Credential{Provider: "openai", Namespace: "team-a", Secret: "oa", Key: "k"}}
+	fail := func(class journal.FailureClass, status int, version string, at time.Time) journal.FailedCall {
+		return journal.FailedCall{Failure: *failure(class, status, version), At: at}
+	}
+	open := now.Add(time.Minute)
+	cases := []struct {
+		name       string
+		cands      []Candidate
+		failed     map[string]journal.FailedCall
+		wantIndex  int
+		wantBlock  arv1.SetupBlocker
+		wantRetry  *time.Time
+		wantRemedy []string
+	}{
+		{name: "first candidate when nothing failed", cands: []Candidate{a, b}, wantIndex: 0},
+		{name: "rejected key fails over to the next model", cands: []Candidate{a, b},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailAuth, 401, "v1", failedAt)}, wantIndex: 1},
+		{name: "rejected key with the same Secret and no other model parks without a retry time", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailAuth, 401, "v1", failedAt.Add(-time.Hour))}, wantIndex: -1,
+			wantBlock: arv1.BlockerAuthFailed, wantRemedy: []string{"team-a/llm-keys", `"ANTHROPIC_API_KEY"`, "HTTP 401"}},
+		{name: "forbidden with the same Secret parks", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailForbidden, 403, "v1", failedAt)}, wantIndex: -1,
+			wantBlock: arv1.BlockerForbidden, wantRemedy: []string{"HTTP 403"}},
+		{name: "rejected key with a changed Secret is tried again", cands: []Candidate{{Ref: a.Ref, SecretVersion: "v2", Credential: cred}},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailAuth, 401, "v1", failedAt)}, wantIndex: 0},
+		{name: "no credits before the cooldown parks until it ends", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailCredits, 402, "v1", failedAt)}, wantIndex: -1,
+			wantBlock: arv1.BlockerCreditsExhausted, wantRetry: ptrTime(failedAt.Add(RetryCooldown)), wantRemedy: []string{"out of credits"}},
+		{name: "no credits exactly at the cooldown is tried again", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailCredits, 402, "v1", now.Add(-RetryCooldown))}, wantIndex: 0},
+		{name: "no credits one nanosecond before the cooldown still parks", cands: []Candidate{a},
+			failed:    map[string]journal.FailedCall{a.Ref: fail(journal.FailCredits, 402, "v1", now.Add(-RetryCooldown+time.Nanosecond))},
+			wantIndex: -1, wantBlock: arv1.BlockerCreditsExhausted, wantRetry: ptrTime(now.Add(time.Nanosecond))},
+		{name: "unreachable parks with its own blocker", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailUnreachable, 0, "v1", failedAt)}, wantIndex: -1,
+			wantBlock: arv1.BlockerProviderUnreachable, wantRetry: ptrTime(failedAt.Add(RetryCooldown)), wantRemedy: []string{"could not be reached"}},
+		{name: "different reasons on every model park on ProvidersUnavailable", cands: []Candidate{a, b},
+			failed: map[string]journal.FailedCall{
+				a.Ref: fail(journal.FailAuth, 401, "v1", failedAt),
+				b.Ref: fail(journal.FailCredits, 402, "o1", failedAt),
+			}, wantIndex: -1, wantBlock: arv1.BlockerProvidersUnavailable, wantRetry: ptrTime(failedAt.Add(RetryCooldown))},
+		{name: "an open circuit fails over", cands: []Candidate{{Ref: a.Ref, SecretVersion: "v1", Credential: cred, CircuitOpenUntil: &open, CircuitClass: "ProviderFailed"}, b},
+			wantIndex: 1},
+		{name: "an open circuit on the only model parks on its last reason until it closes",
+			cands:     []Candidate{{Ref: a.Ref, SecretVersion: "v1", Credential: cred, CircuitOpenUntil: &open, CircuitClass: "CreditsExhausted"}},
+			wantIndex: -1, wantBlock: arv1.BlockerCreditsExhausted, wantRetry: &open},
+		{name: "an open circuit with no known reason parks on ProvidersUnavailable",
+			cands:     []Candidate{{Ref: a.Ref, CircuitOpenUntil: &open}},
+			wantIndex: -1, wantBlock: arv1.BlockerProvidersUnavailable, wantRetry: &open},
+		{name: "the chosen candidate's setup problem parks the run", cands: []Candidate{{Ref: a.Ref, Block: &SetupBlock{Blocker: arv1.BlockerSecretMissing, Remedy: "create it"}}, b},
+			wantIndex: 0, wantBlock: arv1.BlockerSecretMissing},
+		{name: "a fatal failure does not hold a model back", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailFatal, 400, "v1", failedAt)}, wantIndex: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := SelectCandidate(c.cands, c.failed, now)
+			if got.Index != c.wantIndex {
+				t.Fatalf("index = %d, want %d (block %+v)", got.Index, c.wantIndex, got.Block)
+			}
+			switch {
+			case c.wantBlock == "" && got.Block != nil:
+				t.Fatalf("parks on %+v, want none", got.Block)
+			case c.wantBlock != "" && (got.Block == nil || got.Block.Blocker != c.wantBlock):
+				t.Fatalf("block = %+v, want %s", got.Block, c.wantBlock)
+			}
+			if (got.RetryAt == nil) != (c.wantRetry == nil) || (got.RetryAt != nil && !got.RetryAt.Equal(*c.wantRetry)) {
+				t.Errorf("retryAt = %v, want %v", got.RetryAt, c.wantRetry)
+			}
+			for _, want := range c.wantRemedy {
+				if !strings.Contains(got.Block.Remedy, want) {
+					t.Errorf("remedy %q lacks %q", got.Block.Remedy, want)
+				}
+			}
+			if got.Block != nil && len(got.Block.Remedy) > 1024 {
+				t.Errorf("remedy is %d bytes, over the CRD's 1024", len(got.Block.Remedy))
+			}
+		})
 	}
 }
