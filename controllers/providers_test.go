@@ -1,0 +1,164 @@
+package controllers_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
+)
+
+// twoStage moves from draft to final through the transition tool, then
+// completes with output: the shape real models drive through tool calls.
+func twoStage(models string) string {
+	return fmt.Sprintf(`
+[agent]
+name = "two"
+[stages.draft]
+system_prompt = "Draft it."
+[stages.draft.model]
+models = [%s]
+[stages.draft.transitions.final]
+condition = "llm_choice"
+[stages.final]
+allow_complete = true
+[stages.final.model]
+models = [%s]
+`, models, models)
+}
+
+func providerConfig(entries ...string) string { return strings.Join(entries, "\n") }
+
+func openAIEntry(name, url string, rated bool) string {
+	s := fmt.Sprintf("[providers.%s]\ntype = \"openai\"\nbase_url = %q\nmodels = [\"gpt-x\"]\napi_key_secret = {name = \"%s-key\", key = \"api-key\"}\n", name, url+"/v1", name)
+	if rated {
+		s += fmt.Sprintf("[providers.%s.rates.gpt-x]\nprompt = \"2\"\ncompletion = \"8\"\n", name)
+	}
+	return s
+}
+
+// TestRealProvidersCompleteTwoStages runs a two-stage run against the
+// OpenAI SDK and the Anthropic SDK talking to loopback servers that speak
+// each wire protocol, and checks counters equal what the servers reported.
+func TestRealProvidersCompleteTwoStages(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+
+	oa := providertest.NewOpenAIServer(t)
+	oa.Push(
+		providertest.Reply{ToolCall: &providertest.ToolCall{Name: "transition", Args: `{"target":"final"}`}, PromptTokens: 1000, CompletionTokens: 100, CachedTokens: 200},
+		providertest.Reply{ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"the answer"}`}, PromptTokens: 500, CompletionTokens: 50},
+	)
+	an := providertest.NewAnthropicServer(t)
+	an.Push(
+		providertest.Reply{ToolCall: &providertest.ToolCall{Name: "transition", Args: `{"target":"final"}`}, PromptTokens: 300, CompletionTokens: 30, CachedTokens: 40, CacheWriteTokens: 10},
+		providertest.Reply{Text: "done", ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"from claude"}`}, PromptTokens: 200, CompletionTokens: 20},
+	)
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(
+		openAIEntry("oa", oa.URL, true),
+		fmt.Sprintf("[providers.an]\ntype = \"anthropic\"\nbase_url = %q\nmodels = [\"claude-x\"]\napi_key_secret = {name = \"an-key\", key = \"api-key\"}\n", an.URL),
+	)})
+	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-openai-test"})
+	createSecret(t, ns, "an-key", map[string]string{"api-key": "sk-ant-test"})
+	createConfigMap(t, ns, "two-oa", map[string]string{"agent.toml": twoStage(`{provider = "oa", model = "gpt-x"}`)})
+	createConfigMap(t, ns, "two-an", map[string]string{"agent.toml": twoStage(`{provider = "an", model = "claude-x"}`)})
+	createRun(t, ns, "oa", "two-oa")
+	createRun(t, ns, "an", "two-an")
+
+	o := waitFor(t, ns, "oa", 30*time.Second, "OpenAI run Complete", phaseIs(arv1.PhaseComplete))
+	u := o.Status.Usage
+	// OpenAI counts cached tokens inside prompt_tokens; the run bills them once.
+	if u.PromptTokens != 1300 || u.CachedTokens != 200 || u.CompletionTokens != 150 || u.ModelCalls != 2 {
+		t.Errorf("openai usage = %+v, want prompt 1300 (1500 - 200 cached), cached 200, completion 150, 2 calls", u)
+	}
+	// Rate card: 1300 prompt at $2/M + 200 cached at the prompt rate + 150 at $8/M.
+	if u.CostUSD != "0.0042" || u.CostIsExact {
+		t.Errorf("openai cost = %q exact=%v, want 0.0042 reconstructed from the rate card", u.CostUSD, u.CostIsExact)
+	}
+	if oa.Requests() != 2 || oa.Last().Authorization() != "Bearer sk-openai-test" {
+		t.Errorf("openai server saw %d requests, auth %q", oa.Requests(), oa.Last().Authorization())
+	}
+	if o.Status.FinalOutput == nil || o.Status.FinalOutput.Bytes != int64(len("the answer")) {
+		t.Errorf("final output = %+v", o.Status.FinalOutput)
+	}
+
+	a := waitFor(t, ns, "an", 30*time.Second, "Anthropic run Complete", phaseIs(arv1.PhaseComplete))
+	ua := a.Status.Usage
+	if ua.PromptTokens != 500 || ua.CachedTokens != 40 || ua.CacheWriteTokens != 10 || ua.CompletionTokens != 50 {
+		t.Errorf("anthropic usage = %+v", ua)
+	}
+	if ua.CostUSD != "unknown" || ua.UnpricedCalls != 2 || ua.CostPricedUSD != "0" {
+		t.Errorf("anthropic cost = %q priced %q unpriced %d: no rate card means unknown, never 0", ua.CostUSD, ua.CostPricedUSD, ua.UnpricedCalls)
+	}
+	if an.Requests() != 2 {
+		t.Errorf("anthropic server saw %d requests, want 2", an.Requests())
+	}
+}
+
+// TestProviderErrorsParkFailOverAndOpenTheCircuit: a 401 from the first
+// model fails over to the second before any park; a 401 with nowhere to go
+// parks on AuthFailed; a 400 ends the run in Error with the provider's
+// message; three failing runs open the provider's circuit so a fourth run
+// does not call it.
+func TestProviderErrorsParkFailOverAndOpenTheCircuit(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	bad := providertest.NewOpenAIServer(t)
+	bad.Push(providertest.Reply{Status: 401, ErrorMessage: "Incorrect API key provided"})
+	good := providertest.NewOpenAIServer(t)
+	good.Push(providertest.Reply{ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"ok"}`}, PromptTokens: 10, CompletionTokens: 1})
+	fatal := providertest.NewOpenAIServer(t)
+	fatal.Push(providertest.Reply{Status: 400, ErrorMessage: "messages: field required"})
+	down := providertest.NewOpenAIServer(t)
+	down.Push(providertest.Reply{Status: 503, ErrorMessage: "overloaded"})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(
+		openAIEntry("bad", bad.URL, false), openAIEntry("good", good.URL, false),
+		openAIEntry("fatal", fatal.URL, false), openAIEntry("down", down.URL, false),
+	)})
+	for _, n := range []string{"bad", "good", "fatal", "down"} {
+		createSecret(t, ns, n+"-key", map[string]string{"api-key": "sk-" + n})
+	}
+	single := func(models string) string {
+		return fmt.Sprintf("[agent]\nname = \"one\"\n[stages.only]\n[stages.only.model]\nmodels = [%s]\n", models)
+	}
+	createConfigMap(t, ns, "failover", map[string]string{"agent.toml": single(`{provider = "bad", model = "gpt-x"}, {provider = "good", model = "gpt-x"}`)})
+	createConfigMap(t, ns, "only-bad", map[string]string{"agent.toml": single(`{provider = "bad", model = "gpt-x"}`)})
+	createConfigMap(t, ns, "fatal", map[string]string{"agent.toml": single(`{provider = "fatal", model = "gpt-x"}`)})
+	createConfigMap(t, ns, "down", map[string]string{"agent.toml": single(`{provider = "down", model = "gpt-x"}`)})
+
+	createRun(t, ns, "failover", "failover")
+	done := waitFor(t, ns, "failover", 30*time.Second, "Complete via the second model", phaseIs(arv1.PhaseComplete))
+	if done.Status.Usage.ModelCalls != 1 || good.Requests() != 1 {
+		t.Errorf("failover: %d completed calls, good server saw %d", done.Status.Usage.ModelCalls, good.Requests())
+	}
+
+	createRun(t, ns, "only-bad", "only-bad")
+	p := waitFor(t, ns, "only-bad", 30*time.Second, "AuthFailed", blockedOn(arv1.BlockerAuthFailed))
+	if strings.Contains(p.Status.WaitingOn.Remedy, "sk-bad") {
+		t.Error("the remedy shows the key")
+	}
+
+	createRun(t, ns, "fatal", "fatal")
+	f := waitFor(t, ns, "fatal", 30*time.Second, "Error", phaseIs(arv1.PhaseError))
+	if !strings.Contains(f.Status.Error, "messages: field required") {
+		t.Errorf("error %q lacks the provider's message", f.Status.Error)
+	}
+
+	for i := range 3 {
+		createRun(t, ns, fmt.Sprintf("down-%d", i), "down")
+	}
+	for i := range 3 {
+		waitFor(t, ns, fmt.Sprintf("down-%d", i), 60*time.Second, "parked on the outage", blockedOn(arv1.BlockerProviderFailed))
+	}
+	before := down.Requests()
+	createRun(t, ns, "down-after", "down")
+	w := waitFor(t, ns, "down-after", 30*time.Second, "parked on the open circuit", blockedOn(arv1.BlockerProviderFailed))
+	if got := down.Requests(); got != before {
+		t.Errorf("the open circuit let %d more requests through", got-before)
+	}
+	if !strings.Contains(w.Status.WaitingOn.Remedy, "circuit is open") {
+		t.Errorf("remedy %q does not say the circuit is open", w.Status.WaitingOn.Remedy)
+	}
+}
