@@ -21,6 +21,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -185,7 +186,8 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		}
 		req.ChildOutputs = outputs
 	}
-	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, intent, req, res) }) {
+	agent := f.Blueprint.Agent.Name
+	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, agent, intent, req, res) }) {
 		out.backpressure = true
 	}
 	return out, nil
@@ -196,7 +198,8 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 // journals the completion or the final classified failure. A cancelled
 // step (run cancelled, manager stopping) journals nothing: the intent stays
 // pending and is re-issued by whoever drives the run next.
-func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRun, intent journal.Entry, req providers.Request, res *resolved) {
+func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRun, agent string, intent journal.Entry, req providers.Request, res *resolved) {
+	started := time.Now()
 	log := ctrl.Log.WithName("step").WithValues("AgentRun", run.Namespace+"/"+run.Name, "seq", intent.Seq)
 	p, ok := r.providerFor(res.provider)
 	var result providers.Result
@@ -257,6 +260,15 @@ func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRu
 			}
 		}
 	}
+	outcome := "ok"
+	if done.Failure != nil {
+		outcome = string(done.Failure.Class)
+	}
+	u := journal.Usage{}
+	if done.Usage != nil {
+		u = *done.Usage
+	}
+	metrics.RecordCall(run.Namespace, agent, res.provider.Name, outcome, time.Since(started), u.Prompt, u.Completion, u.Cached, u.CacheWrite, done.CostNanoUSD)
 	// The completion must land even if the API server blips; a manager that
 	// dies here leaves the intent pending and the call is issued again once.
 	for i := 0; i < 5; i++ {

@@ -26,6 +26,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
@@ -226,6 +227,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Pool); err != nil {
 		return err
 	}
+	metrics.Register(mgr.GetClient(), r.Pool)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&arv1.AgentRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
