@@ -29,6 +29,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
 
 // AgentRunReconciler drives AgentRuns.
@@ -48,6 +49,8 @@ type AgentRunReconciler struct {
 	Providers map[string]providers.Provider
 	// Breakers are the providers' circuit breakers, shared by every run.
 	Breakers *circuit.Breakers
+	// CallbackPolicy bounds webhook delivery attempts.
+	CallbackPolicy webhook.Policy
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
 	// MaxConcurrentReconciles bounds parallel reconciles.
@@ -134,11 +137,13 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 	}
 	r.emitEvents(run, before)
+	r.deliverCallback(run)
 	return outcome.result(), nil
 }
 
 // observeTerminal stamps a terminal run's status with the generation it saw.
 func (r *AgentRunReconciler) observeTerminal(ctx context.Context, run *arv1.AgentRun) error {
+	defer r.deliverCallback(run)
 	if run.Status.ObservedGeneration == run.Generation {
 		return nil
 	}
@@ -214,6 +219,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Breakers == nil {
 		r.Breakers = circuit.New()
+	}
+	if r.CallbackPolicy.Attempts == 0 {
+		r.CallbackPolicy = webhook.DefaultPolicy
 	}
 	r.journals = newJournalStore(r.Client, r.APIReader)
 	r.expectations = newExpectations()

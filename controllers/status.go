@@ -112,6 +112,7 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 		st.LastProgressAt = &t
 	}
 	observeClock(st, now)
+	markCallbackDue(run)
 	setConditions(run, o.backpressure)
 }
 

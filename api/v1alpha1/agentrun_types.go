@@ -160,6 +160,45 @@ type CallbackSpec struct {
 	SigningKeySecretRef *SecretKeyRef `json:"signingKeySecretRef,omitempty"`
 }
 
+// CallbackState is where a webhook delivery stands.
+// +kubebuilder:validation:Enum=Pending;Delivered;Failed
+type CallbackState string
+
+// Callback states.
+const (
+	// CallbackPending: the run ended; the delivery is due or being retried.
+	CallbackPending CallbackState = "Pending"
+	// CallbackDelivered: the receiver answered 2xx.
+	CallbackDelivered CallbackState = "Delivered"
+	// CallbackFailed: retries ran out, or the receiver refused (4xx).
+	CallbackFailed CallbackState = "Failed"
+)
+
+// CallbackStatus records the one delivery a terminal run makes.
+type CallbackStatus struct {
+	// deliveryID is sent with every attempt (X-AgentRun-Delivery) and never
+	// changes, so receivers can drop duplicates.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	DeliveryID string `json:"deliveryID"`
+	// state of the delivery.
+	// +required
+	State CallbackState `json:"state"`
+	// attempts made so far.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// lastAttemptAt is when the last attempt ended.
+	// +optional
+	LastAttemptAt *metav1.Time `json:"lastAttemptAt,omitempty"`
+	// deliveredAt is when the receiver accepted it.
+	// +optional
+	DeliveredAt *metav1.Time `json:"deliveredAt,omitempty"`
+	// lastError says why the last attempt failed. Never holds the key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+}
+
 // SecretKeyRef names one key of a Secret in the run's namespace.
 type SecretKeyRef struct {
 	// name of the Secret.
@@ -375,6 +414,11 @@ type AgentRunStatus struct {
 	// completion is not, if any.
 	// +optional
 	PendingCall *PendingCall `json:"pendingCall,omitempty"`
+
+	// callback is the state of the terminal webhook delivery, recorded so a
+	// manager restart neither loses nor repeats it.
+	// +optional
+	Callback *CallbackStatus `json:"callback,omitempty"`
 
 	// setupRefs are the objects a NeedsSetup park waits on, as
 	// "Kind/name". The controller indexes them, so creating or fixing one

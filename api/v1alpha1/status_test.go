@@ -152,6 +152,7 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		TitleError:     "title model timed out",
 		ParentRun:      "release-train",
 		Children:       &arv1.ChildrenSummary{Total: 5, Running: 1, Queued: 1, Succeeded: 2, Failed: 1, Retried: 1},
+		Callback:       &arv1.CallbackStatus{DeliveryID: "agent_completed:uid", State: arv1.CallbackDelivered, Attempts: 2, LastAttemptAt: at(now, -time.Second), DeliveredAt: at(now, -time.Second), LastError: "callback answered HTTP 503"},
 		Flags: arv1.RunFlags{
 			ModifiedFiles:     []string{"pkg/pay/retry.go", "pkg/pay/retry_test.go"},
 			ModifiedFileCount: 3, EmptyOutput: true, NoOutputTools: true, SearchesRun: 4, SearchesEmpty: 1,
