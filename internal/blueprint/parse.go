@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -171,23 +170,11 @@ func Parse(files map[string]string) (*Blueprint, error) {
 
 func (p *parser) parse(src string) (*Blueprint, *ParseError) {
 	var raw rawManifest
-	md, err := toml.Decode(src, &raw)
-	if err != nil {
-		line, msg := tomlpos.DecodeError(err, p.idx)
+	md, line, msg, ok := p.idx.DecodeStrict(src, &raw)
+	if !ok {
 		return nil, p.errf(line, "%s", msg)
 	}
 	p.md = md
-	if unknown := tomlpos.UnknownKeys(md); len(unknown) > 0 {
-		names := make([]string, len(unknown))
-		for i, k := range unknown {
-			names[i] = strconv.Quote(k.String())
-		}
-		word := "key"
-		if len(names) > 1 {
-			word = "keys"
-		}
-		return nil, p.errf(p.line(unknown[0]...), "unknown %s %s", word, strings.Join(names, ", "))
-	}
 
 	bp := &Blueprint{ManifestKey: p.key}
 	if err := p.agent(&raw.Agent, &bp.Agent); err != nil {

@@ -9,10 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint/tomlpos"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
@@ -153,21 +150,8 @@ func Parse(data map[string]string) (*Config, error) {
 
 func (p *parser) parse(src string) (*Config, *ParseError) {
 	var raw rawConfig
-	md, err := toml.Decode(src, &raw)
-	if err != nil {
-		line, msg := tomlpos.DecodeError(err, p.idx)
+	if _, line, msg, ok := p.idx.DecodeStrict(src, &raw); !ok {
 		return nil, p.errf(line, "%s", msg)
-	}
-	if unknown := tomlpos.UnknownKeys(md); len(unknown) > 0 {
-		names := make([]string, len(unknown))
-		for i, k := range unknown {
-			names[i] = strconv.Quote(k.String())
-		}
-		word := "key"
-		if len(names) > 1 {
-			word = "keys"
-		}
-		return nil, p.errf(p.idx.Line(unknown[0]...), "unknown %s %s", word, strings.Join(names, ", "))
 	}
 	if len(raw.Providers) == 0 {
 		return nil, p.errf(0, "no providers declared; add a [providers.<name>] table")

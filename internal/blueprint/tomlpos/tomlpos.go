@@ -6,6 +6,7 @@ package tomlpos
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -335,4 +336,27 @@ func UnknownKeys(md toml.MetaData) []toml.Key {
 		}
 	}
 	return out
+}
+
+// DecodeStrict decodes src into v and refuses unknown keys. On failure it
+// returns the 1-based line (0 when unknown) and a message; ok is true when
+// src decoded cleanly.
+func (x *Index) DecodeStrict(src string, v any) (md toml.MetaData, line int, msg string, ok bool) {
+	md, err := toml.Decode(src, v)
+	if err != nil {
+		line, msg = DecodeError(err, x)
+		return md, line, msg, false
+	}
+	if unknown := UnknownKeys(md); len(unknown) > 0 {
+		names := make([]string, len(unknown))
+		for i, k := range unknown {
+			names[i] = strconv.Quote(k.String())
+		}
+		word := "key"
+		if len(names) > 1 {
+			word = "keys"
+		}
+		return md, x.Line(unknown[0]...), fmt.Sprintf("unknown %s %s", word, strings.Join(names, ", ")), false
+	}
+	return md, 0, "", true
 }
