@@ -22,13 +22,14 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
+	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
 // maxOutputBytes is the seeds' cap on a stored final output.
-const maxOutputBytes = 256 << 10
+const maxOutputBytes = output.MaxBytes
 
 // actOutcome is what acting changed that status must show.
 type actOutcome struct {
@@ -179,6 +180,15 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 	if stage != nil {
 		req.Script, req.SystemPrompt = stage.Script, stage.SystemPrompt
 	}
+	spec := outputSpec(run, f.Blueprint)
+	req.OutputInstructions = spec.instructions
+	for _, t := range st.Turns {
+		turn := providers.Turn{Assistant: t.Text}
+		if t.Rejected != "" {
+			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
+		}
+		req.History = append(req.History, turn)
+	}
 	if lf := st.LastFanOut; lf != nil && lf.Target == st.Stage {
 		outputs, err := r.mergeInputs(ctx, run, f.children)
 		if err != nil {
@@ -187,7 +197,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		req.ChildOutputs = outputs
 	}
 	agent := f.Blueprint.Agent.Name
-	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, agent, intent, req, res) }) {
+	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, agent, intent, req, res, spec.check) }) {
 		out.backpressure = true
 	}
 	return out, nil
@@ -198,7 +208,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 // journals the completion or the final classified failure. A cancelled
 // step (run cancelled, manager stopping) journals nothing: the intent stays
 // pending and is re-issued by whoever drives the run next.
-func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRun, agent string, intent journal.Entry, req providers.Request, res *resolved) {
+func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRun, agent string, intent journal.Entry, req providers.Request, res *resolved, check output.Spec) {
 	started := time.Now()
 	log := ctrl.Log.WithName("step").WithValues("AgentRun", run.Namespace+"/"+run.Name, "seq", intent.Seq)
 	p, ok := r.providerFor(res.provider)
@@ -248,6 +258,11 @@ func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRu
 	} else {
 		r.Breakers.Success(key)
 		done.Kind = journal.ModelCallCompleted
+		if o := result.Response.Output; o != "" {
+			if why := output.Check(check, o); why != "" {
+				result.Response.Output, result.Response.Complete, result.Response.OutputRejected = "", false, why
+			}
+		}
 		done.Response = &result.Response
 		done.Usage = &result.Usage
 		switch {
@@ -312,6 +327,23 @@ func (r *AgentRunReconciler) storeOutput(ctx context.Context, run *arv1.AgentRun
 		d.Format = arv1.OutputFormat(bp.Agent.Output.Format)
 	}
 	return d, nil
+}
+
+// runOutputSpec is the output a run must hand back: the spec's override,
+// else the blueprint's.
+type runOutputSpec struct {
+	check        output.Spec
+	instructions string
+}
+
+func outputSpec(run *arv1.AgentRun, bp *blueprint.Blueprint) runOutputSpec {
+	if o := run.Spec.Output; o != nil {
+		return runOutputSpec{check: output.Spec{Format: string(o.Format), Schema: o.Schema}, instructions: o.Instructions}
+	}
+	if o := bp.Agent.Output; o != nil {
+		return runOutputSpec{check: output.Spec{Format: o.Format, Schema: o.Schema}, instructions: o.Instructions}
+	}
+	return runOutputSpec{}
 }
 
 // requestHash identifies a model request by run, position and model.

@@ -162,3 +162,44 @@ func TestProviderErrorsParkFailOverAndOpenTheCircuit(t *testing.T) {
 		t.Errorf("remedy %q does not say the circuit is open", w.Status.WaitingOn.Remedy)
 	}
 }
+
+// TestOutputFailingItsSchemaIsRefusedAndTheModelTold: output that fails the
+// run's JSON Schema is refused, the model is told why on its next turn (the
+// conversation carries its earlier answer and the refusal), and valid output
+// is stored and described.
+func TestOutputFailingItsSchemaIsRefusedAndTheModelTold(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	srv := providertest.NewOpenAIServer(t)
+	srv.Push(
+		providertest.Reply{Text: "here", ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"{\"verdict\":\"maybe\"}"}`}, PromptTokens: 10, CompletionTokens: 5},
+		providertest.Reply{Text: "fixed", ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"{\"verdict\":\"ok\"}"}`}, PromptTokens: 20, CompletionTokens: 5},
+	)
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": openAIEntry("oa", srv.URL, false)})
+	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-x"})
+	createConfigMap(t, ns, "judge", map[string]string{"agent.toml": "[agent]\nname = \"judge\"\n[stages.only]\n[stages.only.model]\nmodels = [{provider = \"oa\", model = \"gpt-x\"}]\n"})
+	createRun(t, ns, "r", "judge", func(r *arv1.AgentRun) {
+		r.Spec.Output = &arv1.OutputSpec{Format: arv1.OutputFormatJSON, Instructions: "Answer with a verdict.",
+			Schema: `{"type":"object","required":["verdict"],"properties":{"verdict":{"enum":["ok","bad"]}}}`}
+	})
+	done := waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if done.Status.Usage.ModelCalls != 2 || srv.Requests() != 2 {
+		t.Fatalf("model calls %d, server requests %d, want 2 and 2", done.Status.Usage.ModelCalls, srv.Requests())
+	}
+	msgs, _ := srv.Last().JSON()["messages"].([]any)
+	var texts []string
+	for _, m := range msgs {
+		mm, _ := m.(map[string]any)
+		texts = append(texts, fmt.Sprintf("%v:%v", mm["role"], mm["content"]))
+	}
+	joined := strings.Join(texts, "\n")
+	for _, want := range []string{"user:test task for r", "Output: Answer with a verdict.", "assistant:here", "Your output was refused", "does not match the schema"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("second request's messages lack %q:\n%s", want, joined)
+		}
+	}
+	fo := done.Status.FinalOutput
+	if fo == nil || fo.Format != arv1.OutputFormatJSON || fo.Bytes != int64(len(`{"verdict":"ok"}`)) || done.Status.Flags.EmptyOutput {
+		t.Errorf("final output = %+v, flags %+v", fo, done.Status.Flags)
+	}
+}

@@ -101,6 +101,9 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	st.Flags.MaxIterationsHit = state.MaxIterationsHit
 	st.Flags.ProducedOutput = state.Output != nil
 	st.Flags.GatesForced = state.GatesForced
+	// Every run can hand back output (the complete tool carries it), so a
+	// finished run with no output and no modifications produced nothing.
+	st.Flags.EmptyOutput = st.Phase.IsTerminal() && state.Output == nil && st.Flags.ModifiedFileCount == 0 && !st.Flags.NoOutputTools
 	if o.finalOutput != nil {
 		st.FinalOutput = o.finalOutput
 	}

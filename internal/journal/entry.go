@@ -92,6 +92,9 @@ type Response struct {
 	Items []string `json:"items,omitempty"`
 	// Spawns are sub-agents the model started.
 	Spawns []Spawn `json:"spawns,omitempty"`
+	// OutputRejected says why submitted output was refused (it failed the
+	// output spec); the model is told on its next turn.
+	OutputRejected string `json:"outputRejected,omitempty"`
 }
 
 // Spawn is a sub-agent request: a blueprint ConfigMap and a task.

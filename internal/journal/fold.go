@@ -77,6 +77,9 @@ type State struct {
 	// ChildrenGate holds a requires_children stage until its sub-agents
 	// finish.
 	ChildrenGate *Gate
+	// Turns are the model's answers in the current stage, so each call
+	// carries the conversation so far.
+	Turns []Turn
 
 	Outcome Outcome
 	// Message explains an Error outcome.
@@ -97,6 +100,13 @@ type PendingInteraction struct {
 	Target string
 	// answered counts points of Stage already approved.
 	answered int
+}
+
+// Turn is one answer of the model in the stage and what it was told back.
+type Turn struct {
+	Text string
+	// Rejected is why its submitted output was refused, if it was.
+	Rejected string
 }
 
 // FanOut is a fan_out stage's items and where the run goes once they are done.
@@ -257,6 +267,23 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if r == nil {
 		r = &Response{}
 	}
+	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected})
+	if r.OutputRejected != "" {
+		// Refused output neither counts nor moves the run: the model tries
+		// again, told why, until the stage runs out of iterations.
+		if st.Iteration < stage.MaxIterations {
+			return
+		}
+		if t, ok := stage.TransitionFor(blueprint.CondMaxIterations); ok {
+			st.MaxIterationsHit = true
+			st.leave(bp, stage.Name, t.Target)
+			return
+		}
+		st.MaxIterationsHit = true
+		st.Outcome = OutcomeError
+		st.Message = fmt.Sprintf("stage %q reached max_iterations (%d) without acceptable output: %s", stage.Name, stage.MaxIterations, r.OutputRejected)
+		return
+	}
 	if r.Output != "" {
 		st.Output = &SubmittedOutput{Text: r.Output, Stage: stage.Name, Seq: e.Seq}
 	}
@@ -355,7 +382,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("transition target %q is not a stage", target)
 		return
 	}
-	st.Stage, st.StageIndex, st.Iteration = target, idx, 0
+	st.Stage, st.StageIndex, st.Iteration, st.Turns = target, idx, 0, nil
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++
 }

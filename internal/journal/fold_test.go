@@ -248,6 +248,7 @@ func TestFoldFullState(t *testing.T) {
 				req(2, "plan", 1),
 			},
 			want: State{
+				Turns:   []Turn{{Text: "thinking"}},
 				NextSeq: 3, Stage: "plan", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel: "anthropic/claude-x", Pending: ptrEntry(req(2, "plan", 1)),
@@ -265,6 +266,7 @@ func TestFoldFullState(t *testing.T) {
 				done(5, 4, Response{Text: "lgtm", Complete: true, Output: "final report"}, usage(Usage{Prompt: 1, Completion: 1}), cost(nil, false)),
 			},
 			want: State{
+				Turns:   []Turn{{Text: "lgtm"}},
 				NextSeq: 6, Stage: "review", StageIndex: 2, Iteration: 1,
 				// plan iteration + build entry, build iteration + review
 				// entry, review iteration.
@@ -339,6 +341,7 @@ func TestFoldFullState(t *testing.T) {
 				done(3, 2, Response{Text: "ok"}),
 			},
 			want: State{
+				Turns:   []Turn{{Text: "ok"}},
 				NextSeq: 4, Stage: "plan", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel: "anthropic/claude-x",
@@ -379,6 +382,7 @@ func TestFoldFullState(t *testing.T) {
 				done(1, 0, Response{Text: "draft"}),
 			},
 			want: State{
+				Turns:   []Turn{{Text: "draft"}},
 				NextSeq: 2, Stage: "draft", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel:  "anthropic/claude-x",
@@ -394,6 +398,7 @@ func TestFoldFullState(t *testing.T) {
 				answer(2, "approve-draft", true, false),
 			},
 			want: State{
+				Turns:   []Turn{{Text: "draft"}},
 				NextSeq: 3, Stage: "draft", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel:  "anthropic/claude-x",
@@ -429,6 +434,7 @@ func TestFoldFullState(t *testing.T) {
 				answer(6, "final-ok", true, false),
 			},
 			want: State{
+				Turns:   []Turn{{}},
 				NextSeq: 7, Stage: "publish", StageIndex: 1, Iteration: 1, Moves: 3,
 				Usage: Usage{Prompt: 200, Completion: 20}, ModelCalls: 2, PricedNanoUSD: 2000,
 				EntryModel: "anthropic/claude-x",
@@ -445,6 +451,7 @@ func TestFoldFullState(t *testing.T) {
 				answer(2, "approve-draft", false, false),
 			},
 			want: State{
+				Turns:   []Turn{{}},
 				NextSeq: 3, Stage: "draft", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel: "anthropic/claude-x",
@@ -476,6 +483,7 @@ func TestFoldFullState(t *testing.T) {
 				done(1, 0, Response{Text: "one"}),
 			},
 			want: State{
+				Turns:   []Turn{{Text: "one"}},
 				NextSeq: 2, Stage: "work", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel: "anthropic/claude-x",
@@ -930,4 +938,31 @@ func TestFoldEntryModelIsFirstCall(t *testing.T) {
 // failedAt is the Failed map after one failure of the test model.
 func failedAt(class FailureClass, status int, msg, version string, sec int64) map[string]FailedCall {
 	return map[string]FailedCall{"anthropic/claude-x": {Failure: Failure{Class: class, Status: status, Message: msg, SecretVersion: version}, At: at(sec)}}
+}
+
+// TestFoldRefusedOutputIteratesThenErrors: output refused by its spec does
+// not complete the run or count as output; the model's turn and the reason
+// are kept for its next call; out of iterations the run errors saying why.
+func TestFoldRefusedOutputIteratesThenErrors(t *testing.T) {
+	bp := mustParse(t, "[agent]\nname = \"j\"\n[stages.only]\nmax_iterations = 2\n")
+	entries := []Entry{
+		req(0, "only", 0),
+		done(1, 0, Response{Text: "try", OutputRejected: "the output must be JSON"}),
+	}
+	st := Fold(bp, entries)
+	if st.Outcome != OutcomeNone || st.Output != nil || st.Iteration != 1 {
+		t.Fatalf("after one refusal: outcome %q output %v iteration %d", st.Outcome, st.Output, st.Iteration)
+	}
+	if len(st.Turns) != 1 || st.Turns[0].Rejected != "the output must be JSON" {
+		t.Fatalf("turns = %+v", st.Turns)
+	}
+	entries = append(entries, req(2, "only", 1), done(3, 2, Response{Text: "again", OutputRejected: "still not JSON"}))
+	st = Fold(bp, entries)
+	if st.Outcome != OutcomeError || !st.MaxIterationsHit || !strings.Contains(st.Message, "still not JSON") {
+		t.Fatalf("out of iterations: outcome %q hit %v message %q", st.Outcome, st.MaxIterationsHit, st.Message)
+	}
+	ok := Fold(bp, append(entries[:2], req(2, "only", 1), done(3, 2, Response{Complete: true, Output: `{"a":1}`})))
+	if ok.Outcome != OutcomeComplete || ok.Output == nil || ok.Output.Text != `{"a":1}` {
+		t.Fatalf("valid output after a refusal: %+v", ok)
+	}
 }

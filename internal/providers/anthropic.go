@@ -59,7 +59,7 @@ func (p *Anthropic) Call(ctx context.Context, req Request) (Result, error) {
 	params := anthropic.MessageNewParams{
 		Model:     anthropic.Model(req.Model),
 		MaxTokens: AnthropicMaxTokens,
-		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(userContent(req)))},
+		Messages:  anthropicMessages(req),
 		Tools: []anthropic.ToolUnionParam{
 			{OfTool: &anthropic.ToolParam{
 				Name:        ToolTransition,
@@ -123,4 +123,14 @@ func anthropicError(ctx context.Context, err error, httpRes *http.Response, key 
 	default:
 		return transportError(ctx, err, key)
 	}
+}
+
+// anthropicMessages is the task, then each earlier answer and its feedback.
+func anthropicMessages(req Request) []anthropic.MessageParam {
+	msgs := []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(userContent(req)))}
+	as, us := turns(req)
+	for i := range as {
+		msgs = append(msgs, anthropic.NewAssistantMessage(anthropic.NewTextBlock(as[i])), anthropic.NewUserMessage(anthropic.NewTextBlock(us[i])))
+	}
+	return msgs
 }

@@ -72,11 +72,15 @@ func applyToolCall(resp *journal.Response, name string, args []byte) {
 // userContent is the user message of a call: the task, followed by the
 // fan-out workers' outputs when the stage merges them.
 func userContent(req Request) string {
+	task := req.Task
+	if req.OutputInstructions != "" {
+		task += "\n\nOutput: " + req.OutputInstructions
+	}
 	if len(req.ChildOutputs) == 0 {
-		return req.Task
+		return task
 	}
 	var b strings.Builder
-	b.WriteString(req.Task)
+	b.WriteString(task)
 	fmt.Fprintf(&b, "\n\nOutputs of the %d workers, in item order:", len(req.ChildOutputs))
 	for i, out := range req.ChildOutputs {
 		fmt.Fprintf(&b, "\n\n--- worker %d ---\n%s", i+1, out)
@@ -283,3 +287,20 @@ func defaultHTTPClient() *http.Client {
 }
 
 func nonNegative(n int64) int64 { return max(n, 0) }
+
+// turns renders History as alternating assistant and user texts, never
+// empty (providers refuse empty messages).
+func turns(req Request) (assistant, user []string) {
+	for _, t := range req.History {
+		a := t.Assistant
+		if strings.TrimSpace(a) == "" {
+			a = "(no text)"
+		}
+		f := t.Feedback
+		if f == "" {
+			f = "Continue."
+		}
+		assistant, user = append(assistant, a), append(user, f)
+	}
+	return assistant, user
+}

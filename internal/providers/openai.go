@@ -61,6 +61,10 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 		msgs = append(msgs, openai.SystemMessage(req.SystemPrompt))
 	}
 	msgs = append(msgs, openai.UserMessage(userContent(req)))
+	as, us := turns(req)
+	for i := range as {
+		msgs = append(msgs, openai.AssistantMessage(as[i]), openai.UserMessage(us[i]))
+	}
 	params := openai.ChatCompletionNewParams{
 		Model:    openai.ChatModel(req.Model),
 		Messages: msgs,

@@ -43,6 +43,17 @@ type Request struct {
 	// ChildOutputs are the final outputs of the fan-out workers this stage
 	// merges, in item order (empty outside a merge stage).
 	ChildOutputs []string
+	// History is the model's earlier answers in this stage, each with what
+	// it was told back, oldest first.
+	History []Turn
+	// OutputInstructions tell the model what output to hand back.
+	OutputInstructions string
+}
+
+// Turn is an earlier answer and the feedback that followed it.
+type Turn struct {
+	Assistant string
+	Feedback  string
 }
 
 // Result is a model's answer.

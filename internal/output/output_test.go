@@ -1,0 +1,33 @@
+package output
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	schema := `{"type":"object","required":["verdict"],"properties":{"verdict":{"enum":["ok","bad"]}}}`
+	for _, c := range []struct {
+		name string
+		spec Spec
+		text string
+		want string // substring of the refusal; "" = accepted
+	}{
+		{"text accepts prose", Spec{Format: "text"}, "hello", ""},
+		{"no spec accepts anything", Spec{}, "{not json", ""},
+		{"empty is refused", Spec{}, "  ", "empty"},
+		{"json must parse", Spec{Format: "json"}, "{not json", "must be JSON"},
+		{"json without schema", Spec{Format: "json"}, `{"a":1}`, ""},
+		{"schema satisfied", Spec{Format: "json", Schema: schema}, `{"verdict":"ok"}`, ""},
+		{"schema: missing property", Spec{Format: "json", Schema: schema}, `{"x":1}`, "verdict"},
+		{"schema: bad enum", Spec{Format: "json", Schema: schema}, `{"verdict":"maybe"}`, "does not match the schema"},
+		{"broken schema", Spec{Format: "json", Schema: "{"}, `{}`, "schema itself"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Check(c.spec, c.text)
+			if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+				t.Fatalf("Check = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
