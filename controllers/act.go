@@ -160,6 +160,9 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		Seq: st.NextSeq, Kind: journal.ModelCallRequested, At: f.Now,
 		Stage: st.Stage, Iteration: st.Iteration, Provider: res.provider.Name, Model: res.model,
 	}
+	if a.Title {
+		intent.Purpose = journal.PurposeTitle
+	}
 	if a.Reissue {
 		intent = *st.Pending
 	} else {
@@ -169,10 +172,9 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		}
 		f.State.Apply(f.Blueprint, intent)
 	}
-	out.dispatchedModel = res.provider.Name + "/" + res.model
-	key := executor.Key{Run: run.UID, Seq: intent.Seq}
-	wake := event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}}}
-	target := run.DeepCopy()
+	if intent.Purpose == "" {
+		out.dispatchedModel = res.provider.Name + "/" + res.model
+	}
 	req := providers.Request{
 		RunUID: string(run.UID), Seq: intent.Seq, Stage: st.Stage, Iteration: st.Iteration,
 		Attempt: st.FailedAttempts, Model: res.model, Task: run.Spec.Task, APIKey: res.apiKey,
@@ -182,6 +184,13 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 	}
 	spec := outputSpec(run, f.Blueprint)
 	req.OutputInstructions = spec.instructions
+	if intent.Purpose == journal.PurposeTitle {
+		// The titling call: the task alone, a short answer, no turns.
+		req.Purpose, req.Script, req.SystemPrompt, req.OutputInstructions = journal.PurposeTitle, nil, "", ""
+		req.Task = "Give this task a short title of at most eight words. Answer with the title only, no quotes.\n\nTask: " + run.Spec.Task
+		r.submitCall(run, f, intent, req, res, spec.check, &out)
+		return out, nil
+	}
 	for _, t := range st.Turns {
 		turn := providers.Turn{Assistant: t.Text}
 		if t.Rejected != "" {
@@ -196,11 +205,19 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		}
 		req.ChildOutputs = outputs
 	}
+	r.submitCall(run, f, intent, req, res, spec.check, &out)
+	return out, nil
+}
+
+// submitCall hands the call to the executor; a full pool is backpressure.
+func (r *AgentRunReconciler) submitCall(run *arv1.AgentRun, f *facts, intent journal.Entry, req providers.Request, res *resolved, check output.Spec, out *actOutcome) {
+	key := executor.Key{Run: run.UID, Seq: intent.Seq}
+	wake := event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}}}
+	target := run.DeepCopy()
 	agent := f.Blueprint.Agent.Name
-	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, agent, intent, req, res, spec.check) }) {
+	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runModelCall(stepCtx, target, agent, intent, req, res, check) }) {
 		out.backpressure = true
 	}
-	return out, nil
 }
 
 // runModelCall runs on an executor worker: it calls the provider, retrying

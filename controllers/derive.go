@@ -52,6 +52,7 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 		return nil, err
 	}
 	f.State = journal.Fold(f.Blueprint, entries)
+	f.TitleWanted = f.Blueprint.Agent.Title.Enabled && run.Spec.Depth == 0
 	if f.children, err = r.listChildren(ctx, run); err != nil {
 		return nil, err
 	}
@@ -68,7 +69,11 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	}
 	if runstate.NeedsProvider(f.Facts) {
 		stage, _, _ := f.Blueprint.Stage(f.State.Stage)
-		res, block, retryAt, err := r.resolveProvider(ctx, run, stage, f.State, now)
+		var refs []string
+		if f.TitleWanted && !f.State.Titled && f.Blueprint.Agent.Title.Model != "" {
+			refs = []string{f.Blueprint.Agent.Title.Model}
+		}
+		res, block, retryAt, err := r.resolveProvider(ctx, run, stage, refs, f.State, now)
 		if err != nil {
 			return nil, err
 		}

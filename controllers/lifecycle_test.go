@@ -129,5 +129,11 @@ func TestThreeStageRunCompletes(t *testing.T) {
 	if calls := h.scripted.Calls(string(run.UID)); calls != 4 {
 		t.Errorf("provider saw %d calls, want 4", calls)
 	}
+	if st.Title != "test task for r1" || h.scripted.TitleCalls(string(run.UID)) != 1 {
+		t.Errorf("title %q after %d titling calls, want the task's words after one", st.Title, h.scripted.TitleCalls(string(run.UID)))
+	}
+	if st.Flags.EmptyOutput || !st.Flags.ProducedOutput {
+		t.Errorf("flags = %+v: the run produced output", st.Flags)
+	}
 	_ = context.Background()
 }

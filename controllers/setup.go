@@ -34,13 +34,17 @@ type resolved struct {
 // then picks the first that has not failed here and whose circuit is closed
 // (runstate.SelectCandidate). A problem the cluster operator can fix comes
 // back as a SetupBlock, with a retry time when waiting also helps.
-func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.AgentRun, stage *blueprint.Stage, st journal.State, now time.Time) (*resolved, *runstate.SetupBlock, *time.Time, error) {
+func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.AgentRun, stage *blueprint.Stage, titleRefs []string, st journal.State, now time.Time) (*resolved, *runstate.SetupBlock, *time.Time, error) {
 	cfg, cmName, block, err := r.providerConfig(ctx, run)
 	if err != nil || block != nil {
 		return nil, block, nil, err
 	}
 	refs := []string{run.Spec.Model}
-	if run.Spec.Model == "" && stage != nil && len(stage.Models) > 0 {
+	switch {
+	case run.Spec.Model != "":
+	case len(titleRefs) > 0:
+		refs = titleRefs
+	case stage != nil && len(stage.Models) > 0:
 		refs = refs[:0]
 		for _, m := range stage.Models {
 			refs = append(refs, m.String())

@@ -98,6 +98,7 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	if p := state.Pending; p != nil && state.Outcome == journal.OutcomeNone {
 		st.PendingCall = &arv1.PendingCall{Kind: arv1.CallKindModel, Seq: p.Seq, RequestHash: p.RequestHash}
 	}
+	st.Title, st.TitleError = clipTo(state.Title, 256), clipTo(state.TitleError, 1024)
 	st.Flags.MaxIterationsHit = state.MaxIterationsHit
 	st.Flags.ProducedOutput = state.Output != nil
 	st.Flags.GatesForced = state.GatesForced
@@ -263,4 +264,11 @@ func orZero(s string) string {
 		return "0"
 	}
 	return s
+}
+
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
 }

@@ -54,6 +54,9 @@ type Entry struct {
 	Provider    string `json:"provider,omitempty"`
 	Model       string `json:"model,omitempty"`
 	RequestHash string `json:"requestHash,omitempty"`
+	// Purpose is "title" for the one call that names the run; empty for
+	// the stages' turns.
+	Purpose string `json:"purpose,omitempty"`
 
 	Response *Response `json:"response,omitempty"`
 	Usage    *Usage    `json:"usage,omitempty"`
@@ -79,6 +82,9 @@ type Entry struct {
 	FailAll     bool   `json:"failAll,omitempty"`
 	Message     string `json:"message,omitempty"`
 }
+
+// PurposeTitle marks the titling call.
+const PurposeTitle = "title"
 
 // Response is what a model answered.
 type Response struct {

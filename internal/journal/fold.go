@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -80,6 +81,11 @@ type State struct {
 	// Turns are the model's answers in the current stage, so each call
 	// carries the conversation so far.
 	Turns []Turn
+
+	// Titled: the titling call has finished (Title or TitleError is set).
+	Titled     bool
+	Title      string
+	TitleError string
 
 	Outcome Outcome
 	// Message explains an Error outcome.
@@ -164,14 +170,28 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 		if st.Pending == nil || st.Pending.Seq != e.Call {
 			return
 		}
+		purpose := st.Pending.Purpose
 		st.Pending = nil
+		if purpose == PurposeTitle {
+			st.titled(e)
+			return
+		}
 		st.complete(bp, e)
 	case ModelCallFailed:
 		if st.Pending == nil || st.Pending.Seq != e.Call {
 			return
 		}
 		ref := st.Pending.Provider + "/" + st.Pending.Model
+		purpose := st.Pending.Purpose
 		st.Pending = nil
+		if purpose == PurposeTitle {
+			// A title that cannot be had never holds up or fails the run.
+			st.Titled = true
+			if e.Failure != nil {
+				st.TitleError = string(e.Failure.Class) + ": " + e.Failure.Message
+			}
+			return
+		}
 		if e.Failure != nil {
 			f := *e.Failure
 			st.Failure = &f
@@ -234,15 +254,36 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 	}
 }
 
-// complete accounts for a model answer and applies the transition it implies.
-func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
+// titled records the titling call: its usage is billed like any call, but
+// it is no turn of a stage.
+func (st *State) titled(e *Entry) {
+	st.Titled = true
+	st.account(e)
+	title := ""
+	if e.Response != nil {
+		title = strings.TrimSpace(strings.Trim(strings.TrimSpace(e.Response.Text), `"'`))
+	}
+	if i := strings.IndexByte(title, '\n'); i >= 0 {
+		title = title[:i]
+	}
+	switch {
+	case title == "":
+		st.TitleError = "the model answered with no title"
+	case len(title) > 120:
+		st.TitleError = "the model's title was longer than 120 bytes"
+	default:
+		st.Title = title
+	}
+}
+
+// account adds a call's usage and cost.
+func (st *State) account(e *Entry) {
 	if u := e.Usage; u != nil {
 		st.Usage.Prompt += u.Prompt
 		st.Usage.Completion += u.Completion
 		st.Usage.Cached += u.Cached
 		st.Usage.CacheWrite += u.CacheWrite
 	}
-	st.ModelCalls++
 	if e.CostNanoUSD == nil {
 		st.UnpricedCalls++
 	} else {
@@ -251,6 +292,12 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 			st.CostInexact = true
 		}
 	}
+}
+
+// complete accounts for a model answer and applies the transition it implies.
+func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
+	st.account(e)
+	st.ModelCalls++
 	if st.EntryModel == "" && e.Provider != "" {
 		st.EntryModel = e.Provider + "/" + e.Model
 	}

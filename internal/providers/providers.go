@@ -48,6 +48,8 @@ type Request struct {
 	History []Turn
 	// OutputInstructions tell the model what output to hand back.
 	OutputInstructions string
+	// Purpose is "title" for the call that names the run.
+	Purpose string
 }
 
 // Turn is an earlier answer and the feedback that followed it.

@@ -17,12 +17,13 @@ import (
 type Scripted struct {
 	mu     sync.Mutex
 	calls  map[string]int
+	titles map[string]int
 	merged map[string][]string
 }
 
 // NewScripted returns a scripted provider.
 func NewScripted() *Scripted {
-	return &Scripted{calls: map[string]int{}, merged: map[string][]string{}}
+	return &Scripted{calls: map[string]int{}, titles: map[string]int{}, merged: map[string][]string{}}
 }
 
 // Merged is the child outputs the run's last merging call received.
@@ -39,8 +40,22 @@ func (s *Scripted) Calls(runUID string) int {
 	return s.calls[runUID]
 }
 
+// TitleCalls is how many titling calls the run has made (apart from Calls).
+func (s *Scripted) TitleCalls(runUID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.titles[runUID]
+}
+
 // Call implements Provider.
 func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
+	if req.Purpose == "title" {
+		s.mu.Lock()
+		s.titles[req.RunUID]++
+		s.mu.Unlock()
+		free := int64(0) // network-free and exact: it costs nothing
+		return Result{Response: journal.Response{Text: scriptedTitle(req.Task)}, CostNanoUSD: &free}, nil
+	}
 	s.mu.Lock()
 	s.calls[req.RunUID]++
 	if len(req.ChildOutputs) > 0 {
@@ -81,4 +96,16 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		res.CostNanoUSD = &n
 	}
 	return res, nil
+}
+
+// scriptedTitle is the first words of the task, as a network-free title.
+func scriptedTitle(task string) string {
+	if i := strings.Index(task, "Task: "); i >= 0 {
+		task = task[i+len("Task: "):]
+	}
+	words := strings.Fields(task)
+	if len(words) > 8 {
+		words = words[:8]
+	}
+	return strings.TrimRight(strings.Join(words, " "), ".,;:")
 }

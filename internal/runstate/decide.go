@@ -72,6 +72,9 @@ type Facts struct {
 	// Budgets are the spec's budgets; Working is the active clock's total.
 	Budgets *arv1.Budgets
 	Working time.Duration
+	// TitleWanted: the run should be titled (top-level runs whose blueprint
+	// does not turn titles off).
+	TitleWanted bool
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -94,6 +97,8 @@ type Action struct {
 	// Reissue: dispatch the pending call again under its seq (it was never
 	// completed, e.g. after a restart) instead of writing a new intent.
 	Reissue bool
+	// Title: the call to dispatch is the one that names the run.
+	Title bool
 	// Message explains ActFail.
 	Message string
 	// RetryAt, when set, is when a parked run should be looked at again.
@@ -153,6 +158,10 @@ func Decide(f Facts) Action {
 	if st.Pending != nil {
 		// Already journaled (and so already within budget when issued).
 		return withSpawns(f, Action{Kind: ActDispatch, Reissue: true})
+	}
+	if f.TitleWanted && !st.Titled {
+		// One cheap call first; whatever it answers, the run goes on.
+		return withSpawns(f, Action{Kind: ActDispatch, Title: true})
 	}
 	if hit := CheckBudgets(f.Budgets, Spent{
 		Steps: st.ModelCalls, Tokens: st.Usage.Prompt + st.Usage.Completion,
