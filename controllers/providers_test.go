@@ -217,3 +217,55 @@ func TestOutputFailingItsSchemaIsRefusedAndTheModelTold(t *testing.T) {
 		t.Errorf("final output = %+v, flags %+v", fo, done.Status.Flags)
 	}
 }
+
+// TestEachProviderErrorClassParks: each provider answer that needs a person
+// parks the run on its own blocker (never Error), through the real SDK.
+func TestEachProviderErrorClassParks(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	closed := freePort(t) // nothing listens here
+	cases := []struct {
+		name    string
+		reply   *providertest.Reply
+		url     string
+		timeout bool
+		want    arv1.SetupBlocker
+	}{
+		{name: "forbidden", reply: &providertest.Reply{Status: 403, ErrorMessage: "model not allowed for this key"}, want: arv1.BlockerForbidden},
+		{name: "credits", reply: &providertest.Reply{Status: 402, ErrorMessage: "payment required"}, want: arv1.BlockerCreditsExhausted},
+		{name: "quota", reply: &providertest.Reply{Status: 429, ErrorCode: "insufficient_quota", ErrorMessage: "You exceeded your current quota"}, want: arv1.BlockerCreditsExhausted},
+		{name: "unreachable", url: fmt.Sprintf("http://127.0.0.1:%d", closed), want: arv1.BlockerProviderUnreachable},
+		{name: "slow", reply: &providertest.Reply{Delay: 3 * time.Second, Text: "late"}, timeout: true, want: arv1.BlockerProviderTimedOut},
+	}
+	var entries []string
+	for _, c := range cases {
+		url := c.url
+		if c.reply != nil {
+			srv := providertest.NewOpenAIServer(t)
+			srv.Push(*c.reply)
+			url = srv.URL
+		}
+		e := openAIEntry(c.name, url, false)
+		if c.timeout {
+			e += "timeout_seconds = 1\n"
+		}
+		entries = append(entries, e)
+		createSecret(t, ns, c.name+"-key", map[string]string{"api-key": "sk-" + c.name})
+		createConfigMap(t, ns, "bp-"+c.name, map[string]string{"agent.toml": fmt.Sprintf("[agent]\nname = \"one\"\n[agent.title]\nenabled = false\n[stages.only]\n[stages.only.model]\nmodels = [{provider = %q, model = \"gpt-x\"}]\n", c.name)})
+	}
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(entries...)})
+	for _, c := range cases {
+		createRun(t, ns, c.name, "bp-"+c.name)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := waitFor(t, ns, c.name, 60*time.Second, string(c.want), blockedOn(c.want))
+			if r.Status.Phase == arv1.PhaseError || !r.NeedsAPerson() {
+				t.Errorf("phase %s needsAPerson %v", r.Status.Phase, r.NeedsAPerson())
+			}
+			if strings.Contains(r.Status.WaitingOn.Remedy, "sk-"+c.name) {
+				t.Error("the remedy shows the key")
+			}
+		})
+	}
+}
