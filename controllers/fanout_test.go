@@ -390,3 +390,29 @@ func TestFanOutSurvivesManagerRestarts(t *testing.T) {
 		t.Errorf("children summary = %+v", cs)
 	}
 }
+
+// TestPauseCascadesToChildren: pausing a fan-out parent pauses its running
+// workers and starts no new ones; resuming resumes them and the parent
+// completes.
+func TestPauseCascadesToChildren(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "fan", map[string]string{"agent.toml": fanOutBlueprint(4, 2, "continue", 1, 1500)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	p := createRun(t, ns, "p", "fan")
+	waitFor(t, ns, "p", 20*time.Second, "2 workers running", func(*arv1.AgentRun) bool { return len(listChildren(t, ns, p)) == 2 })
+	patchSpec(t, ns, "p", func(r *arv1.AgentRun) { r.Spec.Paused = true })
+	waitFor(t, ns, "p", 10*time.Second, "parent Paused", phaseIs(arv1.PhasePaused))
+	for _, c := range listChildren(t, ns, p) {
+		waitFor(t, ns, c.Name, 10*time.Second, "child paused", func(r *arv1.AgentRun) bool { return r.Spec.Paused && r.Status.Phase == arv1.PhasePaused })
+	}
+	time.Sleep(2 * time.Second) // in-flight worker calls land; nothing new may start
+	if n := len(listChildren(t, ns, p)); n != 2 {
+		t.Errorf("%d workers while paused, want the 2 that were running", n)
+	}
+	patchSpec(t, ns, "p", func(r *arv1.AgentRun) { r.Spec.Paused = false })
+	done := waitFor(t, ns, "p", 30*time.Second, "parent Complete after resume", phaseIs(arv1.PhaseComplete))
+	if cs := done.Status.Children; cs == nil || cs.Succeeded != 4 {
+		t.Errorf("children = %+v, want 4 succeeded", cs)
+	}
+}
