@@ -53,6 +53,10 @@ func (o actOutcome) result() ctrl.Result {
 // means done.
 func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
 	var out actOutcome
+	if err := r.recordAnswers(ctx, f.answerUpdates); err != nil {
+		return out, err
+	}
+	f.answerUpdates = nil
 	if len(f.children) > 0 {
 		if err := r.cascade(ctx, run, f.children, a.Kind == runstate.ActCancel || (a.FanOut != nil && a.FanOut.FailAll)); err != nil {
 			return out, err
@@ -91,10 +95,14 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 		return out, err
 	case runstate.ActAnswerInteraction:
 		in := f.State.Interaction
-		err := r.journals.Append(ctx, run, journal.Entry{
+		e := journal.Entry{
 			Seq: f.State.NextSeq, Kind: journal.InteractionAnswered, At: f.Now,
 			Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo",
-		})
+		}
+		if a := a.Answer; a != nil {
+			e.Approved, e.Auto, e.By, e.Message = a.Approved, false, a.By, a.Name
+		}
+		err := r.journals.Append(ctx, run, e)
 		out.again = true
 		return out, err
 	case runstate.ActPark:

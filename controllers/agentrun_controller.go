@@ -244,6 +244,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			deletionPredicate{},
 		))).
 		Owns(&arv1.AgentRun{}, builder.WithPredicates(childChanged{})).
+		Watches(&arv1.AgentRunAnswer{}, handler.EnqueueRequestsFromMapFunc(runForAnswer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("Secret")), builder.WithPredicates(dependencyChanged{})).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("ConfigMap")), builder.WithPredicates(dependencyChanged{}, notOwnedByAgentRun{})).
 		WatchesRawSource(source.Channel(r.Pool.Events(), &handler.EnqueueRequestForObject{})).
@@ -269,5 +270,7 @@ func (r *AgentRunReconciler) runsWaitingOn(kind string) handler.MapFunc {
 		return reqs
 	}
 }
+
+type reconcileRequest = ctrl.Request
 
 func ptrTime(t time.Time) *metav1Time { v := metav1Time{Time: t}; return &v }

@@ -1,6 +1,8 @@
 package controllers_test
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,4 +66,18 @@ func TestDemoEndsWhereTheREADMESays(t *testing.T) {
 	if r := getRun(t, ns, "deploy-release"); r.Status.Phase != arv1.PhaseWaitingInput {
 		t.Errorf("deploy-release moved without an answer: %s", r.Status.Phase)
 	}
+
+	// Answer the checkpoint the way the README says: the kubectl plugin.
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "kubectl-agentrun"), "./cmd/kubectl-agentrun")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the plugin: %v\n%s", err, out)
+	}
+	approve := exec.Command(testenv.KubectlPath(), "agentrun", "approve", "deploy-release", "-n", ns)
+	approve.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := approve.CombinedOutput(); err != nil || !strings.Contains(string(out), "approve") {
+		t.Fatalf("kubectl agentrun approve: %v\n%s", err, out)
+	}
+	waitFor(t, ns, "deploy-release", 20*time.Second, "deploy-release Complete after the approval", phaseIs(arv1.PhaseComplete))
 }

@@ -28,6 +28,8 @@ type facts struct {
 	resolved *resolved
 	// children are the run's child runs, from the cache.
 	children []arv1.AgentRun
+	// answerUpdates are answers whose fate must be written on them.
+	answerUpdates []answerUpdate
 }
 
 // derive gathers the facts: the blueprint (snapshot, or the ConfigMap
@@ -63,6 +65,9 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	}
 	if d := run.Spec.MaxChildDepth; d != nil {
 		f.MaxChildDepth = *d
+	}
+	if err := r.answerFacts(ctx, run, f); err != nil {
+		return nil, err
 	}
 	if p := f.State.Pending; p != nil {
 		f.InFlight = r.Pool.InFlight(executor.Key{Run: run.UID, Seq: p.Seq})

@@ -25,6 +25,11 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &arv1.AgentRunAnswer{}, IndexAnswerRun, func(o client.Object) []string {
+		return []string{o.(*arv1.AgentRunAnswer).Spec.Run}
+	}); err != nil {
+		return err
+	}
 	return idx.IndexField(ctx, &arv1.AgentRun{}, IndexOwnerUID, func(o client.Object) []string {
 		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "AgentRun" {
 			return []string{string(ref.UID)}

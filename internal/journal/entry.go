@@ -77,7 +77,8 @@ type Entry struct {
 	By       string `json:"by,omitempty"`
 
 	// FailedItems counts fan-out items that failed every attempt; FailAll
-	// says on_worker_failure = fail_all fired. Message explains a refusal.
+	// says on_worker_failure = fail_all fired. Message explains a refusal,
+	// or names the AgentRunAnswer an InteractionAnswered applied.
 	FailedItems int    `json:"failedItems,omitempty"`
 	FailAll     bool   `json:"failAll,omitempty"`
 	Message     string `json:"message,omitempty"`

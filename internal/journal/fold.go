@@ -82,6 +82,10 @@ type State struct {
 	// carries the conversation so far.
 	Turns []Turn
 
+	// Answers are the names of the AgentRunAnswers applied, so none is
+	// applied twice.
+	Answers map[string]bool
+
 	// Titled: the titling call has finished (Title or TitleError is set).
 	Titled     bool
 	Title      string
@@ -209,6 +213,12 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 		in := st.Interaction
 		if in == nil || in.Point.Name != e.Point {
 			return
+		}
+		if e.Message != "" {
+			if st.Answers == nil {
+				st.Answers = map[string]bool{}
+			}
+			st.Answers[e.Message] = true
 		}
 		if !e.Approved {
 			st.Interaction = nil

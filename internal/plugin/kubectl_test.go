@@ -472,7 +472,42 @@ func TestKubectlAgentrunOutputTranscriptDescribe(t *testing.T) {
 		}
 	}
 
-	if _, stderr, code := kubectlPlugin(t, "approve", "done", "-n", ns); code != 2 || !strings.Contains(stderr, NotAvailableGates) {
-		t.Errorf("approve: exit %d, %q", code, stderr)
+	if _, stderr, code := kubectlPlugin(t, "approve", "done", "-n", ns); code != 1 || !strings.Contains(stderr, "is not waiting on a checkpoint") {
+		t.Errorf("approve of a finished run: exit %d, %q", code, stderr)
+	}
+	if _, stderr, code := kubectlPlugin(t, "answer", "done", "-n", ns); code != 2 || !strings.Contains(stderr, NotAvailableGates) {
+		t.Errorf("answer: exit %d, %q", code, stderr)
+	}
+}
+
+// TestKubectlAgentrunApproveAndDeny: approve and deny create an answer for
+// the checkpoint the run waits on, in the name of the authenticated user
+// (the API server's admission policy would refuse any other).
+func TestKubectlAgentrunApproveAndDeny(t *testing.T) {
+	ns := newNamespace(t)
+	waiting := arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: &arv1.WaitingOn{
+		Reason: arv1.WaitInteractionPoint, NeedsAPerson: true, Summary: "InteractionPoint", Point: "approve-deploy", Question: "Deploy?"}}
+	createRun(t, ns, "gate", nil, waiting)
+	out := mustPlugin(t, "approve", "gate", "-n", ns)
+	if !strings.Contains(out, `approve "approve-deploy" of gate as `) {
+		t.Fatalf("approve said %q", out)
+	}
+	mustPlugin(t, "deny", "gate", "-n", ns)
+	var list arv1.AgentRunAnswerList
+	if err := k8sClient.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 2 {
+		t.Fatalf("%d answers, want 2", len(list.Items))
+	}
+	decisions := map[arv1.AnswerDecision]bool{}
+	for _, a := range list.Items {
+		decisions[a.Spec.Decision] = true
+		if a.Spec.Run != "gate" || a.Spec.Point != "approve-deploy" || a.Spec.By == "" || !strings.Contains(out, a.Spec.By) && a.Spec.Decision == arv1.DecisionApprove {
+			t.Errorf("answer = %+v", a.Spec)
+		}
+	}
+	if !decisions[arv1.DecisionApprove] || !decisions[arv1.DecisionDeny] {
+		t.Errorf("decisions = %v", decisions)
 	}
 }

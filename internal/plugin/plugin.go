@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"time"
 
@@ -141,10 +143,23 @@ answers and cancellation) one line per entry, in sequence order.
 Flags:
 ` + commonFlags, run: (*app).transcript},
 	}
-	for _, name := range []string{"answer", "approve", "deny"} {
-		commands = append(commands, &command{name: name, summary: "Not available yet",
-			usage: fmt.Sprintf("Usage: kubectl agentrun %s NAME\n\n%s.\n", name, NotAvailableGates)})
+	for _, d := range []struct {
+		name     string
+		decision arv1.AnswerDecision
+		what     string
+	}{{"approve", arv1.DecisionApprove, "Approve"}, {"deny", arv1.DecisionDeny, "Deny (cancels the run)"}} {
+		commands = append(commands, &command{name: d.name, summary: d.what + " the checkpoint a run waits on", positional: 1,
+			usage: fmt.Sprintf(`Usage: kubectl agentrun %s NAME [-n NAMESPACE]
+
+%s the interaction point the run waits on (status.waitingOn.point), by
+creating an AgentRunAnswer in your name. Needs RBAC to create
+agentrunanswers, which is granted apart from editing runs.
+
+Flags:
+`, d.name, d.what) + commonFlags, run: answerCmd(d.decision)})
 	}
+	commands = append(commands, &command{name: "answer", summary: "Not available yet",
+		usage: fmt.Sprintf("Usage: kubectl agentrun answer NAME\n\n%s.\n", NotAvailableGates)})
 }
 
 const commonFlags = `  -n, --namespace NS     the namespace (default: the kubeconfig context's)
@@ -185,7 +200,7 @@ func (a *app) run(args []string) int {
 		fmt.Fprintf(a.stderr, "error: unknown command %q\n\n%s", name, topUsage())
 		return ExitUsage
 	}
-	if c.run == nil { // answer, approve, deny
+	if c.run == nil { // answer
 		for _, arg := range args[1:] {
 			if arg == "-h" || arg == "--help" {
 				fmt.Fprint(a.stdout, c.usage)
@@ -278,6 +293,9 @@ func connect(o options) (client.Client, string, error) {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return nil, "", err
 	}
+	if err := authenticationv1.AddToScheme(scheme); err != nil {
+		return nil, "", err
+	}
 	if err := arv1.AddToScheme(scheme); err != nil {
 		return nil, "", err
 	}
@@ -361,6 +379,34 @@ func plain(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// answerCmd answers the checkpoint a run waits on, as the user the
+// kubeconfig authenticates (asked of the API server, never typed in).
+func answerCmd(decision arv1.AnswerDecision) func(a *app, ctx context.Context, c client.Client, ns string, o options) error {
+	return func(a *app, ctx context.Context, c client.Client, ns string, o options) error {
+		run, err := getRun(ctx, c, ns, o.args[0])
+		if err != nil {
+			return err
+		}
+		w := run.Status.WaitingOn
+		if w == nil || w.Reason != arv1.WaitInteractionPoint || w.Point == "" {
+			return fmt.Errorf("agentrun %q is not waiting on a checkpoint", run.Name)
+		}
+		review := &authenticationv1.SelfSubjectReview{}
+		if err := c.Create(ctx, review); err != nil {
+			return fmt.Errorf("asking the API server who you are: %w", err)
+		}
+		ans := &arv1.AgentRunAnswer{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: run.Name + "-", Namespace: ns},
+			Spec:       arv1.AgentRunAnswerSpec{Run: run.Name, Point: w.Point, Decision: decision, By: review.Status.UserInfo.Username},
+		}
+		if err := c.Create(ctx, ans); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "agentrunanswer.%s/%s created: %s %q of %s as %s\n", arv1.GroupVersion.Group, ans.Name, strings.ToLower(string(decision)), w.Point, run.Name, ans.Spec.By)
+		return nil
+	}
 }
 
 // patchSpec is a command that merge-patches the run's spec.

@@ -72,9 +72,19 @@ type Facts struct {
 	// Budgets are the spec's budgets; Working is the active clock's total.
 	Budgets *arv1.Budgets
 	Working time.Duration
+	// Answer is a person's answer to the pending interaction point, if one
+	// has been given and not yet applied.
+	Answer *Answer
 	// TitleWanted: the run should be titled (top-level runs whose blueprint
 	// does not turn titles off).
 	TitleWanted bool
+}
+
+// Answer is an AgentRunAnswer as Decide sees it.
+type Answer struct {
+	Name     string
+	Approved bool
+	By       string
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -99,6 +109,9 @@ type Action struct {
 	Reissue bool
 	// Title: the call to dispatch is the one that names the run.
 	Title bool
+	// Answer is the person's answer ActAnswerInteraction applies (nil:
+	// approve by policy).
+	Answer *Answer
 	// Message explains ActFail.
 	Message string
 	// RetryAt, when set, is when a parked run should be looked at again.
@@ -139,6 +152,9 @@ func Decide(f Facts) Action {
 	}
 	st := f.State
 	if in := st.Interaction; in != nil {
+		if f.Answer != nil {
+			return Action{Kind: ActAnswerInteraction, Answer: f.Answer}
+		}
 		if f.Yolo && in.Point.Unattended != blueprint.UnattendedAsk {
 			return Action{Kind: ActAnswerInteraction}
 		}

@@ -5,14 +5,22 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -69,7 +77,12 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the test control plane from %s: %w", BinDir(), err)
 	}
-	return &Env{Environment: e, Config: cfg}, nil
+	env := &Env{Environment: e, Config: cfg}
+	if err := env.ApplyDir(filepath.Join(RepoRoot(), "config", "admission")); err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("installing the admission policies: %w", err)
+	}
+	return env, nil
 }
 
 // Kubeconfig writes a kubeconfig for the running API server into dir and
@@ -96,4 +109,43 @@ func Kubectl(kubeconfig string, args ...string) (string, error) {
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+// ApplyDir creates every object in the YAML files of dir (kustomization.yaml
+// aside), as the operator's install does.
+func (e *Env) ApplyDir(dir string) error {
+	c, err := client.New(e.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
+			}
+		}
+	}
+	return nil
 }

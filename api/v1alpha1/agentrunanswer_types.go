@@ -1,0 +1,109 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AgentRunAnswer is a person's answer to a question a run waits on (today:
+// an interaction point). A separate resource so RBAC can grant answering
+// (create agentrunanswers) without granting edits to runs, and so every
+// answer stays as an audit record. Who answered is spec.by, which the
+// agentrun-answer-identity ValidatingAdmissionPolicy requires to equal the
+// authenticated user creating it: a name nobody can fill in for someone else.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ara,categories=agentrun
+// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.run`
+// +kubebuilder:printcolumn:name="Point",type=string,JSONPath=`.spec.point`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
+// +kubebuilder:printcolumn:name="By",type=string,JSONPath=`.spec.by`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AgentRunAnswer struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the answer. Immutable: an answer is a record.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an answer cannot be changed; create another"
+	Spec AgentRunAnswerSpec `json:"spec"`
+
+	// status says whether the run took the answer.
+	// +optional
+	Status AgentRunAnswerStatus `json:"status,omitzero"`
+}
+
+// AgentRunAnswerSpec names the run, the question and the answer.
+type AgentRunAnswerSpec struct {
+	// run is the AgentRun (in this namespace) the answer is for.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Run string `json:"run"`
+	// point is the question answered: the run's status.waitingOn.point.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Point string `json:"point"`
+	// decision approves or denies. A denied checkpoint cancels the run.
+	// +required
+	Decision AnswerDecision `json:"decision"`
+	// by is the authenticated user answering; admission refuses any other
+	// name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	By string `json:"by"`
+}
+
+// AnswerDecision approves or denies.
+// +kubebuilder:validation:Enum=Approve;Deny
+type AnswerDecision string
+
+// Decisions.
+const (
+	DecisionApprove AnswerDecision = "Approve"
+	DecisionDeny    AnswerDecision = "Deny"
+)
+
+// AnswerState is what became of an answer.
+// +kubebuilder:validation:Enum=Applied;Rejected
+type AnswerState string
+
+// Answer states.
+const (
+	// AnswerApplied: the run took the answer (exactly once).
+	AnswerApplied AnswerState = "Applied"
+	// AnswerRejected: the run was not waiting on that question.
+	AnswerRejected AnswerState = "Rejected"
+)
+
+// AgentRunAnswerStatus records what the run did with the answer.
+type AgentRunAnswerStatus struct {
+	// state of the answer; absent while the run has not looked at it.
+	// +optional
+	State AnswerState `json:"state,omitempty"`
+	// message explains the state.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// appliedAt is when the run took it.
+	// +optional
+	AppliedAt *metav1.Time `json:"appliedAt,omitempty"`
+}
+
+// AgentRunAnswerList is a list of AgentRunAnswers.
+//
+// +kubebuilder:object:root=true
+type AgentRunAnswerList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AgentRunAnswer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&AgentRunAnswer{}, &AgentRunAnswerList{})
+}
