@@ -58,7 +58,7 @@ build: ## Build the manager and the kubectl plugin into bin/ (static, the Docker
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/kubectl-agentrun ./cmd/kubectl-agentrun
 
 .PHONY: run
-run: manifests generate controlplane ## Run the operator: against $$KUBECONFIG if reachable, else a local control plane.
+run: manifests generate controlplane build ## Run the operator: against $$KUBECONFIG if reachable, else a local control plane.
 	go run ./hack/run-local
 
 $(CONTROLLER_GEN):

@@ -96,9 +96,6 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 	if err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
-	if err := env.ApplyDir(filepath.Join(testenv.RepoRoot(), "config", "admission")); err != nil {
-		return err
-	}
 	if err := applyDemo(ctx, env.Config); err != nil {
 		return err
 	}
