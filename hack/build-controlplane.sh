@@ -16,7 +16,7 @@ if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] \
 fi
 
 echo ">> Building the local control plane ($version: kube-apiserver, etcd, kubectl) from Go modules into bin/k8s/$version." >&2
-echo ">> This happens once per version and takes about 5 minutes on a 2-core machine." >&2
+echo ">> This happens once per version and takes 5 to 15 minutes on a 2-core machine (Go compiles the API server)." >&2
 mkdir -p "$out"
 minor=${version#v1.}; minor=${minor%%.*}
 ld="-s -w"

@@ -1,0 +1,123 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+// TestMakeRunDemoEndToEnd starts what `make run` starts, as a subprocess (a
+// local control plane, the CRDs, the demo, the manager), then drives the
+// demo only with the real kubectl and the built plugin, as the README says:
+// create the missing Secret, approve the checkpoint. Every demo run must end
+// where the README promises, and Ctrl-C must stop everything.
+func TestMakeRunDemoEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts its own control plane")
+	}
+	if err := testenv.EnsureBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	root := testenv.RepoRoot()
+	for _, b := range []struct{ out, pkg string }{{"run-local", "./hack/run-local"}, {"kubectl-agentrun", "./cmd/kubectl-agentrun"}} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v: %s", b.pkg, err, out)
+		}
+	}
+	kubeconfig := filepath.Join(dir, "local", "kubeconfig")
+	var logs bytes.Buffer
+	runLocal := exec.Command(filepath.Join(dir, "run-local"), "--local", "--local-kubeconfig", kubeconfig,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+	runLocal.Dir = root
+	runLocal.Stdout, runLocal.Stderr = &logs, &logs
+	runLocal.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := runLocal.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- runLocal.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = syscall.Kill(-runLocal.Process.Pid, syscall.SIGKILL)
+		}
+	})
+
+	kubectl := func(args ...string) (string, error) {
+		cmd := exec.Command(testenv.KubectlPath(), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	phase := func(name string) string {
+		out, _ := kubectl("get", "ar", name, "-n", "agentrun-demo", "-o", "jsonpath={.status.phase}/{.status.waitingOn.summary}")
+		return out
+	}
+	wait := func(what string, timeout time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for !ok() {
+			if time.Now().After(deadline) {
+				out, _ := kubectl("get", "ar", "-A")
+				t.Fatalf("timed out waiting for %s\n%s\nrun-local said:\n%s", what, out, logs.String())
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	wait("the local control plane and the demo", 120*time.Second, func() bool {
+		_, err := os.Stat(kubeconfig)
+		return err == nil && strings.HasPrefix(phase("review-pr"), "Complete")
+	})
+	if !strings.Contains(logs.String(), "kubectl create secret generic demo-model-key -n agentrun-demo") {
+		t.Errorf("the terminal does not say how to unblock the parked run:\n%s", logs.String())
+	}
+	wait("summarise-notes parked on its Secret", 30*time.Second, func() bool { return phase("summarise-notes") == "WaitingInput/NeedsSetup: SecretMissing" })
+	wait("deploy-release at its checkpoint", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/InteractionPoint" })
+
+	if out, err := kubectl("create", "secret", "generic", "demo-model-key", "-n", "agentrun-demo", "--from-literal=api-key=anything"); err != nil {
+		t.Fatal(err, out)
+	}
+	if out, err := kubectl("agentrun", "approve", "deploy-release", "-n", "agentrun-demo"); err != nil {
+		t.Fatal(err, out)
+	}
+	for _, name := range []string{"summarise-notes", "deploy-release", "triage-backlog"} {
+		wait(name+" Complete", 90*time.Second, func() bool { return strings.HasPrefix(phase(name), "Complete") })
+	}
+	ps, err := kubectl("agentrun", "ps", "-A")
+	if err != nil || !strings.Contains(ps, "no run needs an answer") {
+		t.Errorf("kubectl agentrun ps -A: %v\n%s", err, ps)
+	}
+	st, err := kubectl("agentrun", "status", "review-pr", "-n", "agentrun-demo", "-o", "json")
+	var obj map[string]any
+	if err != nil || json.Unmarshal([]byte(st), &obj) != nil || obj["status"].(map[string]any)["state"] != "completed" {
+		t.Errorf("status -o json: %v\n%s", err, st)
+	}
+
+	// Ctrl-C stops the manager and the control plane it started.
+	if err := syscall.Kill(-runLocal.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		stopped = true
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run-local did not stop on Ctrl-C:\n%s", logs.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, testenv.KubectlPath(), "--kubeconfig", kubeconfig, "--request-timeout=2s", "get", "ns").CombinedOutput(); err == nil {
+		t.Errorf("the API server still answers after Ctrl-C:\n%s", out)
+	}
+}
