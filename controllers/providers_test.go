@@ -82,6 +82,9 @@ func TestRealProvidersCompleteTwoStages(t *testing.T) {
 	if u.CostUSD != "0.004292" || u.CostIsExact {
 		t.Errorf("openai cost = %q exact=%v, want 0.004292 reconstructed from the rate card", u.CostUSD, u.CostIsExact)
 	}
+	if u.ToolCalls != 2 {
+		t.Errorf("tool calls = %d, want 2 (transition, complete)", u.ToolCalls)
+	}
 	if o.Status.Title != "Drafting the answer" || o.Status.TitleError != "" {
 		t.Errorf("title %q (error %q)", o.Status.Title, o.Status.TitleError)
 	}

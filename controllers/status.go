@@ -79,6 +79,7 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	u.CachedTokens, u.CacheWriteTokens = state.Usage.Cached, state.Usage.CacheWrite
 	u.TotalTokens = state.Usage.Prompt + state.Usage.Completion
 	u.ModelCalls = state.ModelCalls
+	u.ToolCalls = state.ToolCalls
 	u.UnpricedCalls = state.UnpricedCalls
 	u.CostPricedUSD = money.NanoUSD(state.PricedNanoUSD).String()
 	u.CostUSD = u.CostPricedUSD

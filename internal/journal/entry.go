@@ -99,6 +99,8 @@ type Response struct {
 	Items []string `json:"items,omitempty"`
 	// Spawns are sub-agents the model started.
 	Spawns []Spawn `json:"spawns,omitempty"`
+	// ToolCalls counts the tool calls in the answer.
+	ToolCalls int `json:"toolCalls,omitempty"`
 	// OutputRejected says why submitted output was refused (it failed the
 	// output spec); the model is told on its next turn.
 	OutputRejected string `json:"outputRejected,omitempty"`

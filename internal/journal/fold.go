@@ -37,6 +37,8 @@ type State struct {
 	Usage Usage
 	// ModelCalls counts completed model calls.
 	ModelCalls int64
+	// ToolCalls counts the tool calls the model made.
+	ToolCalls int64
 	// PricedNanoUSD is the priced subtotal.
 	PricedNanoUSD int64
 	// UnpricedCalls could not be priced.
@@ -288,6 +290,9 @@ func (st *State) titled(e *Entry) {
 
 // account adds a call's usage and cost.
 func (st *State) account(e *Entry) {
+	if e.Response != nil {
+		st.ToolCalls += int64(e.Response.ToolCalls)
+	}
 	if u := e.Usage; u != nil {
 		st.Usage.Prompt += u.Prompt
 		st.Usage.Completion += u.Completion

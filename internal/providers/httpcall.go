@@ -45,6 +45,7 @@ func completeSchema() map[string]any {
 // tools and calls with malformed arguments are ignored, leaving a response
 // with neither Next nor Complete (the model did not choose).
 func applyToolCall(resp *journal.Response, name string, args []byte) {
+	resp.ToolCalls++ // every call the model made counts, used or not
 	if resp.Next != "" || resp.Complete {
 		return
 	}

@@ -88,6 +88,10 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: strings.ReplaceAll(step.Output, "{task}", req.Task), Items: step.Items},
 		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
 	}
+	res.Response.ToolCalls = len(step.ToolCalls) + len(step.Spawn)
+	if step.Next != "" || step.Complete {
+		res.Response.ToolCalls++ // the transition or complete tool
+	}
 	for _, sp := range step.Spawn {
 		res.Response.Spawns = append(res.Response.Spawns, journal.Spawn{Agent: sp.Agent, Task: sp.Task})
 	}

@@ -181,7 +181,7 @@ func Decide(f Facts) Action {
 	}
 	if hit := CheckBudgets(f.Budgets, Spent{
 		Steps: st.ModelCalls, Tokens: st.Usage.Prompt + st.Usage.Completion,
-		CostNano: st.PricedNanoUSD, Working: f.Working,
+		CostNano: st.PricedNanoUSD, Working: f.Working, ToolCalls: st.ToolCalls,
 	}); hit != nil {
 		// Checked before the call: the call that would cross it is never made.
 		return Action{Kind: ActPark, Markers: Markers{Budget: hit}}
