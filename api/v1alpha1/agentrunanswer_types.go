@@ -13,7 +13,7 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ara,categories=agentrun
+// +kubebuilder:resource:shortName=ara
 // +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.run`
 // +kubebuilder:printcolumn:name="Point",type=string,JSONPath=`.spec.point`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
