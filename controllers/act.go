@@ -79,6 +79,10 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.ChildrenResolved, At: f.Now})
 		out.again = true
 		return out, err
+	case runstate.ActWake:
+		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.SleepCompleted, At: f.Now})
+		out.again = true
+		return out, err
 	case runstate.ActRefuseSpawn:
 		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.SpawnRefused, At: f.Now, Message: a.Message})
 		out.again = true

@@ -105,6 +105,7 @@ type rawScriptStep struct {
 	DelayMS   int             `toml:"delay_ms"`
 	ToolCalls []rawToolCall   `toml:"tool_calls"`
 	Items     []string        `toml:"items"`
+	SleepSecs int             `toml:"sleep_seconds"`
 	Spawn     []rawSpawn      `toml:"spawn"`
 }
 
@@ -491,7 +492,7 @@ func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
 		}
 		step := ScriptStep{
 			Text: r.Text, Next: r.Next, Complete: r.Complete, Output: r.Output,
-			DelayMS: r.DelayMS, Items: r.Items,
+			DelayMS: r.DelayMS, Items: r.Items, SleepSeconds: r.SleepSecs,
 		}
 		if r.Next != "" {
 			if _, ok := s.Transition(r.Next); !ok {
@@ -519,6 +520,9 @@ func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
 				return fail(at("cost_usd"), "cost_usd: %v", err)
 			}
 			step.CostUSD = &c
+		}
+		if r.SleepSecs < 0 {
+			return fail(at("sleep_seconds"), "sleep_seconds must be >= 0, got %d", r.SleepSecs)
 		}
 		if r.DelayMS < 0 {
 			return fail(at("delay_ms"), "delay_ms must be >= 0, got %d", r.DelayMS)

@@ -221,6 +221,9 @@ type ScriptStep struct {
 	Items []string
 	// Spawn starts sub-agents (the spawn_agent tool, scripted).
 	Spawn []ScriptSpawn
+	// SleepSeconds calls the sleep tool: the run parks on a durable timer
+	// for that long before its next turn.
+	SleepSeconds int
 }
 
 // ScriptSpawn is a sub-agent a scripted step starts: a child run of the

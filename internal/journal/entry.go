@@ -36,6 +36,9 @@ const (
 	// SpawnRefused records a child the controller refused to create (the
 	// depth cap), which ends the run with the reason.
 	SpawnRefused Kind = "SpawnRefused"
+	// SleepCompleted records that a sleep's wake time passed and the run
+	// was woken (never before it).
+	SleepCompleted Kind = "SleepCompleted"
 )
 
 // Entry is one journal record. Only the fields of its kind are set.
@@ -101,6 +104,8 @@ type Response struct {
 	Spawns []Spawn `json:"spawns,omitempty"`
 	// ToolCalls counts the tool calls in the answer.
 	ToolCalls int `json:"toolCalls,omitempty"`
+	// SleepSeconds is the sleep tool's duration, when the model called it.
+	SleepSeconds int `json:"sleepSeconds,omitempty"`
 	// OutputRejected says why submitted output was refused (it failed the
 	// output spec); the model is told on its next turn.
 	OutputRejected string `json:"outputRejected,omitempty"`

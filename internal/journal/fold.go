@@ -88,6 +88,9 @@ type State struct {
 	// applied twice.
 	Answers map[string]bool
 
+	// SleepUntil is the wake time of a sleep in progress.
+	SleepUntil *time.Time
+
 	// Titled: the titling call has finished (Title or TitleError is set).
 	Titled     bool
 	Title      string
@@ -261,6 +264,8 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 		}
 		st.ChildrenGate = nil
 		st.leave(bp, g.Stage, g.Target)
+	case SleepCompleted:
+		st.SleepUntil = nil
 	case SpawnRefused:
 		st.Outcome, st.Message = OutcomeError, e.Message
 	}
@@ -330,6 +335,15 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 		r = &Response{}
 	}
 	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected})
+	if r.SleepSeconds > 0 {
+		// The fold reads no clock: the wake time is the completion's own
+		// time plus the duration, the same on every replay.
+		wake := e.At.Add(time.Duration(r.SleepSeconds) * time.Second)
+		st.SleepUntil = &wake
+		if !r.Complete && r.Next == "" {
+			return // the model asked to sleep, not to move on
+		}
+	}
 	if r.OutputRejected != "" {
 		// Refused output neither counts nor moves the run: the model tries
 		// again, told why, until the stage runs out of iterations.

@@ -966,3 +966,22 @@ func TestFoldRefusedOutputIteratesThenErrors(t *testing.T) {
 		t.Fatalf("valid output after a refusal: %+v", ok)
 	}
 }
+
+// TestFoldSleep: a sleep sets the wake time from the completion's own time
+// (no clock read), holds the stage, and a SleepCompleted clears it.
+func TestFoldSleep(t *testing.T) {
+	bp := mustParse(t, "[agent]\nname = \"s\"\n[stages.only]\n")
+	entries := []Entry{req(0, "only", 0), done(1, 0, Response{Text: "nap", SleepSeconds: 30})}
+	st := Fold(bp, entries)
+	want := entries[1].At.Add(30 * time.Second)
+	if st.SleepUntil == nil || !st.SleepUntil.Equal(want) || st.Outcome != OutcomeNone {
+		t.Fatalf("after the sleep: until %v outcome %q, want %v and still running", st.SleepUntil, st.Outcome, want)
+	}
+	if again := Fold(bp, entries); !again.SleepUntil.Equal(*st.SleepUntil) {
+		t.Fatal("the wake time depends on when the journal is folded")
+	}
+	st = Fold(bp, append(entries, Entry{Seq: 2, Kind: SleepCompleted, At: want}))
+	if st.SleepUntil != nil || st.NextSeq != 3 {
+		t.Fatalf("after waking: until %v next %d", st.SleepUntil, st.NextSeq)
+	}
+}

@@ -89,6 +89,10 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
 	}
 	res.Response.ToolCalls = len(step.ToolCalls) + len(step.Spawn)
+	if step.SleepSeconds > 0 {
+		res.Response.SleepSeconds = step.SleepSeconds
+		res.Response.ToolCalls++ // the sleep tool
+	}
 	if step.Next != "" || step.Complete {
 		res.Response.ToolCalls++ // the transition or complete tool
 	}

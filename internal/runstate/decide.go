@@ -37,6 +37,8 @@ const (
 	ActResolveChildren ActionKind = "ResolveChildren"
 	// ActRefuseSpawn: a child would exceed the depth cap; end the run.
 	ActRefuseSpawn ActionKind = "RefuseSpawn"
+	// ActWake: a sleep's wake time has passed; journal the wake.
+	ActWake ActionKind = "Wake"
 )
 
 // Facts are everything Decide looks at. The controller gathers them; Decide
@@ -129,7 +131,7 @@ func NeedsProvider(f Facts) bool {
 		return false
 	}
 	st := f.State
-	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil
+	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil
 }
 
 // Decide picks the run's next action from the recorded facts.
@@ -162,6 +164,13 @@ func Decide(f Facts) Action {
 	}
 	if f.InFlight {
 		return Action{Kind: ActNone}
+	}
+	if w := st.SleepUntil; w != nil {
+		if f.Now.Before(*w) {
+			// Woken by a requeue at wakeAt, never early.
+			return Action{Kind: ActPark, Markers: Markers{SleepUntil: w}, RetryAt: w}
+		}
+		return Action{Kind: ActWake}
 	}
 	if a, ok := decideChildren(f); ok {
 		return a
