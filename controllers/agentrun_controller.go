@@ -137,6 +137,10 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 	}
 	r.emitEvents(run, before)
+	if run.Status.Phase.IsTerminal() {
+		r.journals.Forget(run.UID)
+		r.blueprints.Forget(run.UID)
+	}
 	r.deliverCallback(run)
 	return outcome.result(), nil
 }
@@ -144,6 +148,9 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // observeTerminal stamps a terminal run's status with the generation it saw.
 func (r *AgentRunReconciler) observeTerminal(ctx context.Context, run *arv1.AgentRun) error {
 	defer r.deliverCallback(run)
+	// A finished run is never folded again: drop its in-memory copies.
+	r.journals.Forget(run.UID)
+	r.blueprints.Forget(run.UID)
 	if run.Status.ObservedGeneration == run.Generation {
 		return nil
 	}
