@@ -7,31 +7,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -63,11 +56,14 @@ func main() {
 func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLocal, demo bool) error {
 	if !forceLocal {
 		if cfg, ok := reachableCluster(); ok {
-			fmt.Printf(">> Using the cluster at %s (from KUBECONFIG); installing the AgentRun CRD there.\n", cfg.Host)
+			fmt.Printf(">> Using the cluster at %s (from KUBECONFIG); installing the CRDs and the answer admission policy there.\n", cfg.Host)
 			if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
 				Paths: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")}, ErrorIfPathMissing: true,
 			}); err != nil {
 				return fmt.Errorf("installing the CRD: %w", err)
+			}
+			if err := manifests.CreateDir(ctx, cfg, filepath.Join(testenv.RepoRoot(), "config", "admission")); err != nil {
+				return fmt.Errorf("installing the answer admission policy: %w", err)
 			}
 			if demo {
 				if err := applyDemo(ctx, cfg); err != nil {
@@ -136,36 +132,5 @@ func reachableCluster() (*rest.Config, bool) {
 
 // applyDemo creates the objects in config/demo, leaving any that exist.
 func applyDemo(ctx context.Context, cfg *rest.Config) error {
-	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
-	if err != nil {
-		return err
-	}
-	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "demo", "*.yaml"))
-	if err != nil {
-		return err
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
-			}
-		}
-	}
-	return nil
+	return manifests.CreateDir(ctx, cfg, filepath.Join(testenv.RepoRoot(), "config", "demo"))
 }

@@ -5,23 +5,18 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
 )
 
 // KubeVersion is the pinned control-plane version built by hack/build-controlplane.sh.
@@ -111,41 +106,8 @@ func Kubectl(kubeconfig string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// ApplyDir creates every object in the YAML files of dir (kustomization.yaml
-// aside), as the operator's install does.
+// ApplyDir creates every object in the YAML files of dir, as the operator's
+// install does.
 func (e *Env) ApplyDir(dir string) error {
-	c, err := client.New(e.Config, client.Options{})
-	if err != nil {
-		return err
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
-			}
-		}
-	}
-	return nil
+	return manifests.CreateDir(context.Background(), e.Config, dir)
 }
