@@ -282,7 +282,7 @@ func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRu
 		done.Kind = journal.ModelCallFailed
 		done.Failure = &journal.Failure{
 			Class: pe.Class, Status: pe.Status, SecretVersion: res.secretVersion,
-			Message: redact(pe.Message, req.APIKey.Reveal()),
+			Message: providers.Redact(pe.Message, req.APIKey.Reveal()),
 		}
 	} else {
 		r.Breakers.Success(key)
@@ -379,15 +379,6 @@ func outputSpec(run *arv1.AgentRun, bp *blueprint.Blueprint) runOutputSpec {
 func requestHash(run *arv1.AgentRun, e *journal.Entry) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%s|%d|%s/%s", run.UID, e.Seq, e.Stage, e.Iteration, e.Provider, e.Model))
 	return hex.EncodeToString(h[:16])
-}
-
-// redact removes a secret value from text that may echo it (provider error
-// bodies sometimes quote the key they rejected).
-func redact(text, secret string) string {
-	if len(secret) < 4 {
-		return text
-	}
-	return strings.ReplaceAll(text, secret, "[redacted]")
 }
 
 // sharedHTTP pools connections across calls to HTTP providers; each call is

@@ -15,6 +15,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
@@ -91,7 +92,7 @@ func (r *AgentRunReconciler) sendCallback(ctx context.Context, run *arv1.AgentRu
 	case res.Delivered:
 		cb.State, cb.DeliveredAt, cb.LastError = arv1.CallbackDelivered, &now, ""
 	default:
-		cb.State, cb.LastError = arv1.CallbackFailed, truncate(redact(res.Err.Error(), string(key)), 1000)
+		cb.State, cb.LastError = arv1.CallbackFailed, clipTo(providers.Redact(res.Err.Error(), string(key)), 1000)
 	}
 	r.patchCallback(ctx, run, cb, setupRefs)
 }

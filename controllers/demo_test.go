@@ -60,8 +60,14 @@ func TestDemoEndsWhereTheREADMESays(t *testing.T) {
 		t.Errorf("label selector lists %d children, want 6:\n%s", n, kids)
 	}
 	wide, err := testenv.Kubectl(kubeconfig, "get", "ar", "-n", ns, "-o", "wide", "triage-backlog-w0")
-	if err != nil || !strings.Contains(wide, "triage-backlog\n") && !strings.Contains(wide, " triage-backlog") {
-		t.Errorf("wide output does not show the parent: %v\n%s", err, wide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// PARENT is the last wide column: read the cell under its header.
+	lines := strings.Split(strings.TrimRight(wide, "\n"), "\n")
+	col := strings.LastIndex(lines[0], "PARENT")
+	if len(lines) != 2 || col < 0 || len(lines[1]) <= col || strings.TrimSpace(lines[1][col:]) != "triage-backlog" {
+		t.Errorf("the wide PARENT cell is not triage-backlog:\n%s", wide)
 	}
 	if r := getRun(t, ns, "deploy-release"); r.Status.Phase != arv1.PhaseWaitingInput {
 		t.Errorf("deploy-release moved without an answer: %s", r.Status.Phase)

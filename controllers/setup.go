@@ -124,7 +124,7 @@ func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.Agent
 	if err != nil {
 		return nil, cmName, &runstate.SetupBlock{
 			Blocker: arv1.BlockerProviderConfigInvalid, Refs: cmRef,
-			Remedy: fmt.Sprintf("Fix the provider ConfigMap %s/%s: %s", ns, cmName, truncate(err.Error(), 600)),
+			Remedy: fmt.Sprintf("Fix the provider ConfigMap %s/%s: %s", ns, cmName, clipTo(err.Error(), 600)),
 		}, nil
 	}
 	return cfg, cmName, nil, nil
@@ -162,11 +162,4 @@ func (r *AgentRunReconciler) credentials(ctx context.Context, run *arv1.AgentRun
 	}
 	out.apiKey = providers.Secret(key)
 	return out, nil, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -49,11 +49,11 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	st.Error = ""
 	switch {
 	case a.Kind == runstate.ActFail:
-		st.Phase, st.Error = arv1.PhaseError, truncate(a.Message, 4000)
+		st.Phase, st.Error = arv1.PhaseError, clipTo(a.Message, 4000)
 	case state.Outcome == journal.OutcomeComplete:
 		st.Phase = arv1.PhaseComplete
 	case state.Outcome == journal.OutcomeError:
-		st.Phase, st.Error = arv1.PhaseError, truncate(state.Message, 4000)
+		st.Phase, st.Error = arv1.PhaseError, clipTo(state.Message, 4000)
 	case state.Outcome == journal.OutcomeCancelled:
 		st.Phase = arv1.PhaseCancelled
 	case f.Paused:
@@ -267,6 +267,7 @@ func orZero(s string) string {
 	return s
 }
 
+// clipTo bounds text to n bytes, the status field's limit, marking the cut.
 func clipTo(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -89,8 +89,10 @@ func userContent(req Request) string {
 	return b.String()
 }
 
-// redact removes the API key from s.
-func redact(s, key string) string {
+// Redact removes a secret value from text that may echo it (provider error
+// bodies sometimes quote the key they rejected). Every surface that records
+// such text calls this one.
+func Redact(s, key string) string {
 	if key == "" {
 		return s
 	}
@@ -132,7 +134,7 @@ func (f apiFailure) classify(key string) *Error {
 	if f.kind != "" && !strings.Contains(msg, f.kind) {
 		msg = f.kind + ": " + msg
 	}
-	msg = redact(msg, key)
+	msg = Redact(msg, key)
 	if f.credits() {
 		if _, retryable := ClassifyStatus(f.status); retryable {
 			return &Error{Class: journal.FailCredits, Message: fmt.Sprintf("HTTP %d: %s", f.status, msg)}
@@ -220,7 +222,7 @@ func firstNonEmpty(s ...string) string {
 // deadline, the HTTP client's timeout, a refused connection, a failed DNS
 // lookup or TLS handshake.
 func transportError(ctx context.Context, err error, key string) *Error {
-	msg := redact(err.Error(), key)
+	msg := Redact(err.Error(), key)
 	var netErr net.Error
 	var dnsErr *net.DNSError
 	var opErr *net.OpError

@@ -31,10 +31,10 @@ func TestParseCostUSD(t *testing.T) {
 }
 
 func TestRedactEmptyKey(t *testing.T) {
-	if got := redact("message", ""); got != "message" {
+	if got := Redact("message", ""); got != "message" {
 		t.Errorf("redact with no key = %q, want the message unchanged", got)
 	}
-	if got := redact("key k3y here k3y", "k3y"); got != "key [redacted] here [redacted]" {
+	if got := Redact("key k3y here k3y", "k3y"); got != "key [redacted] here [redacted]" {
 		t.Errorf("redact = %q", got)
 	}
 }
