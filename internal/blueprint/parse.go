@@ -19,8 +19,12 @@ import (
 // The raw* types mirror the TOML layout. Optional scalars whose zero value is
 // meaningful are pointers so defaults apply only when a key is absent.
 type rawManifest struct {
-	Agent  rawAgent            `toml:"agent"`
-	Stages map[string]rawStage `toml:"stages"`
+	Agent        rawAgent                  `toml:"agent"`
+	Stages       map[string]rawStage       `toml:"stages"`
+	MCPServers   map[string]rawMCPServer   `toml:"mcp_servers"`
+	Tools        map[string]rawToolConfig  `toml:"tools"`
+	YoloProfiles map[string]rawYoloProfile `toml:"yolo_profiles"`
+	Limits       rawLimits                 `toml:"limits"`
 }
 
 type rawAgent struct {
@@ -32,6 +36,7 @@ type rawAgent struct {
 	Output          *rawOutput        `toml:"output"`
 	ToolPermissions map[string]string `toml:"tool_permissions"`
 	Title           *rawTitle         `toml:"title"`
+	Clearance       string            `toml:"clearance"`
 }
 
 type rawOutput struct {
@@ -179,6 +184,9 @@ func (p *parser) parse(src string) (*Blueprint, *ParseError) {
 
 	bp := &Blueprint{ManifestKey: p.key}
 	if err := p.agent(&raw.Agent, &bp.Agent); err != nil {
+		return nil, err
+	}
+	if err := p.tools(&raw, bp); err != nil {
 		return nil, err
 	}
 

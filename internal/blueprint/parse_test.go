@@ -32,6 +32,27 @@ sleep = "deny"
 enabled = false
 model = "demo/scripted-1"
 
+[mcp_servers.tracker]
+url = "http://tracker.tools.svc:8080/mcp"
+auth_secret = "tracker-token"
+tools = ["create_ticket", "read_doc"]
+level = "internal"
+
+[mcp_servers.wiki]
+url = "https://wiki.example/mcp"
+
+[tools.create_ticket]
+effect = "write"
+permission = "ask"
+level = "private"
+
+[yolo_profiles.ci]
+approve = ["create_ticket"]
+waive_taint = true
+
+[limits]
+interaction_timeout_secs = 60
+
 [stages.plan]
 system_prompt_file = "plan.md"
 transition_prompt = "Pick the next stage."
@@ -123,7 +144,15 @@ func TestParseFull(t *testing.T) {
 			},
 			ToolPermissions: map[string]string{"ask_user": "allow", "spawn_agent": "ask", "sleep": "deny"},
 			Title:           Title{Enabled: false, Model: "demo/scripted-1"},
+			Clearance:       "private",
 		},
+		MCPServers: []MCPServer{
+			{Name: "tracker", URL: "http://tracker.tools.svc:8080/mcp", AuthSecret: "tracker-token", AuthKey: "token", Tools: []string{"create_ticket", "read_doc"}, Level: "internal"},
+			{Name: "wiki", URL: "https://wiki.example/mcp", Level: "public"},
+		},
+		Tools:        map[string]ToolConfig{"create_ticket": {Effect: "write", Permission: "ask", Level: "private"}},
+		YoloProfiles: map[string]YoloProfile{"ci": {Name: "ci", Approve: []string{"create_ticket"}, WaiveTaint: true}},
+		Limits:       Limits{InteractionTimeoutSeconds: 60},
 		Stages: []*Stage{
 			{
 				Name: "plan", Mode: "autonomous", SystemPrompt: "You plan.\n", SystemPromptFile: "plan.md",
@@ -467,6 +496,41 @@ style = "essay"
 			files: map[string]string{"agent.toml": head + "[agent.title]\nmodel = \"gpt\"\n[stages.a]\n"},
 			key:   "agent.toml", line: 4, msg: `"provider/model"`,
 		},
+		{
+			name:  "mcp server without url scheme",
+			files: map[string]string{"agent.toml": head + "[stages.a]\n[mcp_servers.t]\nurl = \"tracker:8080\"\n"},
+			key:   "agent.toml", line: 5, msg: `mcp_servers.t.url must be an http(s) URL`,
+		},
+		{
+			name:  "mcp auth key without secret",
+			files: map[string]string{"agent.toml": head + "[stages.a]\n[mcp_servers.t]\nurl = \"http://t/mcp\"\nauth_key = \"k\"\n"},
+			key:   "agent.toml", line: 6, msg: `auth_key needs auth_secret`,
+		},
+		{
+			name:  "mcp server claims a built-in tool",
+			files: map[string]string{"agent.toml": head + "[stages.a]\n[mcp_servers.t]\nurl = \"http://t/mcp\"\ntools = [\"ask_user\"]\n"},
+			key:   "agent.toml", line: 6, msg: `"ask_user" is a built-in tool name`,
+		},
+		{
+			name:  "bad tool effect",
+			files: map[string]string{"agent.toml": head + "[stages.a]\n[tools.x]\neffect = \"maybe\"\n"},
+			key:   "agent.toml", line: 5, msg: `tools.x.effect`,
+		},
+		{
+			name:  "bad tool permission",
+			files: map[string]string{"agent.toml": head + "[stages.a]\n[tools.x]\npermission = \"sometimes\"\n"},
+			key:   "agent.toml", line: 5, msg: `tools.x.permission`,
+		},
+		{
+			name:  "bad clearance",
+			files: map[string]string{"agent.toml": "[agent]\nname = \"x\"\nclearance = \"top\"\n[stages.a]\n"},
+			key:   "agent.toml", line: 3, msg: `agent.clearance`,
+		},
+		{
+			name:  "negative interaction timeout",
+			files: map[string]string{"agent.toml": head + "[stages.a]\n[limits]\ninteraction_timeout_secs = -1\n"},
+			key:   "agent.toml", line: 5, msg: `interaction_timeout_secs must be >= 0`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -508,5 +572,55 @@ func TestHash(t *testing.T) {
 		if Hash(other) == Hash(a) {
 			t.Errorf("collision with %v", other)
 		}
+	}
+}
+
+func TestToolPolicy(t *testing.T) {
+	bp, err := Parse(map[string]string{"agent.toml": `[agent]
+name = "x"
+clearance = "internal"
+[agent.tool_permissions]
+read_doc = "deny"
+[mcp_servers.tracker]
+url = "http://tracker/mcp"
+tools = ["create_ticket", "read_doc"]
+level = "internal"
+[mcp_servers.wiki]
+url = "http://wiki/mcp"
+level = "private"
+[tools.create_ticket]
+permission = "allow"
+level = "public"
+[stages.a]
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ tool, effect, want string }{
+		{"create_ticket", EffectWrite, PermAllow}, // the tool's table wins
+		{"read_doc", EffectRead, PermDeny},        // then agent.tool_permissions
+		{"search", EffectRead, PermAllow},         // reads default to allow
+		{"search", EffectIdempotent, PermAsk},     // anything else asks
+		{"search", EffectWrite, PermAsk},
+	} {
+		if got := bp.Permission(c.tool, c.effect); got != c.want {
+			t.Errorf("Permission(%s, %s) = %s, want %s", c.tool, c.effect, got, c.want)
+		}
+	}
+	for _, c := range []struct{ tool, server, level string }{
+		{"create_ticket", "tracker", LevelPublic}, // the tool's level overrides its server's
+		{"read_doc", "tracker", LevelInternal},
+		{"search", "wiki", LevelPrivate}, // the one server with no list offers the rest
+	} {
+		s, ok := bp.ServerFor(c.tool)
+		if !ok || s.Name != c.server {
+			t.Errorf("ServerFor(%s) = %v %v, want %s", c.tool, s.Name, ok, c.server)
+		}
+		if got := bp.ToolLevel(c.tool); got != c.level {
+			t.Errorf("ToolLevel(%s) = %s, want %s", c.tool, got, c.level)
+		}
+	}
+	if LevelRank("nonsense") <= LevelRank(LevelPrivate) {
+		t.Error("an unknown level must rank above every known one (fail closed)")
 	}
 }

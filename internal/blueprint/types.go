@@ -97,6 +97,13 @@ type Blueprint struct {
 	// Stages are in the order their [stages.X] tables appear in the file,
 	// which is what users expect status "stage i/n" to follow.
 	Stages []*Stage
+	// MCPServers are where the run's tools come from, in name order.
+	MCPServers []MCPServer
+	// Tools are per-tool overrides by tool name.
+	Tools map[string]ToolConfig
+	// YoloProfiles are the named unattended profiles.
+	YoloProfiles map[string]YoloProfile
+	Limits       Limits
 }
 
 // AgentSection is the manifest's [agent] table.
@@ -113,6 +120,9 @@ type AgentSection struct {
 	// ToolPermissions maps a tool name to allow, ask or deny.
 	ToolPermissions map[string]string
 	Title           Title
+	// Clearance is the highest sensitivity the run may read without its
+	// context being tainted (default private: nothing taints).
+	Clearance string
 }
 
 // Output mirrors v1alpha1.OutputSpec field for field. It is declared here so
