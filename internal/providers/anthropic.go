@@ -20,7 +20,7 @@ const DefaultAnthropicBaseURL = "https://api.anthropic.com/"
 const AnthropicMaxTokens = 4096
 
 // Anthropic calls the Anthropic Messages API, non-streaming, offering the
-// model the transition and complete tools. The base URL is the API root,
+// model the operator's tools and the request's own. The base URL is the API root,
 // without /v1 (the SDK adds v1/messages).
 //
 // It never retries on its own (the caller does) and reads no ANTHROPIC_*
@@ -60,18 +60,14 @@ func (p *Anthropic) Call(ctx context.Context, req Request) (Result, error) {
 		Model:     anthropic.Model(req.Model),
 		MaxTokens: AnthropicMaxTokens,
 		Messages:  anthropicMessages(req),
-		Tools: []anthropic.ToolUnionParam{
-			{OfTool: &anthropic.ToolParam{
-				Name:        ToolTransition,
-				Description: anthropic.String(transitionDescription),
-				InputSchema: anthropic.ToolInputSchemaParam{Properties: transitionSchema(), Required: []string{"target"}},
-			}},
-			{OfTool: &anthropic.ToolParam{
-				Name:        ToolComplete,
-				Description: anthropic.String(completeDescription),
-				InputSchema: anthropic.ToolInputSchemaParam{Properties: completeSchema(), Required: []string{"output"}},
-			}},
-		},
+	}
+	tools, external := offeredTools(req)
+	for _, t := range tools {
+		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{
+			Name:        t.Name,
+			Description: anthropic.String(t.Description),
+			InputSchema: anthropicSchema(toolSchema(t)),
+		}})
 	}
 	if req.SystemPrompt != "" {
 		params.System = []anthropic.TextBlockParam{{Text: req.SystemPrompt}}
@@ -93,7 +89,7 @@ func (p *Anthropic) Call(ctx context.Context, req Request) (Result, error) {
 		case "text":
 			text = append(text, block.Text)
 		case "tool_use":
-			applyToolCall(&res.Response, block.Name, block.Input)
+			applyToolCall(&res.Response, external, block.ID, block.Name, block.Input)
 		}
 	}
 	res.Response.Text = strings.Join(text, "\n")
@@ -125,12 +121,44 @@ func anthropicError(ctx context.Context, err error, httpRes *http.Response, key 
 	}
 }
 
-// anthropicMessages is the task, then each earlier answer and its feedback.
+// anthropicSchema carries a whole JSON schema in the SDK's input-schema
+// type, which names only some of the keywords: the rest go as extra fields.
+func anthropicSchema(m map[string]any) anthropic.ToolInputSchemaParam {
+	s := anthropic.ToolInputSchemaParam{ExtraFields: map[string]any{}}
+	for k, v := range m {
+		if k != "type" { // always "object", which the SDK writes itself
+			s.ExtraFields[k] = v
+		}
+	}
+	return s
+}
+
+// anthropicMessages is the task, then each earlier answer and what followed
+// it: the feedback, or, when the answer called tools, its text and tool_use
+// blocks and a user message of tool_result blocks (then any feedback).
 func anthropicMessages(req Request) []anthropic.MessageParam {
 	msgs := []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(userContent(req)))}
-	as, us := turns(req)
-	for i := range as {
-		msgs = append(msgs, anthropic.NewAssistantMessage(anthropic.NewTextBlock(as[i])), anthropic.NewUserMessage(anthropic.NewTextBlock(us[i])))
+	for _, t := range turns(req) {
+		if len(t.tools) == 0 {
+			msgs = append(msgs, anthropic.NewAssistantMessage(anthropic.NewTextBlock(t.assistant)), anthropic.NewUserMessage(anthropic.NewTextBlock(t.feedback)))
+			continue
+		}
+		var calls, results []anthropic.ContentBlockParamUnion
+		if strings.TrimSpace(t.assistant) != "" { // empty text blocks are refused
+			calls = append(calls, anthropic.NewTextBlock(t.assistant))
+		}
+		for _, r := range t.tools {
+			calls = append(calls, anthropic.NewToolUseBlock(r.ID, argsObject(r.Arguments), r.Name))
+			res := anthropic.ToolResultBlockParam{ToolUseID: r.ID, IsError: anthropic.Bool(r.IsError)}
+			if r.Result != "" { // likewise: an empty result is sent without content
+				res.Content = []anthropic.ToolResultBlockParamContentUnion{{OfText: &anthropic.TextBlockParam{Text: r.Result}}}
+			}
+			results = append(results, anthropic.ContentBlockParamUnion{OfToolResult: &res})
+		}
+		if t.feedback != "" { // text must follow the tool results
+			results = append(results, anthropic.NewTextBlock(t.feedback))
+		}
+		msgs = append(msgs, anthropic.NewAssistantMessage(calls...), anthropic.NewUserMessage(results...))
 	}
 	return msgs
 }

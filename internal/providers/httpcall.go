@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -18,54 +19,135 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 )
 
-// The tools every HTTP provider offers the model: transition moves the run
-// to another stage, complete finishes it with its output.
+// The operator's own tools, offered by every HTTP provider: transition moves
+// the run to another stage, complete finishes it with its output, and
+// spawn_agent, fan_out and sleep map onto the answer's other moves.
 const (
 	ToolTransition = "transition"
 	ToolComplete   = "complete"
+	ToolSpawnAgent = "spawn_agent"
+	ToolFanOut     = "fan_out"
+	ToolSleep      = "sleep"
 )
 
-const (
-	transitionDescription = "Move the run to the next stage. Call this when the current stage's work is done and another stage should continue."
-	completeDescription   = "Finish the whole run with its final output. Call this when the task is done."
-)
-
-// transitionSchema and completeSchema are the JSON-schema properties of the
-// two tools.
-func transitionSchema() map[string]any {
-	return map[string]any{"target": map[string]any{"type": "string", "description": "Name of the stage to move to."}}
+// operatorTools are offered before the request's own tools and win any
+// name clash with them, so a tool server cannot shadow the run's moves.
+var operatorTools = []ToolSpec{
+	{
+		Name:        ToolTransition,
+		Description: "Move the run to the next stage. Call this when the current stage's work is done and another stage should continue.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string","description":"Name of the stage to move to."}},"required":["target"]}`),
+	},
+	{
+		Name:        ToolComplete,
+		Description: "Finish the whole run with its final output. Call this when the task is done.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"output":{"type":"string","description":"The run's final output."}},"required":["output"]}`),
+	},
+	{
+		Name:        ToolSpawnAgent,
+		Description: "Start a sub-agent from a blueprint to work on a task.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"blueprint":{"type":"string","description":"Name of the agent blueprint to run."},"task":{"type":"string","description":"The sub-agent's task."}},"required":["blueprint","task"]}`),
+	},
+	{
+		Name:        ToolFanOut,
+		Description: "Split the work into items, each handled by its own worker.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"items":{"type":"array","items":{"type":"string"},"description":"The work items, one per worker."}},"required":["items"]}`),
+	},
+	{
+		Name:        ToolSleep,
+		Description: "Pause the run for a number of seconds before continuing.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"seconds":{"type":"integer","minimum":1,"description":"How long to sleep, in seconds."}},"required":["seconds"]}`),
+	},
 }
 
-func completeSchema() map[string]any {
-	return map[string]any{"output": map[string]any{"type": "string", "description": "The run's final output."}}
+// offeredTools is every tool a call offers: the operator's, then the
+// request's, skipping unnamed tools and repeated names (providers refuse
+// duplicates). external is the set of the request's tools that made it.
+func offeredTools(req Request) (tools []ToolSpec, external map[string]bool) {
+	seen := map[string]bool{}
+	for _, t := range operatorTools {
+		seen[t.Name] = true
+	}
+	tools = append(tools, operatorTools...)
+	external = map[string]bool{}
+	for _, t := range req.Tools {
+		if t.Name == "" || seen[t.Name] {
+			continue
+		}
+		seen[t.Name], external[t.Name] = true, true
+		tools = append(tools, t)
+	}
+	return tools, external
 }
 
-// applyToolCall maps one of the model's tool calls onto the response. The
-// first recognised, well-formed call decides; later ones, calls to unknown
-// tools and calls with malformed arguments are ignored, leaving a response
-// with neither Next nor Complete (the model did not choose).
-func applyToolCall(resp *journal.Response, name string, args []byte) {
-	resp.ToolCalls++ // every call the model made counts, used or not
-	if resp.Next != "" || resp.Complete {
-		return
+// toolSchema decodes a tool's input schema. Both APIs want an object schema,
+// so anything else (empty, malformed, not an object) falls back to the
+// schema of a tool without arguments.
+func toolSchema(t ToolSpec) map[string]any {
+	var m map[string]any
+	if json.Unmarshal(t.InputSchema, &m) != nil || m == nil {
+		m = map[string]any{}
+	}
+	if _, ok := m["type"]; !ok {
+		m["type"] = "object"
+	}
+	return m
+}
+
+// applyToolCall maps one of the model's tool calls onto the response. Of
+// transition and complete, the first well-formed call decides. Calls to the
+// request's external tools become Calls, for the run to execute; calls to
+// unknown tools and built-in calls with malformed arguments are ignored.
+// Every call counts in ToolCalls, used or not.
+func applyToolCall(resp *journal.Response, external map[string]bool, id, name string, args []byte) {
+	resp.ToolCalls++
+	if strings.TrimSpace(string(args)) == "" {
+		args = []byte("{}")
 	}
 	switch name {
 	case ToolTransition:
 		var a struct {
 			Target string `json:"target"`
 		}
-		if json.Unmarshal(args, &a) == nil && a.Target != "" {
+		if !resp.Complete && resp.Next == "" && json.Unmarshal(args, &a) == nil && a.Target != "" {
 			resp.Next = a.Target
 		}
 	case ToolComplete:
 		var a struct {
 			Output string `json:"output"`
 		}
-		if len(args) == 0 || strings.TrimSpace(string(args)) == "" {
-			args = []byte("{}")
+		if !resp.Complete && resp.Next == "" && json.Unmarshal(args, &a) == nil {
+			resp.Complete, resp.Output = true, a.Output
+		}
+	case ToolSpawnAgent:
+		var a struct {
+			Blueprint string `json:"blueprint"`
+			Task      string `json:"task"`
+		}
+		if json.Unmarshal(args, &a) == nil && a.Blueprint != "" {
+			resp.Spawns = append(resp.Spawns, journal.Spawn{Agent: a.Blueprint, Task: a.Task})
+		}
+	case ToolFanOut:
+		var a struct {
+			Items []string `json:"items"`
 		}
 		if json.Unmarshal(args, &a) == nil {
-			resp.Complete, resp.Output = true, a.Output
+			resp.Items = append(resp.Items, a.Items...)
+		}
+	case ToolSleep:
+		// A float decodes models that write 30.0; the bound keeps the
+		// conversion to int defined.
+		var a struct {
+			Seconds float64 `json:"seconds"`
+		}
+		if resp.SleepSeconds == 0 && json.Unmarshal(args, &a) == nil && a.Seconds >= 1 && a.Seconds <= math.MaxInt32 {
+			resp.SleepSeconds = int(a.Seconds)
+		}
+	default:
+		if external[name] {
+			// Kept even when the arguments are not an object: the run
+			// refuses the call and tells the model why.
+			resp.Calls = append(resp.Calls, journal.ToolCall{ID: id, Name: name, Arguments: string(args)})
 		}
 	}
 }
@@ -291,19 +373,51 @@ func defaultHTTPClient() *http.Client {
 
 func nonNegative(n int64) int64 { return max(n, 0) }
 
-// turns renders History as alternating assistant and user texts, never
-// empty (providers refuse empty messages).
-func turns(req Request) (assistant, user []string) {
+// turn is one History entry as sent: texts never empty where providers
+// refuse empty messages, and every tool call with an ID.
+type turn struct {
+	assistant, feedback string
+	tools               []journal.ToolResult
+}
+
+// turns prepares History. A turn without tool calls is an assistant text
+// and the user's feedback ("Continue." when none). A turn with tool calls
+// keeps its text as is (it may be empty) and its feedback only when there
+// is some: the tool results already answer it. A call without an ID gets
+// "call_<n>", n counting the history's calls, so the same call has the same
+// ID on every request and IDs stay unique across the history.
+func turns(req Request) []turn {
+	var out []turn
+	n := 0
 	for _, t := range req.History {
-		a := t.Assistant
-		if strings.TrimSpace(a) == "" {
-			a = "(no text)"
+		tt := turn{assistant: t.Assistant, feedback: t.Feedback}
+		for _, r := range t.Tools {
+			if r.ID == "" {
+				r.ID = fmt.Sprintf("call_%d", n)
+			}
+			n++
+			tt.tools = append(tt.tools, r)
 		}
-		f := t.Feedback
-		if f == "" {
-			f = "Continue."
+		if len(tt.tools) == 0 {
+			if strings.TrimSpace(tt.assistant) == "" {
+				tt.assistant = "(no text)"
+			}
+			if tt.feedback == "" {
+				tt.feedback = "Continue."
+			}
 		}
-		assistant, user = append(assistant, a), append(user, f)
+		out = append(out, tt)
 	}
-	return assistant, user
+	return out
+}
+
+// argsObject is a call's arguments as a JSON object, for APIs that take
+// them as one: arguments that are not an object (a call the run refused)
+// are sent as {}.
+func argsObject(args string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(args), &m) != nil || m == nil {
+		return json.RawMessage("{}")
+	}
+	return json.RawMessage(args)
 }

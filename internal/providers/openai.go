@@ -18,7 +18,7 @@ const DefaultOpenAIBaseURL = "https://api.openai.com/v1/"
 
 // OpenAI calls any OpenAI-compatible chat-completions API (OpenAI, vLLM,
 // Ollama, LiteLLM, OpenRouter, ...), non-streaming, offering the model the
-// transition and complete tools. The base URL includes the API version
+// operator's tools and the request's own. The base URL includes the API version
 // prefix, e.g. https://openrouter.ai/api/v1 or http://ollama:11434/v1.
 //
 // It never retries on its own (the caller does) and reads no OPENAI_*
@@ -61,25 +61,18 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 		msgs = append(msgs, openai.SystemMessage(req.SystemPrompt))
 	}
 	msgs = append(msgs, openai.UserMessage(userContent(req)))
-	as, us := turns(req)
-	for i := range as {
-		msgs = append(msgs, openai.AssistantMessage(as[i]), openai.UserMessage(us[i]))
-	}
+	msgs = append(msgs, openAIHistory(req)...)
+	tools, external := offeredTools(req)
 	params := openai.ChatCompletionNewParams{
 		Model:    openai.ChatModel(req.Model),
 		Messages: msgs,
-		Tools: []openai.ChatCompletionToolUnionParam{
-			openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-				Name:        ToolTransition,
-				Description: openai.String(transitionDescription),
-				Parameters:  openai.FunctionParameters{"type": "object", "properties": transitionSchema(), "required": []string{"target"}},
-			}),
-			openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-				Name:        ToolComplete,
-				Description: openai.String(completeDescription),
-				Parameters:  openai.FunctionParameters{"type": "object", "properties": completeSchema(), "required": []string{"output"}},
-			}),
-		},
+	}
+	for _, t := range tools {
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+			Name:        t.Name,
+			Description: openai.String(t.Description),
+			Parameters:  openai.FunctionParameters(toolSchema(t)),
+		}))
 	}
 
 	var httpRes *http.Response
@@ -98,7 +91,7 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 		if tc.Type != "" && tc.Type != "function" {
 			continue
 		}
-		applyToolCall(&res.Response, tc.Function.Name, []byte(tc.Function.Arguments))
+		applyToolCall(&res.Response, external, tc.ID, tc.Function.Name, []byte(tc.Function.Arguments))
 	}
 
 	u := resp.Usage
@@ -120,6 +113,42 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// openAIHistory is each earlier answer and what followed it: the feedback
+// as a user message, or, when the answer called tools, the calls on the
+// assistant message and one tool message per result (then any feedback).
+func openAIHistory(req Request) []openai.ChatCompletionMessageParamUnion {
+	var msgs []openai.ChatCompletionMessageParamUnion
+	for _, t := range turns(req) {
+		if len(t.tools) == 0 {
+			msgs = append(msgs, openai.AssistantMessage(t.assistant), openai.UserMessage(t.feedback))
+			continue
+		}
+		var a openai.ChatCompletionAssistantMessageParam
+		if strings.TrimSpace(t.assistant) != "" {
+			a.Content.OfString = openai.String(t.assistant)
+		}
+		for _, r := range t.tools {
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID:       r.ID,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: r.Name, Arguments: r.Arguments},
+			}})
+		}
+		msgs = append(msgs, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		for _, r := range t.tools {
+			content := r.Result
+			if r.IsError {
+				// The chat API has no error flag on tool messages.
+				content = "ERROR: " + content
+			}
+			msgs = append(msgs, openai.ToolMessage(content, r.ID))
+		}
+		if t.feedback != "" {
+			msgs = append(msgs, openai.UserMessage(t.feedback))
+		}
+	}
+	return msgs
 }
 
 // openAIError classifies a failed chat-completions call.

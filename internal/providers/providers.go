@@ -5,6 +5,7 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -50,12 +51,27 @@ type Request struct {
 	OutputInstructions string
 	// Purpose is "title" for the call that names the run.
 	Purpose string
+	// Tools are the tools the run executes itself (MCP and built-in ones
+	// like ask_user), offered besides the operator's own; the model's calls
+	// to them come back as Response.Calls.
+	Tools []ToolSpec
+}
+
+// ToolSpec is a tool offered to the model.
+type ToolSpec struct {
+	Name        string
+	Description string
+	// InputSchema is the arguments' JSON Schema, an object; empty means
+	// {"type":"object"}.
+	InputSchema json.RawMessage
 }
 
 // Turn is an earlier answer and the feedback that followed it.
 type Turn struct {
 	Assistant string
 	Feedback  string
+	// Tools are the answer's tool calls with their results.
+	Tools []journal.ToolResult
 }
 
 // Result is a model's answer.

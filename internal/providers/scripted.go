@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -95,6 +96,13 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 	}
 	if step.Next != "" || step.Complete {
 		res.Response.ToolCalls++ // the transition or complete tool
+	}
+	for i, tc := range step.ToolCalls {
+		args := tc.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		res.Response.Calls = append(res.Response.Calls, journal.ToolCall{ID: fmt.Sprintf("call_%d_%d", req.Seq, i), Name: tc.Name, Arguments: strings.ReplaceAll(args, "{task}", req.Task)})
 	}
 	for _, sp := range step.Spawn {
 		res.Response.Spawns = append(res.Response.Spawns, journal.Spawn{Agent: sp.Agent, Task: sp.Task})

@@ -1,12 +1,14 @@
 // Package providertest runs fake model providers on loopback: real HTTP
 // servers that speak enough of the OpenAI chat-completions and Anthropic
 // Messages wire protocols for the official SDKs to talk to them. Each server
-// answers from a per-test queue of scripted replies, counts requests and
-// records the last one, so tests can assert what was sent.
+// answers from a per-test queue of scripted replies (text and any number of
+// tool calls), counts requests and records the last one, so tests can assert
+// what was sent (messages, tools offered).
 package providertest
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +20,9 @@ import (
 
 // ToolCall is a tool the scripted model calls.
 type ToolCall struct {
+	// ID is the call's id; empty means a numbered default ("call_1",
+	// "call_2", ... for OpenAI; "toolu_1", ... for Anthropic).
+	ID   string
 	Name string
 	// Args is the call's arguments as a JSON object, e.g. `{"target":"b"}`.
 	Args string
@@ -29,6 +34,8 @@ type ToolCall struct {
 type Reply struct {
 	Text     string
 	ToolCall *ToolCall
+	// ToolCalls are further calls in the same answer, after ToolCall.
+	ToolCalls []ToolCall
 
 	PromptTokens     int64
 	CompletionTokens int64
@@ -99,6 +106,51 @@ func (r Request) JSON() map[string]any {
 		return nil
 	}
 	return m
+}
+
+// Messages is the request's messages array, decoded.
+func (r Request) Messages() []map[string]any {
+	var body struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	_ = json.Unmarshal(r.Body, &body)
+	return body.Messages
+}
+
+// Tools maps each tool the request offered to its JSON schema, from either
+// protocol's shape (OpenAI function.parameters, Anthropic input_schema),
+// with its description under the key "$description" (absent when none).
+func (r Request) Tools() map[string]map[string]any {
+	var body struct {
+		Tools []struct {
+			Name        string         `json:"name"`
+			Description *string        `json:"description"`
+			InputSchema map[string]any `json:"input_schema"`
+			Function    *struct {
+				Name        string         `json:"name"`
+				Description *string        `json:"description"`
+				Parameters  map[string]any `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	if json.Unmarshal(r.Body, &body) != nil {
+		return nil
+	}
+	tools := map[string]map[string]any{}
+	for _, t := range body.Tools {
+		name, desc, schema := t.Name, t.Description, t.InputSchema
+		if f := t.Function; f != nil {
+			name, desc, schema = f.Name, f.Description, f.Parameters
+		}
+		if schema == nil {
+			schema = map[string]any{}
+		}
+		if desc != nil {
+			schema["$description"] = *desc
+		}
+		tools[name] = schema
+	}
+	return tools
 }
 
 // Server is a scripted fake provider. URL is its base URL: pass it as the
@@ -260,18 +312,36 @@ type rawNumber string
 
 func (n rawNumber) MarshalJSON() ([]byte, error) { return []byte(n), nil }
 
+// calls is every tool call of a reply, in order.
+func (r Reply) calls() []ToolCall {
+	var calls []ToolCall
+	if r.ToolCall != nil {
+		calls = append(calls, *r.ToolCall)
+	}
+	return append(calls, r.ToolCalls...)
+}
+
 func openAICompletion(model string, r Reply) map[string]any {
 	msg := map[string]any{"role": "assistant", "content": nil, "refusal": nil}
-	if r.Text != "" || r.ToolCall == nil {
+	calls := r.calls()
+	if r.Text != "" || len(calls) == 0 {
 		msg["content"] = r.Text
 	}
 	finish := "stop"
-	if tc := r.ToolCall; tc != nil {
+	if len(calls) > 0 {
 		finish = "tool_calls"
-		msg["tool_calls"] = []any{map[string]any{
-			"id": "call_1", "type": "function",
-			"function": map[string]any{"name": tc.Name, "arguments": tc.Args},
-		}}
+		var tcs []any
+		for i, tc := range calls {
+			id := tc.ID
+			if id == "" {
+				id = fmt.Sprintf("call_%d", i+1)
+			}
+			tcs = append(tcs, map[string]any{
+				"id": id, "type": "function",
+				"function": map[string]any{"name": tc.Name, "arguments": tc.Args},
+			})
+		}
+		msg["tool_calls"] = tcs
 	}
 	details := map[string]any{"cached_tokens": r.CachedTokens, "audio_tokens": 0}
 	if r.CacheWriteTokens != 0 {
@@ -301,19 +371,27 @@ func openAICompletion(model string, r Reply) map[string]any {
 
 func anthropicMessage(model string, r Reply) map[string]any {
 	content := []any{}
-	if r.Text != "" || r.ToolCall == nil {
+	calls := r.calls()
+	if r.Text != "" || len(calls) == 0 {
 		content = append(content, map[string]any{"type": "text", "text": r.Text})
 	}
 	stop := "end_turn"
-	if tc := r.ToolCall; tc != nil {
+	for i, tc := range calls {
 		stop = "tool_use"
 		input := json.RawMessage(tc.Args)
-		if !json.Valid(input) {
+		switch {
+		case strings.TrimSpace(tc.Args) == "":
+			input = json.RawMessage("{}")
+		case !json.Valid(input):
 			// The real API always sends an object; keep the body valid JSON.
 			b, _ := json.Marshal(tc.Args)
 			input = b
 		}
-		content = append(content, map[string]any{"type": "tool_use", "id": "toolu_providertest", "name": tc.Name, "input": input})
+		id := tc.ID
+		if id == "" {
+			id = fmt.Sprintf("toolu_%d", i+1)
+		}
+		content = append(content, map[string]any{"type": "tool_use", "id": id, "name": tc.Name, "input": input})
 	}
 	return map[string]any{
 		"id":            "msg_providertest",
