@@ -68,6 +68,8 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 		}
 	}
 	switch a.Kind {
+	case runstate.ActToolDecide, runstate.ActToolComplete, runstate.ActToolRetry, runstate.ActAbandon, runstate.ActToolCall:
+		return r.actTool(ctx, run, f, a)
 	case runstate.ActResolveFanOut:
 		err := r.journals.Append(ctx, run, journal.Entry{
 			Seq: f.State.NextSeq, Kind: journal.FanOutResolved, At: f.Now, Stage: f.State.FanOut.Stage,
@@ -104,7 +106,7 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 			Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo",
 		}
 		if a := a.Answer; a != nil {
-			e.Approved, e.Auto, e.By, e.Message = a.Approved, false, a.By, a.Name
+			e.Approved, e.Auto, e.By, e.Message, e.Expired = a.Approved, a.Expired, a.By, a.Name, a.Expired
 		}
 		err := r.journals.Append(ctx, run, e)
 		out.again = true
@@ -204,11 +206,15 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, run *arv1.AgentRun, f
 		return out, nil
 	}
 	for _, t := range st.Turns {
-		turn := providers.Turn{Assistant: t.Text}
+		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools}
 		if t.Rejected != "" {
 			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
 		}
 		req.History = append(req.History, turn)
+	}
+	if _, scripted := r.Providers[res.provider.Type]; !scripted {
+		// Only models choose tools; a scripted stage's calls are in its script.
+		req.Tools = r.offeredTools(ctx, run, f.Blueprint, stage)
 	}
 	if lf := st.LastFanOut; lf != nil && lf.Target == st.Stage {
 		outputs, err := r.mergeInputs(ctx, run, f.children)

@@ -63,6 +63,7 @@ type AgentRunReconciler struct {
 	blueprints   *blueprintCache
 	expectations *expectations
 	stepTimeout  time.Duration
+	toolCatalog  *toolCatalog
 }
 
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete
@@ -233,6 +234,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.journals = newJournalStore(r.Client, r.APIReader)
 	r.expectations = newExpectations()
 	r.blueprints = newBlueprintCache()
+	r.toolCatalog = newToolCatalog()
 	if r.stepTimeout == 0 {
 		r.stepTimeout = 5 * time.Minute
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
@@ -18,12 +20,12 @@ const IndexAnswerRun = "spec.run"
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentrunanswers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentrunanswers/status,verbs=get;update;patch
 
-// answerFacts finds the answer to the run's pending checkpoint (the oldest
-// unprocessed one for that point), and the answers whose fate is known but
-// not yet written on them: applied ones (the journal says so) and ones for
-// a question the run is not asking.
+// answerFacts finds the answer to the question the run asks now (the
+// oldest unprocessed one that fits it), and the answers whose fate is known
+// but not yet written on them: applied ones (the journal says so), ones for
+// a question the run is not asking, and ones that do not fit the question
+// (a choice not offered, input failing its schema, the wrong decision).
 func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
-	in := f.State.Interaction
 	var list arv1.AgentRunAnswerList
 	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
 		return fmt.Errorf("listing answers: %w", err)
@@ -37,21 +39,35 @@ func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun
 		a := &items[i]
 		switch {
 		case a.Status.State != "":
+			continue
 		case f.State.Answers[a.Name]:
 			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerApplied, "Applied to the run"})
-		case in == nil || a.Spec.Point != in.Point.Name:
-			waiting := "no question"
-			if in != nil {
-				waiting = fmt.Sprintf("point %q", in.Point.Name)
-			}
-			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerRejected, fmt.Sprintf("The run waits on %s, not on point %q", waiting, a.Spec.Point)})
+			continue
+		case f.State.Outcome != journal.OutcomeNone:
+			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerRejected, "The run has finished"})
+			continue
+		}
+		ans, err := runstate.CheckAnswer(&f.State, runstate.AnswerSpec{
+			Name: a.Name, By: a.Spec.By, Point: a.Spec.Point, Decision: string(a.Spec.Decision), Text: a.Spec.Text, Input: a.Spec.Input,
+		})
+		switch {
+		case err != nil:
+			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerRejected, clipTo(capitalize(err.Error()), 1024)})
 		case f.Answer == nil:
-			f.Answer = &runstate.Answer{Name: a.Name, Approved: a.Spec.Decision == arv1.DecisionApprove, By: a.Spec.By}
+			f.Answer = ans
 		default:
 			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerRejected, fmt.Sprintf("Point %q was already answered by %s", a.Spec.Point, f.Answer.Name)})
 		}
 	}
 	return nil
+}
+
+// capitalize makes an error message a sentence.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // answerUpdate is an answer's fate to record on it.

@@ -30,6 +30,8 @@ type facts struct {
 	children []arv1.AgentRun
 	// answerUpdates are answers whose fate must be written on them.
 	answerUpdates []answerUpdate
+	// tool is the next MCP tool call's server, when one is due and ready.
+	tool *resolvedTool
 }
 
 // derive gathers the facts: the blueprint (snapshot, or the ConfigMap
@@ -37,7 +39,7 @@ type facts struct {
 // the provider config and credentials.
 func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
-		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, Now: now,
+		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,
 		Budgets: run.Spec.Budgets,
 	}}
 	if c := run.Status.Active; c != nil {
@@ -71,6 +73,9 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	}
 	if p := f.State.Pending; p != nil {
 		f.InFlight = r.Pool.InFlight(executor.Key{Run: run.UID, Seq: p.Seq})
+	}
+	if err := r.toolFacts(ctx, run, f); err != nil {
+		return nil, err
 	}
 	if runstate.NeedsProvider(f.Facts) {
 		stage, _, _ := f.Blueprint.Stage(f.State.Stage)

@@ -99,6 +99,14 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	if p := state.Pending; p != nil && state.Outcome == journal.OutcomeNone {
 		st.PendingCall = &arv1.PendingCall{Kind: arv1.CallKindModel, Seq: p.Seq, RequestHash: p.RequestHash}
 	}
+	if p := state.PendingTool(); p != nil && (state.Outcome == journal.OutcomeNone || p.Effect == string(arv1.EffectWrite)) {
+		// A write's intent stays on record after the run ends: the evidence
+		// of an unresolved write.
+		st.PendingCall = &arv1.PendingCall{
+			Kind: arv1.CallKindTool, Seq: p.Seq, Tool: p.Tool, Input: clipTo(p.Input, 16384),
+			Effect: arv1.ToolEffect(p.Effect), IdempotencyKey: p.IdempotencyKey,
+		}
+	}
 	st.Title, st.TitleError = clipTo(state.Title, 256), clipTo(state.TitleError, 1024)
 	st.Flags.MaxIterationsHit = state.MaxIterationsHit
 	st.Flags.ProducedOutput = state.Output != nil

@@ -40,10 +40,20 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 					res = parts[len(parts)-2]
 				}
 			}
+			resp, err := rt.RoundTrip(req)
+			if err == nil && resp.StatusCode == http.StatusConflict {
+				// A stale write the API server refused: it stored nothing
+				// (counted apart, so a loaded machine's cache lag does not
+				// read as extra writes).
+				res = "conflicts"
+			}
 			w.mu.Lock()
 			w.counts[req.Method+" "+res]++
 			w.mu.Unlock()
-			w.total.Add(1)
+			if res != "conflicts" {
+				w.total.Add(1)
+			}
+			return resp, err
 		}
 		return rt.RoundTrip(req)
 	})

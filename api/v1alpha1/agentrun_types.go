@@ -520,7 +520,7 @@ func (r WaitReason) NeedsAPerson() bool {
 
 // SetupBlocker names which kind of setup problem parks a run, one value per
 // remedy, so a client can offer the right fix without parsing the sentence.
-// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing
+// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable
 type SetupBlocker string
 
 // Setup blockers: the seeds' provider-side ones, then the Kubernetes ones.
@@ -555,6 +555,9 @@ const (
 	// BlockerBlueprintMissing: the blueprint ConfigMap does not exist yet
 	// (GitOps may apply the run before its blueprint).
 	BlockerBlueprintMissing SetupBlocker = "BlueprintMissing"
+	// BlockerToolServerUnavailable: an MCP server the blueprint names could
+	// not be reached or refused its token; the remedy says which.
+	BlockerToolServerUnavailable SetupBlocker = "ToolServerUnavailable"
 )
 
 // BudgetKind names a budget.

@@ -4,8 +4,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// AgentRunAnswer is a person's answer to a question a run waits on (today:
-// an interaction point). A separate resource so RBAC can grant answering
+// AgentRunAnswer answers what a run waits on: a checkpoint
+// (InteractionPoint), a tool call to approve (ToolApproval), a write after
+// tainted input (TaintGate), the agent's question or review (UserPrompt), a
+// dangling write (NeedsReconciliation), or an external system's signal
+// (Signal). A separate resource so RBAC can grant answering
 // (create agentrunanswers) without granting edits to runs, and so every
 // answer stays as an audit record. Who answered is spec.by, which the
 // agentrun-answer-identity ValidatingAdmissionPolicy requires to equal the
@@ -28,6 +31,8 @@ type AgentRunAnswer struct {
 	// spec is the answer. Immutable: an answer is a record.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an answer cannot be changed; create another"
+	// +kubebuilder:validation:XValidation:rule="has(self.decision) || has(self.text) || has(self.input)",message="an answer needs a decision, text or input"
+	// +kubebuilder:validation:XValidation:rule="!(has(self.text) && has(self.input))",message="set text or input, not both"
 	Spec AgentRunAnswerSpec `json:"spec"`
 
 	// status says whether the run took the answer.
@@ -47,9 +52,24 @@ type AgentRunAnswerSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Point string `json:"point"`
-	// decision approves or denies. A denied checkpoint cancels the run.
-	// +required
-	Decision AnswerDecision `json:"decision"`
+	// decision approves or denies a checkpoint, tool call, taint gate or
+	// review (a denied checkpoint cancels the run; a denied tool call is
+	// not made and the agent is told). For a dangling write
+	// (NeedsReconciliation): Done (it happened; text or input is its
+	// output), Retry (it did not; issue it again) or Abandon (end the run).
+	// Questions and signals need no decision, only text or input.
+	// +optional
+	Decision AnswerDecision `json:"decision,omitempty"`
+	// text is a plain-text answer: free text, one of the offered choices,
+	// yes or no, a review's feedback, or a resolved write's output.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Text *string `json:"text,omitempty"`
+	// input is the answer as JSON text, checked against the question's
+	// input_schema: '{"env":"prod"}', '42', or 'null' (null is an input).
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Input *string `json:"input,omitempty"`
 	// by is the authenticated user answering; admission refuses any other
 	// name.
 	// +required
@@ -58,14 +78,21 @@ type AgentRunAnswerSpec struct {
 	By string `json:"by"`
 }
 
-// AnswerDecision approves or denies.
-// +kubebuilder:validation:Enum=Approve;Deny
+// AnswerDecision approves or denies, or settles a dangling write.
+// +kubebuilder:validation:Enum=Approve;Deny;Done;Retry;Abandon
 type AnswerDecision string
 
 // Decisions.
 const (
 	DecisionApprove AnswerDecision = "Approve"
 	DecisionDeny    AnswerDecision = "Deny"
+	// DecisionDone: the dangling write happened; the answer's text or input
+	// is its output.
+	DecisionDone AnswerDecision = "Done"
+	// DecisionRetry: the dangling write did not happen; issue it again.
+	DecisionRetry AnswerDecision = "Retry"
+	// DecisionAbandon: end the run, recording the unresolved write.
+	DecisionAbandon AnswerDecision = "Abandon"
 )
 
 // AnswerState is what became of an answer.
@@ -76,7 +103,9 @@ type AnswerState string
 const (
 	// AnswerApplied: the run took the answer (exactly once).
 	AnswerApplied AnswerState = "Applied"
-	// AnswerRejected: the run was not waiting on that question.
+	// AnswerRejected: the run was not waiting on that question, or the
+	// answer does not fit it (a choice not offered, input failing the
+	// question's schema).
 	AnswerRejected AnswerState = "Rejected"
 )
 

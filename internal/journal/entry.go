@@ -39,6 +39,29 @@ const (
 	// SleepCompleted records that a sleep's wake time passed and the run
 	// was woken (never before it).
 	SleepCompleted Kind = "SleepCompleted"
+	// ToolCallDecided records a gate's decision on the next tool call: an
+	// approval (ToolApproval) or a taint clearance (TaintGate), given by a
+	// person, by policy (yolo, deny, unknown tool) or by expiry.
+	ToolCallDecided Kind = "ToolCallDecided"
+	// ToolCallRequested is the intent of a tool call, written before the
+	// call with its effect and idempotency key.
+	ToolCallRequested Kind = "ToolCallRequested"
+	// ToolCallCompleted records a tool call's result: from the tool, from
+	// a person (an answered question, a resolved dangling write), or the
+	// refusal of a denied call.
+	ToolCallCompleted Kind = "ToolCallCompleted"
+	// ToolCallRetried records a person's word that a dangling write did
+	// not happen, so it is issued again.
+	ToolCallRetried Kind = "ToolCallRetried"
+	// RunAbandoned records a person abandoning the run over a dangling
+	// write; the unresolved write stays on record.
+	RunAbandoned Kind = "RunAbandoned"
+)
+
+// Gates a ToolCallDecided answers.
+const (
+	GateApproval = "approval"
+	GateTaint    = "taint"
 )
 
 // Entry is one journal record. Only the fields of its kind are set.
@@ -85,6 +108,24 @@ type Entry struct {
 	FailedItems int    `json:"failedItems,omitempty"`
 	FailAll     bool   `json:"failAll,omitempty"`
 	Message     string `json:"message,omitempty"`
+
+	// Index is the tool call's position in the model answer's calls.
+	Index int `json:"index,omitempty"`
+	// Tool, Input, Effect, Server and IdempotencyKey describe a tool call's
+	// intent. The key is recorded so a re-executed idempotent call carries
+	// the same one.
+	Tool           string `json:"tool,omitempty"`
+	Input          string `json:"input,omitempty"`
+	Effect         string `json:"effect,omitempty"`
+	Server         string `json:"server,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// Gate says which gate a ToolCallDecided answers.
+	Gate string `json:"gate,omitempty"`
+	// Expired marks a decision made because nobody answered in time.
+	Expired bool `json:"expired,omitempty"`
+	// Result and IsError are a tool call's result.
+	Result  string `json:"result,omitempty"`
+	IsError bool   `json:"isError,omitempty"`
 }
 
 // PurposeTitle marks the titling call.
@@ -109,6 +150,19 @@ type Response struct {
 	// OutputRejected says why submitted output was refused (it failed the
 	// output spec); the model is told on its next turn.
 	OutputRejected string `json:"outputRejected,omitempty"`
+	// Calls are the tool calls the run executes (MCP and built-in tools)
+	// before the model is called again; the answer's own move (transition,
+	// completion, sleep) waits for them.
+	Calls []ToolCall `json:"calls,omitempty"`
+}
+
+// ToolCall is one tool call in a model's answer.
+type ToolCall struct {
+	// ID is the provider's id for the call, echoed with its result.
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name"`
+	// Arguments is the call's JSON object.
+	Arguments string `json:"arguments,omitempty"`
 }
 
 // Spawn is a sub-agent request: a blueprint ConfigMap and a task.

@@ -91,6 +91,19 @@ type State struct {
 	// SleepUntil is the wake time of a sleep in progress.
 	SleepUntil *time.Time
 
+	// Calls are the tool calls of the model's last answer, settled in order
+	// before the model is called again.
+	Calls []CallState
+	// afterCalls is that answer's completion; its move waits for the calls.
+	afterCalls *Entry
+	callsFrom  int64
+	// Tainted: a tool result from a source above the run's clearance is in
+	// the context; TaintSource names the tool.
+	Tainted     bool
+	TaintSource string
+	// askedAt is when the current question to a person was put.
+	askedAt time.Time
+
 	// Titled: the titling call has finished (Title or TitleError is set).
 	Titled     bool
 	Title      string
@@ -122,6 +135,8 @@ type Turn struct {
 	Text string
 	// Rejected is why its submitted output was refused, if it was.
 	Rejected string
+	// Tools are the answer's tool calls with their results.
+	Tools []ToolResult
 }
 
 // FanOut is a fan_out stage's items and where the run goes once they are done.
@@ -171,7 +186,17 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 	if st.Outcome != OutcomeNone {
 		return
 	}
+	asked := st.questionKey()
+	defer func() {
+		if q := st.questionKey(); q != "" && q != asked {
+			st.askedAt = e.At
+		}
+	}()
 	switch e.Kind {
+	case ToolCallDecided, ToolCallRequested, ToolCallCompleted, ToolCallRetried:
+		st.applyTool(bp, e)
+	case RunAbandoned:
+		st.abandon(e)
 	case ModelCallRequested:
 		c := *e
 		st.Pending = &c
@@ -219,11 +244,12 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 		if in == nil || in.Point.Name != e.Point {
 			return
 		}
-		if e.Message != "" {
-			if st.Answers == nil {
-				st.Answers = map[string]bool{}
-			}
-			st.Answers[e.Message] = true
+		st.remember(e.Message)
+		if e.Expired && in.Point.Unattended == blueprint.UnattendedAsk {
+			st.Interaction = nil
+			st.Outcome = OutcomeError
+			st.Message = fmt.Sprintf("interaction point %q expired with no answer, and it may not be passed unattended", e.Point)
+			return
 		}
 		if !e.Approved {
 			st.Interaction = nil
@@ -325,6 +351,25 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	st.Iteration++
 	st.Moves++
 
+	if _, _, ok := bp.Stage(st.Stage); !ok {
+		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("stage %q is not in the blueprint", st.Stage)
+		return
+	}
+	r := e.Response
+	if r == nil {
+		r = &Response{}
+	}
+	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected})
+	if len(r.Calls) > 0 && r.OutputRejected == "" {
+		st.startCalls(e, r)
+		return
+	}
+	st.advance(bp, e)
+}
+
+// advance applies the move a model answer implies (sleep, output,
+// transition, completion), once its tool calls, if any, are settled.
+func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 	stage, _, ok := bp.Stage(st.Stage)
 	if !ok {
 		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("stage %q is not in the blueprint", st.Stage)
@@ -334,7 +379,6 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if r == nil {
 		r = &Response{}
 	}
-	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected})
 	if r.SleepSeconds > 0 {
 		// The fold reads no clock: the wake time is the completion's own
 		// time plus the duration, the same on every replay.

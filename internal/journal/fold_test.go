@@ -185,6 +185,9 @@ func diffState(got, want State) []string {
 	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := 0; i < gv.NumField(); i++ {
 		f := gv.Type().Field(i)
+		if !f.IsExported() {
+			continue // bookkeeping, seen through the exported fields and methods
+		}
 		g, w := gv.Field(i).Interface(), wv.Field(i).Interface()
 		if !reflect.DeepEqual(g, w) {
 			out = append(out, fmt.Sprintf("%s: got %s, want %s", f.Name, show(g), show(w)))

@@ -14,6 +14,18 @@ type options struct {
 	output        string
 	help          bool
 	args          []string
+
+	// Answer commands. The value flags are pointers because an empty value
+	// is still an answer (an empty output, an empty string).
+	wait        bool    // --wait
+	reason      *string // --reason (deny)
+	json        *string // --json (answer)
+	null        bool    // --null (answer)
+	done        bool    // --done (resolve)
+	retry       bool    // --retry (resolve)
+	abandon     bool    // --abandon (resolve)
+	writeOutput *string // --output (resolve; not -o)
+	writeJSON   *string // --output-json (resolve)
 }
 
 // flagSet says which optional flags a command accepts beyond the common
@@ -21,6 +33,10 @@ type options struct {
 type flagSet struct {
 	allNamespaces bool // -A/--all-namespaces
 	output        bool // -o/--output
+	wait          bool // --wait
+	reason        bool // --reason
+	input         bool // --json, --null
+	resolve       bool // --done, --retry, --abandon, --output, --output-json
 }
 
 // usageError is a mistake in how the plugin was called: exit code 2.
@@ -52,7 +68,9 @@ func parseArgs(args []string, fs flagSet) (options, error) {
 			// Short flag with its value attached: -nfoo, -n=foo, -ojson.
 			name, value, hasValue = a[:2], strings.TrimPrefix(a[2:], "="), true
 		}
-		var target *string
+		var target *string // a flag whose value must not be empty
+		var text **string  // a flag whose value is answer text, possibly empty
+		var set *bool      // a flag that takes no value
 		switch name {
 		case "-h", "--help":
 			if hasValue {
@@ -84,12 +102,42 @@ func parseArgs(args []string, fs flagSet) (options, error) {
 		case "-n", "--namespace":
 			target = &o.namespace
 		case "-o", "--output":
-			if !fs.output {
+			switch {
+			case fs.resolve && name == "--output":
+				text = &o.writeOutput // the write's output, not a format
+			case fs.output:
+				target = &o.output
+			default:
 				return o, usagef("unknown flag %s for this command", name)
 			}
-			target = &o.output
+		case "--wait":
+			set = accepted(fs.wait, &o.wait)
+		case "--null":
+			set = accepted(fs.input, &o.null)
+		case "--done":
+			set = accepted(fs.resolve, &o.done)
+		case "--retry":
+			set = accepted(fs.resolve, &o.retry)
+		case "--abandon":
+			set = accepted(fs.resolve, &o.abandon)
+		case "--reason":
+			text = accepted(fs.reason, &o.reason)
+		case "--json":
+			text = accepted(fs.input, &o.json)
+		case "--output-json":
+			text = accepted(fs.resolve, &o.writeJSON)
 		default:
 			return o, usagef("unknown flag %s", name)
+		}
+		if set == nil && text == nil && target == nil {
+			return o, usagef("unknown flag %s for this command", name)
+		}
+		if set != nil {
+			if hasValue {
+				return o, usagef("flag %s takes no value", name)
+			}
+			*set = true
+			continue
 		}
 		if !hasValue {
 			if i+1 >= len(args) {
@@ -98,10 +146,23 @@ func parseArgs(args []string, fs flagSet) (options, error) {
 			i++
 			value = args[i]
 		}
+		if text != nil {
+			*text = &value
+			continue
+		}
 		if value == "" {
 			return o, usagef("flag %s needs a non-empty value", name)
 		}
 		*target = value
 	}
 	return o, nil
+}
+
+// accepted returns p when the command takes the flag, and nil (an unknown
+// flag) when it does not.
+func accepted[T any](ok bool, p *T) *T {
+	if !ok {
+		return nil
+	}
+	return p
 }

@@ -114,7 +114,9 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time) error {
 		sub("Blocker", string(wo.Blocker))
 		sub("Remedy", wo.Remedy)
 		sub("Point", wo.Point)
-		sub("Question", wo.Question)
+		// A review's prompt spans lines; one line keeps the table whole
+		// (the field is clipped at 2048 already, so nothing more is cut).
+		sub("Question", oneLine(wo.Question, 2048))
 		if wo.Outstanding != nil {
 			sub("Outstanding", fmt.Sprint(*wo.Outstanding))
 		}
@@ -134,6 +136,15 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time) error {
 		sub("Signal", wo.Signal)
 		if len(st.SetupRefs) > 0 {
 			sub("Waits for", strings.Join(st.SetupRefs, ", "))
+		}
+		// The exact commands, so a person can copy one instead of looking
+		// up which command fits which wait.
+		for i, c := range answerCommands(run) {
+			if i == 0 {
+				sub("Answer with", c)
+			} else {
+				fmt.Fprintf(tw, "  \t%s\n", c)
+			}
 		}
 	}
 	if pc := st.PendingCall; pc != nil {

@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -101,20 +103,34 @@ func ctxFor(t *testing.T) context.Context {
 // PATH and KUBECONFIG pointing at the test API server.
 func kubectlPlugin(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return startPlugin(t, args...)()
+}
+
+// startPlugin starts `kubectl agentrun args...` and returns a function that
+// waits for it to end.
+func startPlugin(t *testing.T, args ...string) func() (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(testenv.KubectlPath(), append([]string{"agentrun"}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exitErr):
-		code = exitErr.ExitCode()
-	default:
+	if err := cmd.Start(); err != nil {
 		t.Fatalf("running kubectl agentrun %s: %v", strings.Join(args, " "), err)
 	}
-	return out.String(), errOut.String(), code
+	return func() (string, string, int) {
+		t.Helper()
+		err := cmd.Wait()
+		var exitErr *exec.ExitError
+		code := 0
+		switch {
+		case err == nil:
+		case errors.As(err, &exitErr):
+			code = exitErr.ExitCode()
+		default:
+			t.Fatalf("running kubectl agentrun %s: %v", strings.Join(args, " "), err)
+		}
+		return out.String(), errOut.String(), code
+	}
 }
 
 func mustPlugin(t *testing.T, args ...string) string {
@@ -472,42 +488,172 @@ func TestKubectlAgentrunOutputTranscriptDescribe(t *testing.T) {
 		}
 	}
 
-	if _, stderr, code := kubectlPlugin(t, "approve", "done", "-n", ns); code != 1 || !strings.Contains(stderr, "is not waiting on a checkpoint") {
+	if _, stderr, code := kubectlPlugin(t, "approve", "done", "-n", ns); code != 1 || !strings.Contains(stderr, `agentrun "done" is not waiting on anything to answer (phase Complete)`) {
 		t.Errorf("approve of a finished run: exit %d, %q", code, stderr)
-	}
-	if _, stderr, code := kubectlPlugin(t, "answer", "done", "-n", ns); code != 2 || !strings.Contains(stderr, NotAvailableGates) {
-		t.Errorf("answer: exit %d, %q", code, stderr)
 	}
 }
 
-// TestKubectlAgentrunApproveAndDeny: approve and deny create an answer for
-// the checkpoint the run waits on, in the name of the authenticated user
-// (the API server's admission policy would refuse any other).
-func TestKubectlAgentrunApproveAndDeny(t *testing.T) {
+// answerCreated is the line an answer command prints; its first group is
+// the answer's name.
+var answerCreated = regexp.MustCompile(`^agentrunanswer\.agentrun\.dev/(\S+) created: `)
+
+// TestKubectlAgentrunAnswers: each answer command creates, for every wait it
+// fits, an answer to the run's point in the authenticated user's name (the
+// admission policy refuses any other), carrying the decision, text or input
+// the command line gave. No controller runs here: the answers stay
+// unapplied.
+func TestKubectlAgentrunAnswers(t *testing.T) {
+	controlPlane(t)
 	ns := newNamespace(t)
-	waiting := arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: &arv1.WaitingOn{
-		Reason: arv1.WaitInteractionPoint, NeedsAPerson: true, Summary: "InteractionPoint", Point: "approve-deploy", Question: "Deploy?"}}
-	createRun(t, ns, "gate", nil, waiting)
-	out := mustPlugin(t, "approve", "gate", "-n", ns)
-	if !strings.Contains(out, `approve "approve-deploy" of gate as `) {
-		t.Fatalf("approve said %q", out)
+	waits := map[string]*arv1.WaitingOn{"checkpoint": waitCheckpoint, "tool": waitTool, "taint": waitTaint, "review": waitReview,
+		"question": waitQuestion, "signal": waitSignal, "write": waitWrite}
+	for name, w := range waits {
+		createRun(t, ns, name, nil, arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: w.DeepCopy()})
 	}
-	mustPlugin(t, "deny", "gate", "-n", ns)
-	var list arv1.AgentRunAnswerList
-	if err := k8sClient.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 2 {
-		t.Fatalf("%d answers, want 2", len(list.Items))
-	}
-	decisions := map[arv1.AnswerDecision]bool{}
-	for _, a := range list.Items {
-		decisions[a.Spec.Decision] = true
-		if a.Spec.Run != "gate" || a.Spec.Point != "approve-deploy" || a.Spec.By == "" || !strings.Contains(out, a.Spec.By) && a.Spec.Decision == arv1.DecisionApprove {
-			t.Errorf("answer = %+v", a.Spec)
+	for _, tc := range []struct {
+		args []string
+		// line is what the command prints after the answer's name.
+		line string
+		want arv1.AgentRunAnswerSpec
+	}{
+		{[]string{"approve", "checkpoint"}, `approve "approve-deploy" of checkpoint as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
+		{[]string{"deny", "checkpoint"}, `deny "approve-deploy" of checkpoint as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny}},
+		{[]string{"approve", "tool"}, `approve "call-3" of tool as test-admin`, arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
+		{[]string{"deny", "tool", "--reason", "not on a Friday"}, `deny "call-3" of tool as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny, Text: ptr("not on a Friday")}},
+		{[]string{"approve", "taint"}, `approve "call-4" of taint as test-admin`, arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
+		{[]string{"approve", "review"}, `approve "call-5" of review as test-admin`, arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
+		{[]string{"deny", "review", "--reason=add tests first"}, `deny "call-5" of review as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny, Text: ptr("add tests first")}},
+		{[]string{"answer", "question", "staging"}, `answer "call-6" of question as test-admin`, arv1.AgentRunAnswerSpec{Text: ptr("staging")}},
+		{[]string{"answer", "question", "--", "-1"}, `answer "call-6" of question as test-admin`, arv1.AgentRunAnswerSpec{Text: ptr("-1")}},
+		{[]string{"answer", "question", "--json", `{"cluster": "prod"}`}, `answer "call-6" of question as test-admin`,
+			arv1.AgentRunAnswerSpec{Input: ptr(`{"cluster": "prod"}`)}},
+		{[]string{"answer", "signal", "--null"}, `answer "call-7" of signal as test-admin`, arv1.AgentRunAnswerSpec{Input: ptr("null")}},
+		{[]string{"answer", "signal", "build 1841 passed"}, `answer "call-7" of signal as test-admin`,
+			arv1.AgentRunAnswerSpec{Text: ptr("build 1841 passed")}},
+		{[]string{"resolve", "write", "--done", "--output", "issue #12 created"}, `done "call-8" of write (write create_issue #8) as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDone, Text: ptr("issue #12 created")}},
+		{[]string{"resolve", "write", "--done", "--output-json", `{"id":12}`}, `done "call-8" of write (write create_issue #8) as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDone, Input: ptr(`{"id":12}`)}},
+		{[]string{"resolve", "write", "--retry"}, `retry "call-8" of write (write create_issue #8) as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionRetry}},
+		{[]string{"resolve", "write", "--abandon"}, `abandon "call-8" of write (write create_issue #8) as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionAbandon}},
+	} {
+		// -n before NAME, so that it stays a flag in a command line using "--".
+		out := mustPlugin(t, slices.Concat(tc.args[:1], []string{"-n", ns}, tc.args[1:])...)
+		m := answerCreated.FindStringSubmatch(out)
+		if m == nil || out != m[0]+tc.line+"\n" {
+			t.Errorf("%q printed %q, want agentrunanswer.agentrun.dev/NAME created: %s", tc.args, out, tc.line)
+			continue
+		}
+		var ans arv1.AgentRunAnswer
+		if err := k8sClient.Get(ctxFor(t), client.ObjectKey{Namespace: ns, Name: m[1]}, &ans); err != nil {
+			t.Fatal(err)
+		}
+		want := tc.want
+		want.Run, want.Point, want.By = tc.args[1], waits[tc.args[1]].Point, "test-admin"
+		if !reflect.DeepEqual(ans.Spec, want) {
+			t.Errorf("%q created %s with spec %s, want %s", tc.args, ans.Name, mustIndent(t, ans.Spec), mustIndent(t, want))
 		}
 	}
-	if !decisions[arv1.DecisionApprove] || !decisions[arv1.DecisionDeny] {
-		t.Errorf("decisions = %v", decisions)
+
+	// A command that does not fit the wait, or arguments that cannot make
+	// an answer, create nothing.
+	count := func() int {
+		var list arv1.AgentRunAnswerList
+		if err := k8sClient.List(ctxFor(t), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
 	}
+	before := count()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"approve", "question"}, 1, `agentrun "question" waits on a question (UserPrompt), which approve does not answer; use kubectl agentrun answer question "..." -n ` + ns},
+		{[]string{"deny", "write"}, 1, "waits on a dangling write (NeedsReconciliation: create_issue #8), which deny does not answer; use kubectl agentrun resolve write --done"},
+		{[]string{"answer", "checkpoint", "yes"}, 1, `waits on checkpoint "approve-deploy" (InteractionPoint), which answer does not answer; use kubectl agentrun approve checkpoint -n ` + ns},
+		{[]string{"answer", "review", "looks good"}, 1, "waits on a review (UserPrompt), which answer does not answer; use kubectl agentrun approve review"},
+		{[]string{"resolve", "signal", "--retry"}, 1, "waits on a signal (Signal: CI webhook), which resolve does not answer; use kubectl agentrun answer signal"},
+		{[]string{"answer", "missing", "x"}, 1, `agentrun "missing" not found in namespace "` + ns + `"`},
+		{[]string{"answer", "question", "--json", "prod"}, 2, `--json "prod" is not valid JSON`},
+		{[]string{"resolve", "write"}, 2, "resolve needs exactly one of --done, --retry or --abandon"},
+	} {
+		stdout, stderr, code := kubectlPlugin(t, append(tc.args, "-n", ns)...)
+		if code != tc.code || stdout != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, stdout, stderr, tc.code, tc.want)
+		}
+	}
+	if n := count(); n != before {
+		t.Errorf("refused commands created %d answers", n-before)
+	}
+
+	// describe names the command that answers each wait.
+	for name, want := range map[string]string{
+		"checkpoint": "kubectl agentrun approve checkpoint -n " + ns,
+		"question":   `kubectl agentrun answer question "..." -n ` + ns,
+		"write":      "kubectl agentrun resolve write --retry -n " + ns,
+	} {
+		if out := mustPlugin(t, "describe", name, "-n", ns); !strings.Contains(out, want) {
+			t.Errorf("describe %s lacks %q:\n%s", name, want, out)
+		}
+	}
+}
+
+// TestKubectlAgentrunAnswerWait: --wait prints what the controller (played
+// here by the test) records on the answer, and exits 1 on a rejection.
+func TestKubectlAgentrunAnswerWait(t *testing.T) {
+	controlPlane(t)
+	ns := newNamespace(t)
+	createRun(t, ns, "gate", nil, arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: waitCheckpoint.DeepCopy()})
+	for _, verdict := range []arv1.AgentRunAnswerStatus{
+		{State: arv1.AnswerRejected, Message: `Point "approve-deploy" was already answered by gate-abcde`},
+		{State: arv1.AnswerApplied, Message: "Applied to the run"},
+	} {
+		finish := startPlugin(t, "approve", "gate", "-n", ns, "--wait")
+		ans := awaitAnswer(t, ns, "gate")
+		ans.Status = verdict
+		if err := k8sClient.Status().Update(ctxFor(t), ans); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := finish()
+		line := fmt.Sprintf("agentrunanswer.agentrun.dev/%s created: approve \"approve-deploy\" of gate as test-admin\n", ans.Name)
+		switch verdict.State {
+		case arv1.AnswerRejected:
+			if code != 1 || stdout != line+"Rejected: "+verdict.Message+"\n" || stderr != "" {
+				t.Errorf("rejected: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+		default:
+			if code != 0 || stdout != line+"Applied\n" || stderr != "" {
+				t.Errorf("applied: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+		}
+	}
+}
+
+// awaitAnswer returns the first answer to run that has no state yet, once
+// the plugin has created it.
+func awaitAnswer(t *testing.T, ns, run string) *arv1.AgentRunAnswer {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var list arv1.AgentRunAnswerList
+		if err := k8sClient.List(ctxFor(t), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			if a := &list.Items[i]; a.Spec.Run == run && a.Status.State == "" {
+				return a
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no answer to %s appeared", run)
+	return nil
 }

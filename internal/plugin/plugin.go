@@ -1,20 +1,21 @@
 // Package plugin is the kubectl plugin `kubectl agentrun`: a listing of run
 // trees that puts runs needing a person first, a run record, the wire
-// run-state, pause/resume/cancel, a run's output and its transcript. The
+// run-state, pause/resume/cancel, answers to what a run waits on
+// (approve/deny, answer, resolve), a run's output and its transcript. The
 // binary in cmd/kubectl-agentrun only calls Main.
 package plugin
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,10 +36,6 @@ const (
 	ExitUsage = 2
 )
 
-// NotAvailableGates is what answer, approve and deny say until answering a
-// gate is built.
-const NotAvailableGates = "not available yet: answering gates arrives with the tools-and-gates work"
-
 // requestTimeout bounds the whole command, so a dead API server fails it
 // instead of hanging a terminal.
 const requestTimeout = 60 * time.Second
@@ -48,13 +45,15 @@ type app struct {
 	stdout, stderr io.Writer
 	now            func() time.Time
 	connect        func(o options) (client.Client, string, error)
+	// pollEvery and waitFor pace --wait.
+	pollEvery, waitFor time.Duration
 }
 
 // Main runs the plugin with args as os.Args (args[0] is the program name)
 // and returns the exit code: 0 ok, 1 error (message on stderr), 2 usage.
 func Main(args []string, stdout, stderr io.Writer) int {
 	logf.SetLogger(logr.Discard())
-	a := &app{stdout: stdout, stderr: stderr, now: time.Now, connect: connect}
+	a := &app{stdout: stdout, stderr: stderr, now: time.Now, connect: connect, pollEvery: answerPollEvery, waitFor: answerWaitFor}
 	return a.run(args[1:])
 }
 
@@ -65,7 +64,10 @@ type command struct {
 	flags   flagSet
 	// positional is how many positional arguments it takes (a run name: 1).
 	positional int
-	run        func(a *app, ctx context.Context, c client.Client, ns string, o options) error
+	// check, when set, validates the arguments instead (answer commands,
+	// whose arguments vary), so mistakes exit 2 before any request.
+	check func(o options) error
+	run   func(a *app, ctx context.Context, c client.Client, ns string, o options) error
 }
 
 var commands []*command
@@ -143,23 +145,77 @@ answers and cancellation) one line per entry, in sequence order.
 Flags:
 ` + commonFlags, run: (*app).transcript},
 	}
-	for _, d := range []struct {
-		name     string
-		decision arv1.AnswerDecision
-		what     string
-	}{{"approve", arv1.DecisionApprove, "Approve"}, {"deny", arv1.DecisionDeny, "Deny (cancels the run)"}} {
-		commands = append(commands, &command{name: d.name, summary: d.what + " the checkpoint a run waits on", positional: 1,
-			usage: fmt.Sprintf(`Usage: kubectl agentrun %s NAME [-n NAMESPACE]
+	commands = append(commands, answerCommand("approve", "Approve what a run waits on (checkpoint, tool call, review)", flagSet{},
+		`Usage: kubectl agentrun approve NAME [--wait] [-n NAMESPACE]
 
-%s the interaction point the run waits on (status.waitingOn.point), by
-creating an AgentRunAnswer in your name. Needs RBAC to create
-agentrunanswers, which is granted apart from editing runs.
-
+Approve what the run waits on (status.waitingOn.point): a checkpoint (the
+run goes on), a tool call (it is made), a write after tainted input (it is
+allowed) or a review the agent presented.
+`+answerHow+`
 Flags:
-`, d.name, d.what) + commonFlags, run: answerCmd(d.decision)})
-	}
-	commands = append(commands, &command{name: "answer", summary: "Not available yet",
-		usage: fmt.Sprintf("Usage: kubectl agentrun answer NAME\n\n%s.\n", NotAvailableGates)})
+`),
+		answerCommand("deny", "Deny what a run waits on (a checkpoint cancels the run)", flagSet{reason: true},
+			`Usage: kubectl agentrun deny NAME [--reason TEXT] [--wait] [-n NAMESPACE]
+
+Deny what the run waits on (status.waitingOn.point): a checkpoint (the run is
+cancelled), a tool call or a write after tainted input (the call is not made
+and the agent is told so), or a review the agent presented (the agent gets
+the reason as feedback).
+`+answerHow+`
+Flags:
+      --reason TEXT      why: recorded with the answer (spec.text); for a review,
+                         the feedback the agent gets
+`),
+		answerCommand("answer", "Answer a run's question, or deliver its signal", flagSet{input: true},
+			`Usage: kubectl agentrun answer NAME (TEXT | --json JSON | --null) [--wait] [-n NAMESPACE]
+
+Answer the question the agent asked (UserPrompt; the question is
+status.waitingOn.question), or deliver the payload of the signal the run
+waits for (Signal). TEXT is a plain answer: free text, one of the offered
+choices, or yes/no. --json gives the answer as JSON, which must satisfy the
+question's input schema; --null answers JSON null. A TEXT beginning with "-"
+goes after "--".
+`+answerHow+`
+Flags:
+      --json JSON        the answer as JSON text (checked here that it parses)
+      --null             the answer is JSON null
+`),
+		answerCommand("resolve", "Settle a run's dangling write (done, retry, abandon)", flagSet{resolve: true},
+			`Usage: kubectl agentrun resolve NAME (--done (--output TEXT | --output-json JSON) | --retry | --abandon) [--wait] [-n NAMESPACE]
+
+Settle a dangling write (NeedsReconciliation): a write tool call that
+started, but whose outcome the run cannot know. Check the system it writes
+to, then say --done if it happened, with its output (which the agent sees as
+the call's result), --retry if it did not (it is issued again), or --abandon
+to end the run.
+`+answerHow+`
+Flags:
+      --done             the write happened
+      --output TEXT      with --done: the write's output, as text
+      --output-json JSON with --done: the write's output, as JSON
+      --retry            the write did not happen: issue it again
+      --abandon          end the run, recording the unresolved write
+`))
+}
+
+// answerHow is what every answer command's usage says about answers.
+const answerHow = `
+The answer is an AgentRunAnswer created in your name (the user the
+kubeconfig authenticates); creating one needs RBAC to create
+agentrunanswers, which is granted apart from editing runs.
+`
+
+// waitFlag is the --wait line of every answer command's usage.
+const waitFlag = `      --wait             wait up to 30s for the run to take the answer; exit 1
+                         if it is rejected
+`
+
+// answerCommand is a command that creates an AgentRunAnswer.
+func answerCommand(name, summary string, fs flagSet, usage string) *command {
+	fs.wait = true
+	return &command{name: name, summary: summary, flags: fs, usage: usage + waitFlag + commonFlags,
+		check: func(o options) error { _, err := replyParsers[name](o); return err },
+		run:   answerCmd(name)}
 }
 
 const commonFlags = `  -n, --namespace NS     the namespace (default: the kubeconfig context's)
@@ -200,16 +256,6 @@ func (a *app) run(args []string) int {
 		fmt.Fprintf(a.stderr, "error: unknown command %q\n\n%s", name, topUsage())
 		return ExitUsage
 	}
-	if c.run == nil { // answer
-		for _, arg := range args[1:] {
-			if arg == "-h" || arg == "--help" {
-				fmt.Fprint(a.stdout, c.usage)
-				return ExitOK
-			}
-		}
-		fmt.Fprintln(a.stderr, NotAvailableGates)
-		return ExitUsage
-	}
 	o, err := parseArgs(args[1:], c.flags)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "error: %v\n\n%s", err, c.usage)
@@ -219,7 +265,12 @@ func (a *app) run(args []string) int {
 		fmt.Fprint(a.stdout, c.usage)
 		return ExitOK
 	}
-	if len(o.args) != c.positional {
+	if c.check != nil {
+		if err := c.check(o); err != nil {
+			fmt.Fprintf(a.stderr, "error: %v\n\n%s", err, c.usage)
+			return ExitUsage
+		}
+	} else if len(o.args) != c.positional {
 		if c.positional == 0 {
 			fmt.Fprintf(a.stderr, "error: %s takes no arguments, got %q\n\n%s", c.name, o.args, c.usage)
 		} else {
@@ -243,6 +294,9 @@ func (a *app) run(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	if err := c.run(a, ctx, cl, ns, o); err != nil {
+		if errors.Is(err, errRejected) { // the verdict is printed already
+			return ExitError
+		}
 		fmt.Fprintf(a.stderr, "error: %v\n", explain(err))
 		return ExitError
 	}
@@ -379,34 +433,6 @@ func plain(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
-}
-
-// answerCmd answers the checkpoint a run waits on, as the user the
-// kubeconfig authenticates (asked of the API server, never typed in).
-func answerCmd(decision arv1.AnswerDecision) func(a *app, ctx context.Context, c client.Client, ns string, o options) error {
-	return func(a *app, ctx context.Context, c client.Client, ns string, o options) error {
-		run, err := getRun(ctx, c, ns, o.args[0])
-		if err != nil {
-			return err
-		}
-		w := run.Status.WaitingOn
-		if w == nil || w.Reason != arv1.WaitInteractionPoint || w.Point == "" {
-			return fmt.Errorf("agentrun %q is not waiting on a checkpoint", run.Name)
-		}
-		review := &authenticationv1.SelfSubjectReview{}
-		if err := c.Create(ctx, review); err != nil {
-			return fmt.Errorf("asking the API server who you are: %w", err)
-		}
-		ans := &arv1.AgentRunAnswer{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: run.Name + "-", Namespace: ns},
-			Spec:       arv1.AgentRunAnswerSpec{Run: run.Name, Point: w.Point, Decision: decision, By: review.Status.UserInfo.Username},
-		}
-		if err := c.Create(ctx, ans); err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stdout, "agentrunanswer.%s/%s created: %s %q of %s as %s\n", arv1.GroupVersion.Group, ans.Name, strings.ToLower(string(decision)), w.Point, run.Name, ans.Spec.By)
-		return nil
-	}
 }
 
 // patchSpec is a command that merge-patches the run's spec.

@@ -55,6 +55,11 @@ type Facts struct {
 	Cancel bool
 	Paused bool
 	Yolo   bool
+	// YoloProfile narrows Yolo to a blueprint profile.
+	YoloProfile string
+	// Tool is what the controller found out about the next tool call, when
+	// one is due.
+	Tool *ToolFact
 
 	// InFlight: the executor is running the pending call.
 	InFlight bool
@@ -82,11 +87,20 @@ type Facts struct {
 	TitleWanted bool
 }
 
-// Answer is an AgentRunAnswer as Decide sees it.
+// Answer is an AgentRunAnswer as Decide sees it, already checked against
+// the question it answers.
 type Answer struct {
 	Name     string
 	Approved bool
 	By       string
+	// Decision is the answer's decision (Approve, Deny, Done, Retry,
+	// Abandon), empty for an answer that is only an input.
+	Decision string
+	// Input is the answer's value as JSON text: a question's answer, a
+	// signal's payload, a review's feedback, or a resolved write's output.
+	Input string
+	// Expired: no person answered; the question timed out.
+	Expired bool
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -111,9 +125,13 @@ type Action struct {
 	Reissue bool
 	// Title: the call to dispatch is the one that names the run.
 	Title bool
-	// Answer is the person's answer ActAnswerInteraction applies (nil:
-	// approve by policy).
+	// Answer is the person's answer ActAnswerInteraction, ActToolRetry and
+	// ActAbandon apply (nil: approve by policy).
 	Answer *Answer
+	// Decision is the gate decision ActToolDecide journals.
+	Decision *ToolDecision
+	// Completion is the result ActToolComplete journals.
+	Completion *ToolCompletion
 	// Message explains ActFail.
 	Message string
 	// RetryAt, when set, is when a parked run should be looked at again.
@@ -131,7 +149,7 @@ func NeedsProvider(f Facts) bool {
 		return false
 	}
 	st := f.State
-	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil
+	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil && st.HeadCall() == nil
 }
 
 // Decide picks the run's next action from the recorded facts.
@@ -160,10 +178,19 @@ func Decide(f Facts) Action {
 		if f.Yolo && in.Point.Unattended != blueprint.UnattendedAsk {
 			return Action{Kind: ActAnswerInteraction}
 		}
-		return Action{Kind: ActPark, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}}
+		expired, expiry := f.questionExpiry()
+		if expired {
+			// The seeds' rule: an expired checkpoint proceeds, unless it may
+			// not be passed unattended, which ends the run in Error.
+			return Action{Kind: ActAnswerInteraction, Answer: &Answer{Approved: true, Expired: true, By: "policy: interaction timeout"}}
+		}
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}}
 	}
 	if f.InFlight {
 		return Action{Kind: ActNone}
+	}
+	if a, ok := decideTool(f); ok {
+		return a
 	}
 	if w := st.SleepUntil; w != nil {
 		if f.Now.Before(*w) {

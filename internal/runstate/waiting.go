@@ -27,6 +27,9 @@ type Markers struct {
 	HubRequest arv1.WaitReason
 	SleepUntil *time.Time
 	Signal     string
+	// Ask is the point and question of a TaintGate, hub request, Signal or
+	// NeedsReconciliation wait, so an answer can name what it answers.
+	Ask *Question
 }
 
 // Question is what a person is asked: a checkpoint or prompt name and text.
@@ -67,6 +70,9 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 	w := derive(m)
 	if w == nil {
 		return nil
+	}
+	if q := m.Ask; q != nil && w.Reason != arv1.WaitNeedsSetup && w.Reason != arv1.WaitBudgetExceeded && w.Point == "" {
+		w.Point, w.Question = clip(q.Point, 253), clip(q.Prompt, 2048)
 	}
 	w.NeedsAPerson = w.Reason.NeedsAPerson()
 	w.Summary = summary(w)

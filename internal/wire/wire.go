@@ -189,8 +189,9 @@ func personReason(w *arv1.WaitingOn) string {
 //   - NeedsSetup and anything else: {} (nothing is answered: the cluster is
 //     fixed and the run goes on by itself).
 //
-// These schemas describe the decision; the answering surface itself is not
-// built yet.
+// These schemas describe the decision in the seeds' terms; in Kubernetes the
+// answer is an AgentRunAnswer (decision, text or input), checked by the run
+// against the question's own choices and input_schema.
 func InputSchema(reason arv1.WaitReason) Object {
 	switch reason {
 	case arv1.WaitToolApproval, arv1.WaitTaintGate, arv1.WaitInteractionPoint:

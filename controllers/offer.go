@@ -1,0 +1,70 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+)
+
+// builtinToolSpecs are the operator's own tools as the model sees them
+// (spawn_agent, fan_out, sleep, transition and complete are the providers'
+// own, always offered).
+var builtinToolSpecs = []providers.ToolSpec{
+	{Name: blueprint.ToolAskUser, Description: "Ask the person attending this run a question and wait for the answer. Use options for a choice, style confirm for yes/no, input_schema for structured answers.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"},"style":{"type":"string","enum":["free_text","choice","confirm"]},"options":{"type":"array","items":{"type":"string"}},"input_schema":{"type":"object"}},"required":["question"]}`)},
+	{Name: blueprint.ToolPresentForReview, Description: "Show work to a person for review; the answer says whether it was approved and any feedback.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"},"content":{"type":"string"}},"required":["content"]}`)},
+	{Name: blueprint.ToolWaitForSignal, Description: "Wait until an external system signals this run (for example a build or deployment finishing); the signal's payload is the result.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"},"input_schema":{"type":"object"}},"required":["reason"]}`)},
+	{Name: blueprint.ToolCheckAgent, Description: "Report a sub-agent's phase, what it waits on, and its output once complete.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
+}
+
+// offeredTools are the tools the model may call in the stage: the built-in
+// ones (not the blocking ones under yolo: nobody would answer) and each MCP
+// server's listed tools, without denied ones, narrowed by the stage's
+// available_tools. A server that cannot be listed now offers nothing this
+// turn; the run is not held up by a tool the model may not need.
+func (r *AgentRunReconciler) offeredTools(ctx context.Context, run *arv1.AgentRun, bp *blueprint.Blueprint, stage *blueprint.Stage) []providers.ToolSpec {
+	offer := func(name string) bool {
+		return stage == nil || len(stage.AvailableTools) == 0 || slices.Contains(stage.AvailableTools, name)
+	}
+	var out []providers.ToolSpec
+	for _, t := range builtinToolSpecs {
+		blocking := t.Name == blueprint.ToolAskUser || t.Name == blueprint.ToolPresentForReview
+		if offer(t.Name) && !(run.Spec.Yolo && blocking) {
+			out = append(out, t)
+		}
+	}
+	for _, srv := range bp.MCPServers {
+		conn, block, err := r.toolServer(ctx, run, srv)
+		if err != nil || block != nil {
+			continue
+		}
+		tools, err := r.toolCatalog.list(ctx, conn)
+		if err != nil {
+			continue
+		}
+		for _, t := range tools {
+			if len(srv.Tools) > 0 && !slices.Contains(srv.Tools, t.Name) {
+				continue
+			}
+			if s, ok := bp.ServerFor(t.Name); !ok || s.Name != srv.Name || !offer(t.Name) {
+				continue
+			}
+			effect := string(t.Effect)
+			if e := bp.Tools[t.Name].Effect; e != "" {
+				effect = e
+			}
+			if bp.Permission(t.Name, effect) == blueprint.PermDeny {
+				continue
+			}
+			out = append(out, providers.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		}
+	}
+	return out
+}

@@ -1,0 +1,157 @@
+package runstate
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/output"
+)
+
+// AnswerSpec is an AgentRunAnswer's spec as the checks see it.
+type AnswerSpec struct {
+	Name, By, Point, Decision string
+	Text, Input               *string
+}
+
+// Approve and Deny, as AnswerSpec.Decision spells them.
+const (
+	DecisionApprove = "Approve"
+	DecisionDeny    = "Deny"
+)
+
+// AskedPoint is the point of the question the run asks now ("" when it
+// asks none): a checkpoint's name, or the next tool call's CallPoint.
+func AskedPoint(st *journal.State) string {
+	if in := st.Interaction; in != nil {
+		return in.Point.Name
+	}
+	return st.CallPoint()
+}
+
+// CheckAnswer checks an answer against the question the run asks, and
+// returns it as Decide applies it. The error says why the answer does not
+// fit (it is recorded on the answer as Rejected); the run keeps waiting.
+func CheckAnswer(st *journal.State, a AnswerSpec) (*Answer, error) {
+	asked := AskedPoint(st)
+	if asked == "" || a.Point != asked {
+		what := "no question"
+		if asked != "" {
+			what = fmt.Sprintf("point %q", asked)
+		}
+		return nil, fmt.Errorf("the run waits on %s, not on point %q", what, a.Point)
+	}
+	ans := &Answer{Name: a.Name, By: a.By, Decision: a.Decision, Approved: a.Decision == DecisionApprove}
+	if st.Interaction != nil {
+		return ans, needDecision(a, "a checkpoint", DecisionApprove, DecisionDeny)
+	}
+	h := st.HeadCall()
+	if in := h.Intent; in != nil {
+		if err := needDecision(a, "a dangling write", DecisionDone, DecisionRetry, DecisionAbandon); err != nil {
+			return nil, err
+		}
+		if a.Decision == DecisionDone {
+			v, ok := value(a)
+			if !ok {
+				return nil, fmt.Errorf("Done needs the write's output as text or input")
+			}
+			ans.Input = v
+		}
+		return ans, nil
+	}
+	switch h.Name {
+	case blueprint.ToolAskUser:
+		var args AskArgs
+		_ = json.Unmarshal([]byte(h.Arguments), &args)
+		v, err := askValue(args, a)
+		ans.Input = v
+		return ans, err
+	case blueprint.ToolWaitForSignal:
+		var args SignalArgs
+		_ = json.Unmarshal([]byte(h.Arguments), &args)
+		v, ok := value(a)
+		if !ok {
+			return nil, fmt.Errorf("a signal needs text or input")
+		}
+		if err := checkSchema(args.InputSchema, v); err != nil {
+			return nil, err
+		}
+		ans.Input = v
+		return ans, nil
+	case blueprint.ToolPresentForReview:
+		if a.Text != nil {
+			ans.Input = *a.Text
+		}
+		return ans, needDecision(a, "a review", DecisionApprove, DecisionDeny)
+	}
+	return ans, needDecision(a, "a tool call", DecisionApprove, DecisionDeny)
+}
+
+func needDecision(a AnswerSpec, what string, allowed ...string) error {
+	if !slices.Contains(allowed, a.Decision) {
+		return fmt.Errorf("%s is answered with decision %s, not %q", what, strings.Join(allowed, ", "), a.Decision)
+	}
+	return nil
+}
+
+// value is the answer's input as JSON text: input as given (null counts),
+// else text as a JSON string.
+func value(a AnswerSpec) (string, bool) {
+	switch {
+	case a.Input != nil:
+		return *a.Input, true
+	case a.Text != nil:
+		b, _ := json.Marshal(*a.Text)
+		return string(b), true
+	}
+	return "", false
+}
+
+// askValue checks an answer to ask_user against its style, options and
+// input_schema, and returns it as JSON text.
+func askValue(q AskArgs, a AnswerSpec) (string, error) {
+	v, ok := value(a)
+	if !ok {
+		return "", fmt.Errorf("a question is answered with text or input")
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(v), &doc); err != nil {
+		return "", fmt.Errorf("input is not JSON: %v", err)
+	}
+	switch {
+	case q.Style == StyleConfirm:
+		switch s := doc.(type) {
+		case bool:
+		case string:
+			switch strings.ToLower(strings.TrimSpace(s)) {
+			case "yes", "y", "true":
+				v = "true"
+			case "no", "n", "false":
+				v = "false"
+			default:
+				return "", fmt.Errorf("a confirmation is answered yes or no, not %q", s)
+			}
+		default:
+			return "", fmt.Errorf("a confirmation is answered yes or no, not %s", v)
+		}
+	case len(q.Options) > 0:
+		s, isString := doc.(string)
+		if !isString || !slices.Contains(q.Options, s) {
+			return "", fmt.Errorf("the answer must be one of %s, not %s", joinQuoted(q.Options), v)
+		}
+	}
+	return v, checkSchema(q.InputSchema, v)
+}
+
+func checkSchema(schema json.RawMessage, v string) error {
+	if len(schema) == 0 || string(schema) == "null" {
+		return nil
+	}
+	if why := output.Check(output.Spec{Format: blueprint.OutputJSON, Schema: string(schema)}, v); why != "" {
+		return fmt.Errorf("%s", strings.Replace(why, "the output", "the answer", 1))
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package runstate
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// Tool-call actions.
+const (
+	// ActToolDecide: journal a gate's decision on the next tool call
+	// (Action.Decision).
+	ActToolDecide ActionKind = "ToolDecide"
+	// ActToolCall: issue the next tool call (Reissue: its intent is
+	// journaled already and it is safe to run again).
+	ActToolCall ActionKind = "ToolCall"
+	// ActToolComplete: journal a result nobody had to call a server for: an
+	// answered question, a delivered signal, a resolved dangling write
+	// (Action.Completion).
+	ActToolComplete ActionKind = "ToolComplete"
+	// ActToolRetry: a person says a dangling write did not happen; journal
+	// it so the write is issued again.
+	ActToolRetry ActionKind = "ToolRetry"
+	// ActAbandon: a person abandons the run over a dangling write.
+	ActAbandon ActionKind = "Abandon"
+)
+
+// Answer decisions beyond approve and deny, for a dangling write.
+const (
+	DecisionDone    = "Done"
+	DecisionRetry   = "Retry"
+	DecisionAbandon = "Abandon"
+)
+
+// ToolFact is what the controller found out about the next tool call.
+type ToolFact struct {
+	// Known: a built-in tool, or one an MCP server of the blueprint offers.
+	Known bool
+	// Effect is read, idempotent or write (write when unknown).
+	Effect string
+	// Server is the MCP server offering it (empty for built-in tools).
+	Server string
+	// Setup is why the tool's server cannot be used now, if it cannot.
+	Setup        *SetupBlock
+	SetupRetryAt *time.Time
+}
+
+// ToolDecision is a gate's decision to journal.
+type ToolDecision struct {
+	Gate     string
+	Approved bool
+	Auto     bool
+	Expired  bool
+	By       string
+	Answer   string
+}
+
+// ToolCompletion is a tool result to journal without calling a server.
+type ToolCompletion struct {
+	Result  string
+	IsError bool
+	By      string
+	Answer  string
+}
+
+// AskArgs are ask_user's arguments.
+type AskArgs struct {
+	Question string `json:"question"`
+	// Style is free_text (default), choice or confirm.
+	Style   string   `json:"style,omitempty"`
+	Options []string `json:"options,omitempty"`
+	// InputSchema is a JSON Schema the answer must satisfy.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// Ask styles.
+const (
+	StyleFreeText = "free_text"
+	StyleChoice   = "choice"
+	StyleConfirm  = "confirm"
+)
+
+// ReviewArgs are present_for_review's arguments.
+type ReviewArgs struct {
+	Summary string `json:"summary,omitempty"`
+	Content string `json:"content"`
+}
+
+// SignalArgs are wait_for_signal's arguments.
+type SignalArgs struct {
+	Reason      string          `json:"reason"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// decideTool settles the next tool call of the model's last answer, in the
+// seeds' order: a dangling intent first, then built-in tools, then the
+// fail-closed checks (unknown, deny), the taint gate, the approval gate, and
+// finally the call. ok is false when no tool call is due.
+func decideTool(f Facts) (Action, bool) {
+	st := f.State
+	h := st.HeadCall()
+	if h == nil {
+		return Action{}, false
+	}
+	point := st.CallPoint()
+	expired, expiry := f.questionExpiry()
+	if in := h.Intent; in != nil {
+		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent {
+			if t := f.Tool; t != nil && t.Setup != nil {
+				return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
+			}
+			return Action{Kind: ActToolCall, Reissue: true}, true
+		}
+		// A write that may or may not have happened: never retried without
+		// a person's decision.
+		if a := f.Answer; a != nil {
+			switch a.Decision {
+			case DecisionDone:
+				return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
+			case DecisionRetry:
+				return Action{Kind: ActToolRetry, Answer: a}, true
+			case DecisionAbandon:
+				return Action{Kind: ActAbandon, Answer: a}, true
+			}
+		}
+		return Action{Kind: ActPark, Markers: Markers{
+			NeedsReconciliation: &DanglingWrite{Seq: in.Seq, Tool: in.Tool},
+			Ask: &Question{Point: point, Prompt: fmt.Sprintf(
+				"Did the write %s (seq %d) with arguments %s happen? Answer Done with its output, Retry if it did not, or Abandon the run.",
+				in.Tool, in.Seq, in.Input)},
+		}}, true
+	}
+	if a, ok := decideBuiltin(f, h, point, expired, expiry); ok {
+		return a, true
+	}
+	t := f.Tool
+	if t == nil || !t.Known {
+		return decided(journal.GateApproval, false, true, false, "policy: unknown tool (tools fail closed)", ""), true
+	}
+	perm := f.Blueprint.Permission(h.Name, t.Effect)
+	if perm == blueprint.PermDeny {
+		// Holds under yolo and every profile.
+		return decided(journal.GateApproval, false, true, false, "policy: permission deny", ""), true
+	}
+	if t.Setup != nil {
+		// Before any gate: nobody should approve a call that cannot be made,
+		// and the effect is only known once the server can be listed.
+		return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
+	}
+	if t.Effect == blueprint.EffectWrite && st.Tainted && !h.TaintCleared {
+		if f.unattended().WaiveTaint {
+			return decided(journal.GateTaint, true, true, false, "policy: "+f.unattendedName(), ""), true
+		}
+		if a, done := gateAnswer(f, journal.GateTaint, expired); done {
+			return a, true
+		}
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point, Prompt: clip(fmt.Sprintf(
+			"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
+			st.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}, true
+	}
+	if perm == blueprint.PermAsk && !h.Approved {
+		if slices.Contains(f.unattended().Approve, h.Name) || f.unattended().All {
+			return decided(journal.GateApproval, true, true, false, "policy: "+f.unattendedName(), ""), true
+		}
+		if a, done := gateAnswer(f, journal.GateApproval, expired); done {
+			return a, true
+		}
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point, Prompt: clip(fmt.Sprintf(
+			"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}, true
+	}
+	return Action{Kind: ActToolCall}, true
+}
+
+// decideBuiltin settles the built-in tools: questions and reviews park on
+// UserPrompt, signals on Signal, and check_agent runs at once.
+func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, expiry *time.Time) (Action, bool) {
+	switch h.Name {
+	case blueprint.ToolCheckAgent:
+		return Action{Kind: ActToolCall}, true
+	case blueprint.ToolAskUser, blueprint.ToolPresentForReview:
+		if f.Yolo {
+			// Nobody attends a yolo run: the model is told so rather than
+			// the run parking on a question nobody will see.
+			return completed("Nobody is attending this run (it runs unattended); decide without asking.", true), true
+		}
+		if a := f.Answer; a != nil {
+			if h.Name == blueprint.ToolPresentForReview {
+				res, _ := json.Marshal(map[string]any{"approved": a.Approved, "by": a.By, "feedback": a.Input})
+				return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: string(res), By: a.By, Answer: a.Name}}, true
+			}
+			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
+		}
+		if expired {
+			return completed("Nobody answered in time.", true), true
+		}
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitUserPrompt, Ask: &Question{Point: point, Prompt: clip(promptOf(h), 2048)}}}, true
+	case blueprint.ToolWaitForSignal:
+		if a := f.Answer; a != nil {
+			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
+		}
+		var args SignalArgs
+		_ = json.Unmarshal([]byte(h.Arguments), &args)
+		reason := args.Reason
+		if reason == "" {
+			reason = "a signal"
+		}
+		return Action{Kind: ActPark, Markers: Markers{Signal: clip(reason, 1024), Ask: &Question{Point: point}}}, true
+	}
+	return Action{}, false
+}
+
+// promptOf is the question a person sees for ask_user or a review.
+func promptOf(h *journal.CallState) string {
+	if h.Name == blueprint.ToolPresentForReview {
+		var r ReviewArgs
+		_ = json.Unmarshal([]byte(h.Arguments), &r)
+		if r.Summary != "" {
+			return "Review: " + r.Summary + "\n\n" + r.Content
+		}
+		return "Review:\n\n" + r.Content
+	}
+	var a AskArgs
+	_ = json.Unmarshal([]byte(h.Arguments), &a)
+	q := a.Question
+	switch {
+	case a.Style == StyleConfirm:
+		q += " (yes/no)"
+	case len(a.Options) > 0:
+		q += fmt.Sprintf(" (one of: %s)", joinQuoted(a.Options))
+	}
+	return q
+}
+
+func joinQuoted(opts []string) string {
+	b, _ := json.Marshal(opts)
+	return string(b)
+}
+
+// gateAnswer turns a person's answer (or the question's expiry) into the
+// gate's decision. An expired gate is denied: a timeout is never consent.
+func gateAnswer(f Facts, gate string, expired bool) (Action, bool) {
+	if a := f.Answer; a != nil {
+		return decided(gate, a.Approved, false, false, a.By, a.Name), true
+	}
+	if expired {
+		return decided(gate, false, true, true, "policy: interaction timeout", ""), true
+	}
+	return Action{}, false
+}
+
+func decided(gate string, approved, auto, expired bool, by, answer string) Action {
+	return Action{Kind: ActToolDecide, Decision: &ToolDecision{Gate: gate, Approved: approved, Auto: auto, Expired: expired, By: by, Answer: answer}}
+}
+
+func completed(result string, isError bool) Action {
+	return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: result, IsError: isError, By: "policy"}}
+}
+
+// questionExpiry says whether the question the run asks has expired, and
+// when it will (nil: never).
+func (f Facts) questionExpiry() (bool, *time.Time) {
+	if f.Blueprint == nil || f.Blueprint.Limits.InteractionTimeoutSeconds <= 0 || f.State.AskedSince().IsZero() {
+		return false, nil
+	}
+	at := f.State.AskedSince().Add(time.Duration(f.Blueprint.Limits.InteractionTimeoutSeconds) * time.Second)
+	return !f.Now.Before(at), &at
+}
+
+// Unattended is what a yolo run may do without a person.
+type Unattended struct {
+	// All: bare yolo approves every "ask" tool.
+	All        bool
+	Approve    []string
+	WaiveTaint bool
+}
+
+// unattended resolves spec.yolo and spec.yoloProfile against the
+// blueprint. An unknown profile means attended, never bare yolo.
+func (f Facts) unattended() Unattended {
+	if !f.Yolo {
+		return Unattended{}
+	}
+	if f.YoloProfile == "" {
+		return Unattended{All: true, WaiveTaint: true}
+	}
+	if f.Blueprint != nil {
+		if p, ok := f.Blueprint.YoloProfiles[f.YoloProfile]; ok {
+			return Unattended{Approve: p.Approve, WaiveTaint: p.WaiveTaint}
+		}
+	}
+	return Unattended{}
+}
+
+func (f Facts) unattendedName() string {
+	if f.YoloProfile != "" {
+		return "yolo profile " + f.YoloProfile
+	}
+	return "spec.yolo"
+}

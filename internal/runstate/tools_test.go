@@ -1,0 +1,176 @@
+package runstate
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+const toolBlueprint = `[agent]
+name = "t"
+clearance = "public"
+[agent.tool_permissions]
+rm = "deny"
+[mcp_servers.s]
+url = "http://s/mcp"
+[yolo_profiles.ci]
+approve = ["upsert"]
+[limits]
+interaction_timeout_secs = 60
+[stages.a]
+allow_complete = true
+`
+
+// toolFacts folds a model answer that calls tool with args, plus extra
+// entries, into the facts Decide sees for it.
+func toolFacts(t *testing.T, tool, args string, effect string, extra ...journal.Entry) Facts {
+	t.Helper()
+	bp, err := blueprint.Parse(map[string]string{"agent.toml": toolBlueprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := append([]journal.Entry{
+		{Seq: 0, Kind: journal.ModelCallRequested, At: now},
+		{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Calls: []journal.ToolCall{{Name: tool, Arguments: args}}}},
+	}, extra...)
+	f := Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, es), Now: now.Add(time.Second)}
+	if !strings.HasPrefix(tool, "ask_") && tool != blueprint.ToolWaitForSignal && tool != blueprint.ToolPresentForReview {
+		f.Tool = &ToolFact{Known: tool != "nope", Effect: effect, Server: "s"}
+	}
+	return f
+}
+
+func TestDecideToolCalls(t *testing.T) {
+	taint := journal.Entry{Seq: 2, Kind: journal.ToolCallDecided, Index: 0, Gate: journal.GateApproval, Approved: true}
+	cases := []struct {
+		name  string
+		facts Facts
+		kind  ActionKind
+		check func(Action) string
+	}{
+		{"a read is allowed and called", toolFacts(t, "get", `{}`, blueprint.EffectRead), ActToolCall, nil},
+		{"an unknown tool fails closed", toolFacts(t, "nope", `{}`, blueprint.EffectRead), ActToolDecide, func(a Action) string {
+			return want(!a.Decision.Approved && strings.Contains(a.Decision.By, "unknown tool"), "a denial naming the unknown tool")
+		}},
+		{"deny holds under bare yolo", with(toolFacts(t, "rm", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo = true }), ActToolDecide, func(a Action) string {
+			return want(!a.Decision.Approved && a.Decision.By == "policy: permission deny", "the deny policy")
+		}},
+		{"a write asks a person, showing the call", toolFacts(t, "put", `{"x":1}`, blueprint.EffectWrite), ActPark, func(a Action) string {
+			q := a.Markers.Ask
+			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == "call-1-0" && strings.Contains(q.Prompt, `put (effect write, server s) with arguments {"x":1}`) && a.RetryAt != nil && a.RetryAt.Equal(now.Add(time.Minute)), "ToolApproval with the call and its expiry")
+		}},
+		{"bare yolo approves an ask", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo = true }), ActToolDecide, func(a Action) string {
+			return want(a.Decision.Approved && a.Decision.Auto && a.Decision.By == "policy: spec.yolo", "auto approval by yolo")
+		}},
+		{"a profile approves what it lists", with(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent), func(f *Facts) { f.Yolo, f.YoloProfile = true, "ci" }), ActToolDecide, func(a Action) string {
+			return want(a.Decision.Approved && a.Decision.By == "policy: yolo profile ci", "approval by the profile")
+		}},
+		{"a profile asks for what it does not list", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo, f.YoloProfile = true, "ci" }), ActPark, nil},
+		{"an unknown profile is attended", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo, f.YoloProfile = true, "gone" }), ActPark, nil},
+		{"an expired approval is a denial", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Now = now.Add(time.Minute) }), ActToolDecide, func(a Action) string {
+			return want(!a.Decision.Approved && a.Decision.Expired, "an expired denial")
+		}},
+		{"a person's approval is applied", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Answer = &Answer{Name: "a", By: "alice", Approved: true} }), ActToolDecide, func(a Action) string {
+			return want(a.Decision.Approved && !a.Decision.Auto && a.Decision.By == "alice" && a.Decision.Answer == "a", "alice's approval")
+		}},
+		{"a setup problem comes before any gate", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) {
+			f.Tool.Setup = &SetupBlock{Blocker: arv1.BlockerSecretMissing}
+		}), ActPark, func(a Action) string { return want(a.Markers.Setup != nil, "NeedsSetup") }},
+		{"a dangling write parks for a person", toolFacts(t, "put", `{}`, blueprint.EffectWrite, taint,
+			journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite}), ActPark, func(a Action) string {
+			d := a.Markers.NeedsReconciliation
+			return want(d != nil && d.Seq == 3 && d.Tool == "put", "NeedsReconciliation{3, put}")
+		}},
+		{"a dangling write is retried only on a person's word", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite, taint,
+			journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite}), func(f *Facts) {
+			f.Answer = &Answer{Name: "r", By: "bob", Decision: DecisionRetry}
+		}), ActToolRetry, nil},
+		{"an interrupted read is re-executed", toolFacts(t, "get", `{}`, blueprint.EffectRead,
+			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), ActToolCall, func(a Action) string {
+			return want(a.Reissue, "a re-issue of the recorded intent")
+		}},
+		{"a call in flight is left alone", with(toolFacts(t, "get", `{}`, blueprint.EffectRead,
+			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), func(f *Facts) { f.InFlight = true }), ActNone, nil},
+		{"ask_user parks on UserPrompt", toolFacts(t, "ask_user", `{"question":"Which?","options":["a","b"]}`, ""), ActPark, func(a Action) string {
+			return want(a.Markers.HubRequest == arv1.WaitUserPrompt && a.Markers.Ask.Prompt == `Which? (one of: ["a","b"])`, "the question with its choices")
+		}},
+		{"nobody answers ask_user under yolo", with(toolFacts(t, "ask_user", `{"question":"Which?"}`, ""), func(f *Facts) { f.Yolo = true }), ActToolComplete, func(a Action) string {
+			return want(a.Completion.IsError, "an error result telling the model")
+		}},
+		{"an expired question says nobody answered", with(toolFacts(t, "ask_user", `{"question":"Which?"}`, ""), func(f *Facts) { f.Now = now.Add(2 * time.Minute) }), ActToolComplete, func(a Action) string {
+			return want(a.Completion.IsError && strings.Contains(a.Completion.Result, "Nobody answered"), "nobody answered")
+		}},
+		{"a signal never expires and needs no person", with(toolFacts(t, "wait_for_signal", `{"reason":"deploy done"}`, ""), func(f *Facts) { f.Now = now.Add(time.Hour) }), ActPark, func(a Action) string {
+			return want(a.Markers.Signal == "deploy done", "Signal{deploy done}")
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := Decide(c.facts)
+			if a.Kind != c.kind {
+				t.Fatalf("kind = %s, want %s (%s)", a.Kind, c.kind, showAction(a))
+			}
+			if c.check != nil {
+				if msg := c.check(a); msg != "" {
+					t.Errorf("%s: %s", msg, showAction(a))
+				}
+			}
+		})
+	}
+}
+
+func want(ok bool, what string) string {
+	if ok {
+		return ""
+	}
+	return "want " + what
+}
+
+// TestCheckAnswer: answers are checked against the question the run asks.
+func TestCheckAnswer(t *testing.T) {
+	s := func(v string) *string { return &v }
+	ask := func(args string) journal.State {
+		return toolFacts(t, "ask_user", args, "").State
+	}
+	cases := []struct {
+		name    string
+		st      journal.State
+		a       AnswerSpec
+		input   string
+		wantErr string
+	}{
+		{"wrong point", ask(`{"question":"q"}`), AnswerSpec{Point: "x", Text: s("hi")}, "", `waits on point "call-1-0"`},
+		{"free text", ask(`{"question":"q"}`), AnswerSpec{Point: "call-1-0", Text: s("hi")}, `"hi"`, ""},
+		{"no value", ask(`{"question":"q"}`), AnswerSpec{Point: "call-1-0", Decision: "Approve"}, "", "text or input"},
+		{"a choice offered", ask(`{"question":"q","style":"choice","options":["a","b"]}`), AnswerSpec{Point: "call-1-0", Text: s("b")}, `"b"`, ""},
+		{"a choice not offered", ask(`{"question":"q","options":["a","b"]}`), AnswerSpec{Point: "call-1-0", Text: s("c")}, "", "must be one of"},
+		{"confirm yes", ask(`{"question":"q","style":"confirm"}`), AnswerSpec{Point: "call-1-0", Text: s("Yes")}, "true", ""},
+		{"confirm nonsense", ask(`{"question":"q","style":"confirm"}`), AnswerSpec{Point: "call-1-0", Text: s("perhaps")}, "", "yes or no"},
+		{"null is an input", ask(`{"question":"q","input_schema":{"type":["null","object"]}}`), AnswerSpec{Point: "call-1-0", Input: s("null")}, "null", ""},
+		{"null against a schema that refuses it", ask(`{"question":"q","input_schema":{"type":"object"}}`), AnswerSpec{Point: "call-1-0", Input: s("null")}, "", "schema"},
+		{"input that is not JSON", ask(`{"question":"q"}`), AnswerSpec{Point: "call-1-0", Input: s("{")}, "", "not JSON"},
+		{"a tool approval needs a decision", toolFacts(t, "put", `{}`, blueprint.EffectWrite).State, AnswerSpec{Point: "call-1-0", Text: s("ok")}, "", "Approve, Deny"},
+		{"Done needs the output", toolFacts(t, "put", `{}`, blueprint.EffectWrite,
+			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite}).State,
+			AnswerSpec{Point: "call-1-0", Decision: DecisionDone}, "", "Done needs"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := CheckAnswer(&c.st, c.a)
+			switch {
+			case c.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Errorf("err = %v, want one containing %q", err, c.wantErr)
+				}
+			case err != nil:
+				t.Errorf("err = %v", err)
+			case got.Input != c.input:
+				t.Errorf("input = %q, want %q", got.Input, c.input)
+			}
+		})
+	}
+}
