@@ -85,5 +85,16 @@ func TestDemoEndsWhereTheREADMESays(t *testing.T) {
 	if out, err := approve.CombinedOutput(); err != nil || !strings.Contains(string(out), "approve") {
 		t.Fatalf("kubectl agentrun approve: %v\n%s", err, out)
 	}
-	waitFor(t, ns, "deploy-release", 20*time.Second, "deploy-release Complete after the approval", phaseIs(arv1.PhaseComplete))
+	q := waitFor(t, ns, "deploy-release", 20*time.Second, "deploy-release asking where to deploy", func(r *arv1.AgentRun) bool {
+		return r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitUserPrompt
+	}).Status.WaitingOn
+	if !strings.Contains(q.Question, "which environment") || !strings.Contains(q.Question, `"production"`) {
+		t.Errorf("question = %q", q.Question)
+	}
+	ans := exec.Command(testenv.KubectlPath(), "agentrun", "answer", "deploy-release", "production", "-n", ns)
+	ans.Env = approve.Env
+	if out, err := ans.CombinedOutput(); err != nil || !strings.Contains(string(out), "created") {
+		t.Fatalf("kubectl agentrun answer: %v\n%s", err, out)
+	}
+	waitFor(t, ns, "deploy-release", 20*time.Second, "deploy-release Complete after the answer", phaseIs(arv1.PhaseComplete))
 }

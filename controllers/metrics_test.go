@@ -9,6 +9,7 @@ import (
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 )
 
 // TestMetricsShowTheRuns scrapes the running manager's metrics endpoint and
@@ -20,13 +21,18 @@ func TestMetricsShowTheRuns(t *testing.T) {
 	createConfigMap(t, ns, "triple", map[string]string{"agent.toml": threeStage})
 	createConfigMap(t, ns, "single", map[string]string{"agent.toml": oneStage})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders + keyedProviders})
+	srv := mcptest.New(t, mcptest.Options{})
+	createConfigMap(t, ns, "tooling", map[string]string{"agent.toml": strings.Replace(
+		toolAgent(srv.URL(), "", "", `read_doc {"id":"m"}`, `fail_tool {}`), "[mcp_servers.tracker]", "[mcp_servers.metered]", 1)})
 	createRun(t, ns, "done", "triple")
 	createRun(t, ns, "blocked", "single")
+	createRun(t, ns, "r", "tooling")
+	waitFor(t, ns, "r", 30*time.Second, "the tool run Complete", phaseIs(arv1.PhaseComplete))
 	waitFor(t, ns, "done", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	waitFor(t, ns, "blocked", 30*time.Second, "SecretMissing", blockedOn(arv1.BlockerSecretMissing))
 
 	want := []string{
-		fmt.Sprintf(`agentrun_runs{namespace=%q,phase="Complete"} 1`, ns),
+		fmt.Sprintf(`agentrun_runs{namespace=%q,phase="Complete"} 2`, ns),
 		fmt.Sprintf(`agentrun_runs{namespace=%q,phase="WaitingInput"} 1`, ns),
 		fmt.Sprintf(`agentrun_runs_waiting{namespace=%q,needs_a_person="true",reason="NeedsSetup"} 1`, ns),
 		fmt.Sprintf(`agentrun_setup_blockers{blocker="SecretMissing",namespace=%q} 1`, ns),
@@ -36,6 +42,9 @@ func TestMetricsShowTheRuns(t *testing.T) {
 		`agentrun_executor_slots{state="total"} 7`,
 		`agentrun_model_call_duration_seconds_count{provider="demo"}`,
 		`agentrun_model_calls_total{outcome="ok",provider="demo"}`,
+		`agentrun_tool_calls_total{effect="read",outcome="ok",server="metered"} 1`,
+		`agentrun_tool_calls_total{effect="read",outcome="tool_error",server="metered"} 1`,
+		`agentrun_tool_call_duration_seconds_count{server="metered"} 2`,
 	}
 	var body string
 	deadline := time.Now().Add(10 * time.Second)

@@ -25,6 +25,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
@@ -270,6 +271,7 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, run *arv1.AgentRun, f
 // and the run parks on NeedsReconciliation for a person to settle.
 func (r *AgentRunReconciler) runToolCall(ctx context.Context, run *arv1.AgentRun, intent journal.Entry, srv mcptool.Server) {
 	log := ctrl.Log.WithName("tool").WithValues("AgentRun", run.Namespace+"/"+run.Name, "seq", intent.Seq, "tool", intent.Tool)
+	started := time.Now()
 	var res mcptool.Result
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -295,23 +297,31 @@ func (r *AgentRunReconciler) runToolCall(ctx context.Context, run *arv1.AgentRun
 		return
 	}
 	done := journal.Entry{Seq: intent.Seq + 1, Kind: journal.ToolCallCompleted, Call: intent.Seq, At: r.Clock.Now(), Index: intent.Index, Tool: intent.Tool}
+	outcome := "ok"
 	if err != nil {
 		var ce *mcptool.CallError
 		switch {
 		case errors.As(err, &ce) && ce.NotSent:
 			// Never reached the server: safe to issue again once it is back.
 			r.toolCatalog.forget(srv)
+			outcome = "not_sent"
 			done.Kind, done.Message = journal.ToolCallRetried, ""
 			done.By = "operator: the call never reached the server (" + clipTo(err.Error(), 200) + ")"
 		case intent.Effect == blueprint.EffectWrite:
+			metrics.RecordToolCall(srv.Name, intent.Effect, "unsettled", time.Since(started))
 			log.Info("Write tool call failed after it may have reached the server; a person must settle it", "error", err.Error())
 			return
 		default:
+			outcome = "failed"
 			done.Result, done.IsError = "The tool server failed: "+clipTo(err.Error(), 1000), true
 		}
 	} else {
 		done.Result, done.IsError = clipTo(res.Text, maxToolResult), res.IsError
+		if res.IsError {
+			outcome = "tool_error"
+		}
 	}
+	metrics.RecordToolCall(srv.Name, intent.Effect, outcome, time.Since(started))
 	for i := 0; i < 5; i++ {
 		if err := r.journals.Append(ctx, run, done); err == nil || ctx.Err() != nil {
 			return

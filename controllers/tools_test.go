@@ -71,6 +71,17 @@ func grantAnswering(t *testing.T, ns, user string) client.Client {
 	return clientAs(t, user)
 }
 
+// refusedWithoutGrant: a user with no grant cannot answer the wait; the
+// API server refuses before the run ever sees it.
+func refusedWithoutGrant(t *testing.T, ns string, w *arv1.WaitingOn) {
+	t.Helper()
+	a := &arv1.AgentRunAnswer{ObjectMeta: metav1.ObjectMeta{GenerateName: "bob-", Namespace: ns},
+		Spec: arv1.AgentRunAnswerSpec{Run: "r", Point: w.Point, Decision: arv1.DecisionApprove, By: "bob"}}
+	if err := clientAs(t, "bob").Create(context.Background(), a); !apierrors.IsForbidden(err) {
+		t.Fatalf("bob, without the grant, answered %s: %v", w.Reason, err)
+	}
+}
+
 // answer creates an AgentRunAnswer to the run's current point as user.
 func answer(t *testing.T, c client.Client, ns, name, user string, w *arv1.WaitingOn, mutate func(*arv1.AgentRunAnswerSpec)) {
 	t.Helper()
@@ -227,6 +238,7 @@ func TestTaintGateHoldsAWriteAfterTaintedInput(t *testing.T) {
 	if !w.NeedsAPerson || !strings.Contains(w.Question, "read_doc") || srv.Calls("create_ticket") != 0 {
 		t.Errorf("waitingOn = %+v, create_ticket calls = %d", w, srv.Calls("create_ticket"))
 	}
+	refusedWithoutGrant(t, ns, w)
 	alice := grantAnswering(t, ns, "alice")
 	answer(t, alice, ns, "clear", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Decision = arv1.DecisionApprove })
 	waitFor(t, ns, "r", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
@@ -249,6 +261,7 @@ func TestAskUserAnswersAreValidated(t *testing.T) {
 	if !w.NeedsAPerson || !strings.Contains(w.Question, "Which environment?") || !strings.Contains(w.Question, `"prod"`) {
 		t.Errorf("waitingOn = %+v", w)
 	}
+	refusedWithoutGrant(t, ns, w)
 	alice := grantAnswering(t, ns, "alice")
 	answer(t, alice, ns, "dev", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Text = ptr.To("dev") })
 	if st := answerState(t, ns, "dev"); st.State != arv1.AnswerRejected || !strings.Contains(st.Message, "must be one of") {
@@ -283,6 +296,7 @@ func TestSignalIsDeliveredThroughAnAnswer(t *testing.T) {
 	if w.NeedsAPerson || w.Signal != "the build finishes" || w.Point == "" {
 		t.Errorf("waitingOn = %+v, want a Signal that needs no person", w)
 	}
+	refusedWithoutGrant(t, ns, w)
 	ci := grantAnswering(t, ns, "ci-bot")
 	answer(t, ci, ns, "bad", "ci-bot", w, func(s *arv1.AgentRunAnswerSpec) { s.Input = ptr.To(`{}`) })
 	if st := answerState(t, ns, "bad"); st.State != arv1.AnswerRejected {
@@ -377,6 +391,7 @@ func TestDanglingWriteWaitsForAPerson(t *testing.T) {
 			if got := srv.Calls("create_ticket") - before; got != 1 {
 				t.Fatalf("the write reached the server %d times before anyone decided", got)
 			}
+			refusedWithoutGrant(t, ns, w)
 			alice := grantAnswering(t, ns, "alice")
 			answer(t, alice, ns, "settle", "alice", w, func(s *arv1.AgentRunAnswerSpec) {
 				s.Decision = decision

@@ -18,7 +18,7 @@ import (
 // TestMakeRunDemoEndToEnd starts what `make run` starts, as a subprocess (a
 // local control plane, the CRDs, the demo, the manager), then drives the
 // demo only with the real kubectl and the built plugin, as the README says:
-// create the missing Secret, approve the checkpoint. Every demo run must end
+// create the missing Secret, approve the checkpoint, answer the question. Every demo run must end
 // where the README promises, and Ctrl-C must stop everything.
 func TestMakeRunDemoEndToEnd(t *testing.T) {
 	if testing.Short() {
@@ -90,6 +90,13 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 		t.Fatal(err, out)
 	}
 	if out, err := kubectl("agentrun", "approve", "deploy-release", "-n", "agentrun-demo"); err != nil {
+		t.Fatal(err, out)
+	}
+	wait("deploy-release asking where to deploy", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/UserPrompt" })
+	if !strings.Contains(logs.String(), "kubectl agentrun answer deploy-release production") {
+		t.Errorf("the terminal does not say how to answer the question:\n%s", logs.String())
+	}
+	if out, err := kubectl("agentrun", "answer", "deploy-release", "production", "-n", "agentrun-demo"); err != nil {
 		t.Fatal(err, out)
 	}
 	for _, name := range []string{"summarise-notes", "deploy-release", "triage-backlog"} {

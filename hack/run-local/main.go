@@ -102,9 +102,10 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
      kubectl get agentruns -A -w
    One run waits for its provider's Secret. Create it and watch the run continue by itself:
      kubectl create secret generic demo-model-key -n agentrun-demo --from-literal=api-key=anything
-   One run waits on a person at a checkpoint (make build puts the plugin in bin/):
+   One run waits on a person at a checkpoint, then asks a question (make build puts the plugin in bin/):
      kubectl describe agentrun deploy-release -n agentrun-demo
      PATH=$PWD/bin:$PATH kubectl agentrun approve deploy-release -n agentrun-demo
+     PATH=$PWD/bin:$PATH kubectl agentrun answer deploy-release production -n agentrun-demo
 >> Ctrl-C stops the manager and the control plane.
 `, env.Config.Host, path, filepath.Dir(testenv.KubectlPath()))
 	return manager.Run(ctx, env.Config, o)

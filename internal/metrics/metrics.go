@@ -40,6 +40,19 @@ var (
 		Name: "agentrun_cost_usd_total",
 		Help: "Priced cost in USD by namespace and agent (unpriced calls are in agentrun_unpriced_calls_total).",
 	}, []string{"namespace", "agent"})
+	// ToolCalls counts MCP tool calls by server, effect and outcome (ok,
+	// tool_error, not_sent, failed, or unsettled for a write left to a
+	// person).
+	ToolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_tool_calls_total",
+		Help: "MCP tool calls by server, effect and outcome (ok, tool_error, not_sent, failed, unsettled).",
+	}, []string{"server", "effect", "outcome"})
+	// ToolCallSeconds is MCP tool call latency by server.
+	ToolCallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentrun_tool_call_duration_seconds",
+		Help:    "MCP tool call latency by server, including in-call retries.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"server"})
 	// UnpricedCalls counts calls that could not be priced.
 	UnpricedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentrun_unpriced_calls_total",
@@ -62,7 +75,7 @@ var (
 // process) and points the state collector at this manager's cache and pool.
 func Register(reader client.Reader, pool Pool) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, collector)
 	})
 	collector.mu.Lock()
 	defer collector.mu.Unlock()
@@ -156,4 +169,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range blockers {
 		ch <- prometheus.MustNewConstMetric(blockersDesc, prometheus.GaugeValue, float64(n), k.a, k.b)
 	}
+}
+
+// RecordToolCall records one finished MCP tool call.
+func RecordToolCall(server, effect, outcome string, took time.Duration) {
+	ToolCalls.WithLabelValues(server, effect, outcome).Inc()
+	ToolCallSeconds.WithLabelValues(server).Observe(took.Seconds())
 }

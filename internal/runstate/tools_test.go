@@ -174,3 +174,34 @@ func TestCheckAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiredCheckpoint: an unanswered checkpoint proceeds when its time is
+// up, unless it may not be passed unattended, which ends the run in Error.
+func TestExpiredCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		unattended string
+		outcome    journal.Outcome
+	}{{"auto_approve", journal.OutcomeComplete}, {"ask", journal.OutcomeError}} {
+		bp, err := blueprint.Parse(map[string]string{"agent.toml": "[agent]\nname = \"g\"\n[limits]\ninteraction_timeout_secs = 60\n[stages.a]\n[[stages.a.interaction_points]]\nname = \"p1\"\nunattended = \"" + c.unattended + "\"\n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es := []journal.Entry{
+			{Seq: 0, Kind: journal.ModelCallRequested, At: now},
+			{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Text: "done"}},
+		}
+		f := Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, es), Now: now.Add(59 * time.Second)}
+		if a := Decide(f); a.Kind != ActPark || a.RetryAt == nil || !a.RetryAt.Equal(now.Add(time.Minute)) {
+			t.Fatalf("%s: before expiry %s, want a park until %v", c.unattended, showAction(a), now.Add(time.Minute))
+		}
+		f.Now = now.Add(time.Minute)
+		a := Decide(f)
+		if a.Kind != ActAnswerInteraction || a.Answer == nil || !a.Answer.Expired {
+			t.Fatalf("%s: at expiry %s, want an expired answer", c.unattended, showAction(a))
+		}
+		st := journal.Fold(bp, append(es, journal.Entry{Seq: 2, Kind: journal.InteractionAnswered, At: f.Now, Point: "p1", Approved: true, Auto: true, Expired: true}))
+		if st.Outcome != c.outcome {
+			t.Errorf("%s: outcome %q (%s), want %q", c.unattended, st.Outcome, st.Message, c.outcome)
+		}
+	}
+}
