@@ -319,16 +319,25 @@ func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRu
 		u = *done.Usage
 	}
 	metrics.RecordCall(run.Namespace, agent, res.provider.Name, outcome, time.Since(started), u.Prompt, u.Completion, u.Cached, u.CacheWrite, done.CostNanoUSD)
-	// The completion must land even if the API server blips; a manager that
-	// dies here leaves the intent pending and the call is issued again once.
-	for i := 0; i < 5; i++ {
-		if err := r.journals.Append(ctx, run, done); err == nil || ctx.Err() != nil {
-			return
-		} else if i == 4 {
-			log.Error(err, "Journaling the step's completion failed; the call will be re-issued")
+	// A manager that dies here leaves the intent pending and the call is
+	// issued again once.
+	if err := r.appendCompletion(ctx, run, done); err != nil {
+		log.Error(err, "Journaling the step's completion failed; the call will be re-issued")
+	}
+}
+
+// appendCompletion journals a call's completion, retrying a few times so an
+// API server blip does not cost the result. A nil error also covers a
+// cancelled step (the intent stays pending by design).
+func (r *AgentRunReconciler) appendCompletion(ctx context.Context, run *arv1.AgentRun, done journal.Entry) error {
+	var err error
+	for i := range 5 {
+		if err = r.journals.Append(ctx, run, done); err == nil || ctx.Err() != nil {
+			return nil
 		}
 		time.Sleep(time.Duration(200*(i+1)) * time.Millisecond)
 	}
+	return err
 }
 
 // storeOutput writes the final output into a ConfigMap the run owns,

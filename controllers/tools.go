@@ -322,13 +322,8 @@ func (r *AgentRunReconciler) runToolCall(ctx context.Context, run *arv1.AgentRun
 		}
 	}
 	metrics.RecordToolCall(srv.Name, intent.Effect, outcome, time.Since(started))
-	for i := 0; i < 5; i++ {
-		if err := r.journals.Append(ctx, run, done); err == nil || ctx.Err() != nil {
-			return
-		} else if i == 4 {
-			log.Error(err, "Journaling the tool call's completion failed")
-		}
-		time.Sleep(time.Duration(200*(i+1)) * time.Millisecond)
+	if err := r.appendCompletion(ctx, run, done); err != nil {
+		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
 	}
 }
 

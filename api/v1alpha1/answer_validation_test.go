@@ -17,7 +17,7 @@ func TestAnswerShapes(t *testing.T) {
 	ctx := testCtx(t)
 	base := func(name string, mutate func(*arv1.AgentRunAnswerSpec)) *arv1.AgentRunAnswer {
 		a := &arv1.AgentRunAnswer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: arv1.AgentRunAnswerSpec{Run: "r", Point: "call-3-0", By: "test-admin"}}
+			Spec: arv1.AgentRunAnswerSpec{Run: "r", Point: "call-3-0", By: "admin"}}
 		mutate(&a.Spec)
 		return a
 	}
