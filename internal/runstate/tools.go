@@ -111,8 +111,11 @@ func decideTool(f Facts) (Action, bool) {
 	expired, expiry := f.questionExpiry()
 	if in := h.Intent; in != nil {
 		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent {
-			if t := f.Tool; t != nil && t.Setup != nil {
+			switch t := f.Tool; {
+			case t != nil && t.Setup != nil:
 				return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
+			case t != nil && !t.Known:
+				return completed(fmt.Sprintf("The call was not made again: no MCP server of the blueprint offers %s any more.", in.Tool), true), true
 			}
 			return Action{Kind: ActToolCall, Reissue: true}, true
 		}

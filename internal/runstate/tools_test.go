@@ -93,6 +93,10 @@ func TestDecideToolCalls(t *testing.T) {
 			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), ActToolCall, func(a Action) string {
 			return want(a.Reissue, "a re-issue of the recorded intent")
 		}},
+		{"an interrupted read of a tool no longer offered is not re-made", with(toolFacts(t, "get", `{}`, blueprint.EffectRead,
+			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), func(f *Facts) { f.Tool.Known = false }), ActToolComplete, func(a Action) string {
+			return want(a.Completion.IsError && strings.Contains(a.Completion.Result, "any more"), "an error result")
+		}},
 		{"a call in flight is left alone", with(toolFacts(t, "get", `{}`, blueprint.EffectRead,
 			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), func(f *Facts) { f.InFlight = true }), ActNone, nil},
 		{"ask_user parks on UserPrompt", toolFacts(t, "ask_user", `{"question":"Which?","options":["a","b"]}`, ""), ActPark, func(a Action) string {
