@@ -209,6 +209,7 @@ func (r *AgentRunReconciler) actTool(ctx context.Context, run *arv1.AgentRun, f 
 	case runstate.ActToolDecide:
 		d := a.Decision
 		e.Kind, e.Gate, e.Approved, e.Auto, e.Expired, e.By, e.Message = journal.ToolCallDecided, d.Gate, d.Approved, d.Auto, d.Expired, d.By, d.Answer
+		e.Result = clipTo(d.Reason, 4096)
 	case runstate.ActToolComplete:
 		c := a.Completion
 		e.Kind, e.Result, e.IsError, e.By, e.Message = journal.ToolCallCompleted, clipTo(c.Result, maxToolResult), c.IsError, c.By, c.Answer

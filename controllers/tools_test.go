@@ -134,7 +134,7 @@ func TestToolApprovalAnsweredByAllowedPerson(t *testing.T) {
 	ns, run := toolRun(t, toolAgent(srv.URL(), "", "", `read_doc {"id":"a"}`, `create_ticket {"title":"ship it"}`))
 	parked := waitFor(t, ns, "r", 20*time.Second, "ToolApproval", waitingOn(arv1.WaitToolApproval))
 	w := parked.Status.WaitingOn
-	if !w.NeedsAPerson || !strings.Contains(w.Question, "create_ticket") || !strings.Contains(w.Question, "effect write") || !strings.Contains(w.Question, `"ship it"`) || w.Point == "" {
+	if !w.NeedsAPerson || w.Summary != "ToolApproval: create_ticket" || !strings.Contains(w.Question, "effect write") || !strings.Contains(w.Question, `"ship it"`) || w.Point == "" {
 		t.Errorf("waitingOn = %+v: want the call (tool, effect, arguments) shown with a point to answer", w)
 	}
 	if srv.Calls("read_doc") != 1 || srv.Calls("create_ticket") != 0 {
@@ -170,10 +170,10 @@ func TestDeniedAndExpiredApprovalsNeverCallTheTool(t *testing.T) {
 	ns, run := toolRun(t, toolAgent(srv.URL(), "", "", `create_ticket {"title":"no"}`))
 	w := waitFor(t, ns, "r", 20*time.Second, "ToolApproval", waitingOn(arv1.WaitToolApproval)).Status.WaitingOn
 	alice := grantAnswering(t, ns, "alice")
-	answer(t, alice, ns, "no", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Decision = arv1.DecisionDeny })
+	answer(t, alice, ns, "no", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Decision, s.Text = arv1.DecisionDeny, ptr.To("not on a Friday") })
 	waitFor(t, ns, "r", 20*time.Second, "Complete after the denial", phaseIs(arv1.PhaseComplete))
-	if d := entriesOf(t, ns, run, journal.ToolCallDecided); len(d) != 1 || d[0].Approved || d[0].By != "alice" || d[0].Expired {
-		t.Errorf("decisions = %+v, want alice's denial", d)
+	if d := entriesOf(t, ns, run, journal.ToolCallDecided); len(d) != 1 || d[0].Approved || d[0].By != "alice" || d[0].Expired || d[0].Result != "not on a Friday" {
+		t.Errorf("decisions = %+v, want alice's denial with her reason", d)
 	}
 
 	ns2, run2 := toolRun(t, toolAgent(srv.URL(), "", "[limits]\ninteraction_timeout_secs = 2", `create_ticket {"title":"late"}`))

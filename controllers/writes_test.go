@@ -14,6 +14,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 )
 
@@ -113,6 +114,45 @@ func TestWritesPerStep(t *testing.T) {
 	t.Logf("writes per step (including the run's fixed cost): %.2f", perStep)
 	if max := 4*steps + 10; writes > max {
 		t.Errorf("%d writes for %d steps, want at most %d (4 per step + 10 fixed)", writes, steps, max)
+	}
+}
+
+// TestWritesPerToolCall bounds what one tool call costs in API writes: its
+// intent and completion (one small create each) and at most two status
+// writes. Two runs differing only in how many calls one answer makes are
+// measured side by side; the difference is the calls' own cost.
+func TestWritesPerToolCall(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	wc, _ := startCountingManager(t, 16)
+	ns := newNamespace(t)
+	manifest := func(calls int) string {
+		var cs []string
+		for i := range calls {
+			cs = append(cs, fmt.Sprintf(`{name = "read_doc", arguments = '{"id":"d%d"}'}`, i))
+		}
+		return strings.Replace(toolAgent(srv.URL(), "", ""), "[[stages.work.script]]\ncomplete = true",
+			"[[stages.work.script]]\ntext = \"reading\"\ntool_calls = ["+strings.Join(cs, ", ")+"]\n[[stages.work.script]]\ncomplete = true", 1)
+	}
+	const many = 7
+	createConfigMap(t, ns, "one", map[string]string{"agent.toml": manifest(1)})
+	createConfigMap(t, ns, "many", map[string]string{"agent.toml": manifest(many)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	time.Sleep(300 * time.Millisecond)
+	measure := func(name, agent string) int64 {
+		before := wc.total.Load()
+		createRun(t, ns, name, agent)
+		waitFor(t, ns, name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+		time.Sleep(500 * time.Millisecond)
+		return wc.total.Load() - before
+	}
+	one, lots := measure("one", "one"), measure("many", "many")
+	if srv.Executed("read_doc") != 1+many {
+		t.Fatalf("read_doc executed %d times, want %d", srv.Executed("read_doc"), 1+many)
+	}
+	perCall := float64(lots-one) / (many - 1)
+	t.Logf("one answer with 1 tool call: %d writes; with %d: %d; %.2f writes per tool call (%v)", one, many, lots, perCall, wc.snapshot())
+	if perCall > 4 {
+		t.Errorf("%.2f writes per tool call, want at most 4 (intent, completion, two status writes)", perCall)
 	}
 }
 

@@ -92,7 +92,7 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 	if out, err := kubectl("agentrun", "approve", "deploy-release", "-n", "agentrun-demo"); err != nil {
 		t.Fatal(err, out)
 	}
-	wait("deploy-release asking where to deploy", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/UserPrompt" })
+	wait("deploy-release asking where to deploy", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/UserPrompt: question" })
 	if !strings.Contains(logs.String(), "kubectl agentrun answer deploy-release production") {
 		t.Errorf("the terminal does not say how to answer the question:\n%s", logs.String())
 	}

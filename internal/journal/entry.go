@@ -123,7 +123,8 @@ type Entry struct {
 	Gate string `json:"gate,omitempty"`
 	// Expired marks a decision made because nobody answered in time.
 	Expired bool `json:"expired,omitempty"`
-	// Result and IsError are a tool call's result.
+	// Result and IsError are a tool call's result (on a ToolCallDecided
+	// denial: the person's reason).
 	Result  string `json:"result,omitempty"`
 	IsError bool   `json:"isError,omitempty"`
 }

@@ -87,12 +87,14 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			switch {
 			case e.Expired:
 				why = "denied: nobody answered in time"
-			case e.Auto && e.By != "":
-				why = "denied by " + e.By
 			case e.By != "":
 				why = "denied by " + e.By
 			}
-			st.finishCall(bp, h, "The call was not made: "+why+".", true)
+			msg := "The call was not made: " + why + "."
+			if e.Result != "" {
+				msg += " Reason: " + e.Result
+			}
+			st.finishCall(bp, h, msg, true)
 			return
 		}
 		if e.Gate == GateTaint {

@@ -163,8 +163,8 @@ and the agent is told so), or a review the agent presented (the agent gets
 the reason as feedback).
 `+answerHow+`
 Flags:
-      --reason TEXT      why: recorded with the answer (spec.text); for a review,
-                         the feedback the agent gets
+      --reason TEXT      why (spec.text): told to the agent for a tool call,
+                         taint gate or review; recorded for a checkpoint
 `),
 		answerCommand("answer", "Answer a run's question, or deliver its signal", flagSet{input: true},
 			`Usage: kubectl agentrun answer NAME (TEXT | --json JSON | --null) [--wait] [-n NAMESPACE]

@@ -87,6 +87,9 @@ func CheckAnswer(st *journal.State, a AnswerSpec) (*Answer, error) {
 		}
 		return ans, needDecision(a, "a review", DecisionApprove, DecisionDeny)
 	}
+	if a.Text != nil {
+		ans.Input = *a.Text // a denial's reason, told to the model
+	}
 	return ans, needDecision(a, "a tool call", DecisionApprove, DecisionDeny)
 }
 

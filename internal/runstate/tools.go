@@ -58,6 +58,8 @@ type ToolDecision struct {
 	Expired  bool
 	By       string
 	Answer   string
+	// Reason is the person's reason for a denial, told to the model.
+	Reason string
 }
 
 // ToolCompletion is a tool result to journal without calling a server.
@@ -162,7 +164,7 @@ func decideTool(f Facts) (Action, bool) {
 		if a, done := gateAnswer(f, journal.GateTaint, expired); done {
 			return a, true
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point, Prompt: clip(fmt.Sprintf(
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point, Subject: h.Name, Prompt: clip(fmt.Sprintf(
 			"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
 			st.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}, true
 	}
@@ -173,7 +175,7 @@ func decideTool(f Facts) (Action, bool) {
 		if a, done := gateAnswer(f, journal.GateApproval, expired); done {
 			return a, true
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point, Prompt: clip(fmt.Sprintf(
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point, Subject: h.Name, Prompt: clip(fmt.Sprintf(
 			"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}, true
 	}
 	return Action{Kind: ActToolCall}, true
@@ -201,7 +203,11 @@ func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, ex
 		if expired {
 			return completed("Nobody answered in time.", true), true
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitUserPrompt, Ask: &Question{Point: point, Prompt: clip(promptOf(h), 2048)}}}, true
+		subject := "question"
+		if h.Name == blueprint.ToolPresentForReview {
+			subject = "review"
+		}
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitUserPrompt, Ask: &Question{Point: point, Subject: subject, Prompt: clip(promptOf(h), 2048)}}}, true
 	case blueprint.ToolWaitForSignal:
 		if a := f.Answer; a != nil {
 			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
@@ -248,7 +254,11 @@ func joinQuoted(opts []string) string {
 // gate's decision. An expired gate is denied: a timeout is never consent.
 func gateAnswer(f Facts, gate string, expired bool) (Action, bool) {
 	if a := f.Answer; a != nil {
-		return decided(gate, a.Approved, false, false, a.By, a.Name), true
+		d := decided(gate, a.Approved, false, false, a.By, a.Name)
+		if !a.Approved {
+			d.Decision.Reason = a.Input
+		}
+		return d, true
 	}
 	if expired {
 		return decided(gate, false, true, true, "policy: interaction timeout", ""), true

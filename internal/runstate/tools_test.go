@@ -61,7 +61,7 @@ func TestDecideToolCalls(t *testing.T) {
 		}},
 		{"a write asks a person, showing the call", toolFacts(t, "put", `{"x":1}`, blueprint.EffectWrite), ActPark, func(a Action) string {
 			q := a.Markers.Ask
-			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == "call-1-0" && strings.Contains(q.Prompt, `put (effect write, server s) with arguments {"x":1}`) && a.RetryAt != nil && a.RetryAt.Equal(now.Add(time.Minute)), "ToolApproval with the call and its expiry")
+			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == "call-1-0" && q.Subject == "put" && strings.Contains(q.Prompt, `put (effect write, server s) with arguments {"x":1}`) && a.RetryAt != nil && a.RetryAt.Equal(now.Add(time.Minute)), "ToolApproval with the call and its expiry")
 		}},
 		{"bare yolo approves an ask", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo = true }), ActToolDecide, func(a Action) string {
 			return want(a.Decision.Approved && a.Decision.Auto && a.Decision.By == "policy: spec.yolo", "auto approval by yolo")

@@ -36,6 +36,10 @@ type Markers struct {
 type Question struct {
 	Point  string
 	Prompt string
+	// Subject names what is asked about in the listing's summary: the tool
+	// of a ToolApproval or TaintGate, "question" or "review" for a
+	// UserPrompt.
+	Subject string
 }
 
 // SetupBlock is a NeedsSetup cause.
@@ -76,6 +80,9 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 	}
 	w.NeedsAPerson = w.Reason.NeedsAPerson()
 	w.Summary = summary(w)
+	if q := m.Ask; q != nil && q.Subject != "" && (w.Reason == arv1.WaitToolApproval || w.Reason == arv1.WaitTaintGate || w.Reason == arv1.WaitUserPrompt) {
+		w.Summary = clip(fmt.Sprintf("%s: %s", w.Reason, q.Subject), 128)
+	}
 	since := metav1.NewTime(now)
 	if prev != nil && prev.Reason == w.Reason && prev.Since != nil {
 		since = *prev.Since
