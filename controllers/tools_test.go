@@ -271,6 +271,9 @@ func TestAskUserAnswersAreValidated(t *testing.T) {
 	w2 := waitFor(t, ns, "r", 20*time.Second, "the second question", func(r *arv1.AgentRun) bool {
 		return r.Status.WaitingOn != nil && strings.Contains(r.Status.WaitingOn.Question, "overrides")
 	}).Status.WaitingOn
+	if w2.InputSchema != `{"type":["object","null"]}` || w.InputSchema != `{"enum":["staging","prod"],"type":"string"}` {
+		t.Errorf("inputSchema = %q then %q, want the choices' schema then the agent's own", w.InputSchema, w2.InputSchema)
+	}
 	answer(t, alice, ns, "num", "alice", w2, func(s *arv1.AgentRunAnswerSpec) { s.Input = ptr.To("42") })
 	if st := answerState(t, ns, "num"); st.State != arv1.AnswerRejected || !strings.Contains(st.Message, "schema") {
 		t.Errorf("answer 42 = %+v, want Rejected by the schema", st)
@@ -293,7 +296,7 @@ func TestSignalIsDeliveredThroughAnAnswer(t *testing.T) {
 	startManager(t, managerOpts{})
 	ns, run := toolRun(t, toolAgent(srv.URL(), "", "", `wait_for_signal {"reason":"the build finishes","input_schema":{"type":"object","required":["ok"]}}`))
 	w := waitFor(t, ns, "r", 20*time.Second, "Signal", waitingOn(arv1.WaitSignal)).Status.WaitingOn
-	if w.NeedsAPerson || w.Signal != "the build finishes" || w.Point == "" {
+	if w.NeedsAPerson || w.Signal != "the build finishes" || w.Point == "" || w.InputSchema != `{"type":"object","required":["ok"]}` {
 		t.Errorf("waitingOn = %+v, want a Signal that needs no person", w)
 	}
 	refusedWithoutGrant(t, ns, w)

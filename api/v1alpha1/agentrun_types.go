@@ -582,6 +582,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.reason == 'BudgetExceeded' ? (has(self.budget) && has(self.observed)) : (!has(self.budget) && !has(self.observed))",message="budget and observed are set exactly for BudgetExceeded"
 // +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsReconciliation' ? (has(self.seq) && has(self.tool)) : (!has(self.seq) && !has(self.tool))",message="seq and tool are set exactly for NeedsReconciliation"
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'Signal') == has(self.signal)",message="signal is set exactly for Signal"
+// +kubebuilder:validation:XValidation:rule="!has(self.inputSchema) || self.reason == 'UserPrompt' || self.reason == 'Signal'",message="inputSchema is set only for UserPrompt and Signal"
 type WaitingOn struct {
 	// reason is the variant.
 	// +required
@@ -653,6 +654,13 @@ type WaitingOn struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Signal string `json:"signal,omitempty"`
+
+	// inputSchema is the JSON Schema (as JSON text) an answer must satisfy:
+	// the agent's own input_schema, or the one its choices or confirmation
+	// imply. UserPrompt questions and Signal only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	InputSchema string `json:"inputSchema,omitempty"`
 }
 
 // BudgetLimit is a budget and its limit.

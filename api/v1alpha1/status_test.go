@@ -101,7 +101,8 @@ func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 	since := at(now, -time.Minute)
 	return map[arv1.WaitReason]*arv1.WaitingOn{
 		arv1.WaitToolApproval:     {Reason: arv1.WaitToolApproval, NeedsAPerson: true, Summary: "ToolApproval", Since: since},
-		arv1.WaitUserPrompt:       {Reason: arv1.WaitUserPrompt, NeedsAPerson: true, Summary: "UserPrompt", Since: since},
+		arv1.WaitUserPrompt: {Reason: arv1.WaitUserPrompt, NeedsAPerson: true, Summary: "UserPrompt: question", Since: since,
+			Point: "call-5-0", Question: "Which environment?", InputSchema: `{"type":"string","enum":["staging","production"]}`},
 		arv1.WaitTaintGate:        {Reason: arv1.WaitTaintGate, NeedsAPerson: true, Summary: "TaintGate", Since: since},
 		arv1.WaitInteractionPoint: {Reason: arv1.WaitInteractionPoint, NeedsAPerson: true, Summary: "InteractionPoint", Since: since, Point: "approve-plan", Question: "Approve the plan?"},
 		arv1.WaitFanOutWorkers:    {Reason: arv1.WaitFanOutWorkers, Summary: "FanOutWorkers(3)", Since: since, Outstanding: ptr(int32(3))},
@@ -113,7 +114,7 @@ func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 			Budget: &arv1.BudgetLimit{Kind: arv1.BudgetCostUSD, Limit: "2.50"}, Observed: "2.5013"},
 		arv1.WaitNeedsReconciliation: {Reason: arv1.WaitNeedsReconciliation, NeedsAPerson: true, Summary: "NeedsReconciliation", Since: since,
 			Seq: ptr(int64(0)), Tool: "github.create_issue"},
-		arv1.WaitSignal: {Reason: arv1.WaitSignal, Summary: "Signal", Since: since, Signal: "waiting for the CI pipeline to finish"},
+		arv1.WaitSignal: {Reason: arv1.WaitSignal, Summary: "Signal", Since: since, Signal: "waiting for the CI pipeline to finish", InputSchema: `{"type":"object"}`},
 	}
 }
 
@@ -359,6 +360,7 @@ func TestInvalidWaitingOnIsRejected(t *testing.T) {
 		{name: "NeedsReconciliation without seq", w: variant(arv1.WaitNeedsReconciliation, func(w *arv1.WaitingOn) { w.Seq = nil }), msg: msgSeq},
 		{name: "Signal without signal", w: variant(arv1.WaitSignal, func(w *arv1.WaitingOn) { w.Signal = "" }), msg: msgSignal},
 		{name: "signal on Children", w: variant(arv1.WaitChildren, func(w *arv1.WaitingOn) { w.Signal = "ci" }), msg: msgSignal},
+		{name: "inputSchema on ToolApproval", w: variant(arv1.WaitToolApproval, func(w *arv1.WaitingOn) { w.InputSchema = "{}" }), msg: "inputSchema is set only for UserPrompt and Signal"},
 		{name: "unknown reason", w: &arv1.WaitingOn{Reason: "Bored"}, field: "status.waitingOn.reason",
 			msg: `Unsupported value: "Bored"`},
 		{name: "unknown blocker", w: variant(arv1.WaitNeedsSetup, func(w *arv1.WaitingOn) { w.Blocker = "Gremlins" }),

@@ -139,11 +139,11 @@ func checkJSON(flag, s string) error {
 	return nil
 }
 
-// isReview tells a present_for_review wait from an ask_user one. The wait
-// has no field for it, so this reads the prompt, which the run state
-// (runstate.promptOf) starts with "Review:" for reviews.
+// isReview tells a present_for_review wait from an ask_user one: the
+// controller summarises it "UserPrompt: review" (older statuses only started
+// the question with "Review:").
 func isReview(w *arv1.WaitingOn) bool {
-	return strings.HasPrefix(w.Question, "Review:")
+	return w.Summary == string(arv1.WaitUserPrompt)+": review" || strings.HasPrefix(w.Question, "Review:")
 }
 
 // familyOf is which command family answers w, or "" when no answer clears

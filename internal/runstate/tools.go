@@ -207,7 +207,13 @@ func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, ex
 		if h.Name == blueprint.ToolPresentForReview {
 			subject = "review"
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitUserPrompt, Ask: &Question{Point: point, Subject: subject, Prompt: clip(promptOf(h), 2048)}}}, true
+		q := &Question{Point: point, Subject: subject, Prompt: clip(promptOf(h), 2048)}
+		if h.Name == blueprint.ToolAskUser {
+			var args AskArgs
+			_ = json.Unmarshal([]byte(h.Arguments), &args)
+			q.InputSchema = askSchema(args)
+		}
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitUserPrompt, Ask: q}}, true
 	case blueprint.ToolWaitForSignal:
 		if a := f.Answer; a != nil {
 			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
@@ -218,9 +224,28 @@ func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, ex
 		if reason == "" {
 			reason = "a signal"
 		}
-		return Action{Kind: ActPark, Markers: Markers{Signal: clip(reason, 1024), Ask: &Question{Point: point}}}, true
+		q := &Question{Point: point}
+		if len(args.InputSchema) > 0 && string(args.InputSchema) != "null" {
+			q.InputSchema = string(args.InputSchema)
+		}
+		return Action{Kind: ActPark, Markers: Markers{Signal: clip(reason, 1024), Ask: q}}, true
 	}
 	return Action{}, false
+}
+
+// askSchema is the JSON Schema an answer to ask_user must satisfy: its own
+// input_schema, else what its style and choices imply.
+func askSchema(a AskArgs) string {
+	switch {
+	case len(a.InputSchema) > 0 && string(a.InputSchema) != "null":
+		return string(a.InputSchema)
+	case a.Style == StyleConfirm:
+		return `{"type":"boolean"}`
+	case len(a.Options) > 0:
+		b, _ := json.Marshal(map[string]any{"type": "string", "enum": a.Options})
+		return string(b)
+	}
+	return `{"type":"string"}`
 }
 
 // promptOf is the question a person sees for ask_user or a review.

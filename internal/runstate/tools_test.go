@@ -100,7 +100,8 @@ func TestDecideToolCalls(t *testing.T) {
 		{"a call in flight is left alone", with(toolFacts(t, "get", `{}`, blueprint.EffectRead,
 			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), func(f *Facts) { f.InFlight = true }), ActNone, nil},
 		{"ask_user parks on UserPrompt", toolFacts(t, "ask_user", `{"question":"Which?","options":["a","b"]}`, ""), ActPark, func(a Action) string {
-			return want(a.Markers.HubRequest == arv1.WaitUserPrompt && a.Markers.Ask.Prompt == `Which? (one of: ["a","b"])`, "the question with its choices")
+			return want(a.Markers.HubRequest == arv1.WaitUserPrompt && a.Markers.Ask.Prompt == `Which? (one of: ["a","b"])` &&
+				a.Markers.Ask.InputSchema == `{"enum":["a","b"],"type":"string"}`, "the question with its choices and their schema")
 		}},
 		{"nobody answers ask_user under yolo", with(toolFacts(t, "ask_user", `{"question":"Which?"}`, ""), func(f *Facts) { f.Yolo = true }), ActToolComplete, func(a Action) string {
 			return want(a.Completion.IsError, "an error result telling the model")

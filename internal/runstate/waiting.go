@@ -40,6 +40,9 @@ type Question struct {
 	// of a ToolApproval or TaintGate, "question" or "review" for a
 	// UserPrompt.
 	Subject string
+	// InputSchema is the JSON Schema an answer must satisfy (UserPrompt
+	// questions and Signal).
+	InputSchema string
 }
 
 // SetupBlock is a NeedsSetup cause.
@@ -80,6 +83,9 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 	}
 	w.NeedsAPerson = w.Reason.NeedsAPerson()
 	w.Summary = summary(w)
+	if q := m.Ask; q != nil && q.InputSchema != "" && (w.Reason == arv1.WaitUserPrompt || w.Reason == arv1.WaitSignal) && len(q.InputSchema) <= 8192 {
+		w.InputSchema = q.InputSchema
+	}
 	if q := m.Ask; q != nil && q.Subject != "" && (w.Reason == arv1.WaitToolApproval || w.Reason == arv1.WaitTaintGate || w.Reason == arv1.WaitUserPrompt) {
 		w.Summary = clip(fmt.Sprintf("%s: %s", w.Reason, q.Subject), 128)
 	}

@@ -71,16 +71,17 @@ const ReasonCancelled = "cancelled"
 //     "limit":n},"observed":n}, k in snake_case (steps, tokens, cost_usd,
 //     wall_time, tool_calls) and the decimal strings as JSON numbers (a wall
 //     time written as a Go duration becomes seconds).
-//   - Signal: {"state":"suspended","reason":<signal>,"input_schema":{},
-//     "kind":"signal"}.
+//   - Signal: {"state":"suspended","reason":<signal>,"input_schema":s,
+//     "kind":"signal"}, s being waitingOn.inputSchema, else {}.
 //   - FanOutWorkers, Children: {"state":"running"}: the run is healthy and
 //     working through its workers or children.
 //   - every wait on a person (ToolApproval, UserPrompt, TaintGate,
 //     InteractionPoint, NeedsSetup, and any reason this package does not
 //     know): {"state":"suspended","reason":r,"input_schema":s} with no "kind"
 //     key. r is the remedy (NeedsSetup) or the question (the others) when
-//     set, else waitingOn.summary, else the reason's name. s is
-//     InputSchema(reason).
+//     set, else waitingOn.summary, else the reason's name. s is the
+//     question's own schema (waitingOn.inputSchema, an agent's question)
+//     when set, else InputSchema(reason).
 //   - phase WaitingInput without waitingOn (a record the controller has not
 //     explained yet): {"state":"suspended","reason":"WaitingInput",
 //     "input_schema":{}}.
@@ -153,11 +154,21 @@ func waitStatus(w *arv1.WaitingOn, now time.Time) Object {
 		}
 		return Object{{"state", StateBudgetExceeded}, {"budget", budget}, {"observed", budgetNumber(kind, w.Observed)}}
 	case arv1.WaitSignal:
-		return append(suspended(w.Signal, Object{}), Field{"kind", SuspensionKindSignal})
+		o := Object{{"state", StateSuspended}, {"reason", w.Signal}, {"input_schema", questionSchema(w, Object{})}}
+		return append(o, Field{"kind", SuspensionKindSignal})
 	case arv1.WaitFanOutWorkers, arv1.WaitChildren:
 		return Object{{"state", StateRunning}}
 	}
-	return suspended(personReason(w), InputSchema(w.Reason))
+	return Object{{"state", StateSuspended}, {"reason", personReason(w)}, {"input_schema", questionSchema(w, InputSchema(w.Reason))}}
+}
+
+// questionSchema is the question's own schema (waitingOn.inputSchema) when
+// it has one that parses, else def.
+func questionSchema(w *arv1.WaitingOn, def Object) any {
+	if w.InputSchema != "" && json.Valid([]byte(w.InputSchema)) {
+		return json.RawMessage(w.InputSchema)
+	}
+	return def
 }
 
 func suspended(reason string, schema Object) Object {
