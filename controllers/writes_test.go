@@ -188,3 +188,78 @@ func BenchmarkFanOut200(b *testing.B) {
 		fmt.Printf("1 parent x 200 workers: converged in %v, %d writes (%.1f per child)\n", elapsed.Round(time.Millisecond), writes, float64(writes)/200)
 	}
 }
+
+// BenchmarkToolCalls50x4 runs 50 runs at once, each making one answer with
+// 4 MCP read calls, beside 50 runs of the same two turns with no calls, and
+// reports the tool calls' own cost: time to converge and API writes per
+// call, as the difference between the two batches measured side by side.
+func BenchmarkToolCalls50x4(b *testing.B) {
+	const runs, calls = 50, 4
+	srv := mcptest.New(b, mcptest.Options{})
+	wc, _ := startCountingManager(b, 64)
+	manifest := func(withCalls bool) string {
+		if !withCalls {
+			// The same two model turns, moving through two stages instead.
+			return `[agent]
+name = "plain"
+[agent.title]
+enabled = false
+[stages.work]
+[stages.work.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[stages.work.transitions.fin]
+condition = "always"
+[[stages.work.script]]
+text = "reading"
+[stages.fin]
+allow_complete = true
+[stages.fin.model]
+models = [{provider = "demo", model = "scripted-1"}]
+`
+		}
+		var cs []string
+		for i := range calls {
+			cs = append(cs, fmt.Sprintf(`{name = "read_doc", arguments = '{"id":"d%d"}'}`, i))
+		}
+		step := "[[stages.work.script]]\ntext = \"reading\"\ntool_calls = [" + strings.Join(cs, ", ") + "]\n"
+		return strings.Replace(toolAgent(srv.URL(), "", ""), "[[stages.work.script]]\ncomplete = true", step+"[[stages.work.script]]\ncomplete = true", 1)
+	}
+	batch := func(ns, agent string) (time.Duration, int64) {
+		before, start := wc.total.Load(), time.Now()
+		for i := range runs {
+			createRun(b, ns, fmt.Sprintf("%s-%d", agent, i), agent)
+		}
+		for i := range runs {
+			for {
+				r := &arv1.AgentRun{}
+				if err := k8s.Get(context.Background(), keyOf(ns, fmt.Sprintf("%s-%d", agent, i)), r); err == nil && r.Status.Phase.IsTerminal() {
+					if r.Status.Phase != arv1.PhaseComplete {
+						b.Fatalf("%s ended %s: %s", r.Name, r.Status.Phase, r.Status.Error)
+					}
+					break
+				}
+				if time.Since(start) > 5*time.Minute {
+					b.Fatal("runs did not converge in 5 minutes")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		elapsed := time.Since(start)
+		time.Sleep(500 * time.Millisecond)
+		return elapsed, wc.total.Load() - before
+	}
+	for b.Loop() {
+		ns := newNamespace(b)
+		createConfigMap(b, ns, "tools", map[string]string{"agent.toml": manifest(true)})
+		createConfigMap(b, ns, "plain", map[string]string{"agent.toml": manifest(false)})
+		createConfigMap(b, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+		plainTook, plainWrites := batch(ns, "plain")
+		toolsTook, toolsWrites := batch(ns, "tools")
+		perCall := float64(toolsWrites-plainWrites) / (runs * calls)
+		b.ReportMetric(toolsTook.Seconds(), "s/converge")
+		b.ReportMetric(toolsTook.Seconds()/plainTook.Seconds(), "x-plain-time")
+		b.ReportMetric(perCall, "writes/toolcall")
+		fmt.Printf("%d runs x %d tool calls: %v (the same turns without calls: %v, ratio %.2f); %d vs %d writes, %.2f per tool call\n",
+			runs, calls, toolsTook.Round(time.Millisecond), plainTook.Round(time.Millisecond), toolsTook.Seconds()/plainTook.Seconds(), toolsWrites, plainWrites, perCall)
+	}
+}
