@@ -100,7 +100,7 @@ func at(base time.Time, offset time.Duration) *metav1.Time {
 func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 	since := at(now, -time.Minute)
 	return map[arv1.WaitReason]*arv1.WaitingOn{
-		arv1.WaitToolApproval:     {Reason: arv1.WaitToolApproval, NeedsAPerson: true, Summary: "ToolApproval", Since: since},
+		arv1.WaitToolApproval: {Reason: arv1.WaitToolApproval, NeedsAPerson: true, Summary: "ToolApproval", Since: since},
 		arv1.WaitUserPrompt: {Reason: arv1.WaitUserPrompt, NeedsAPerson: true, Summary: "UserPrompt: question", Since: since,
 			Point: "call-5-0", Question: "Which environment?", InputSchema: `{"type":"string","enum":["staging","production"]}`},
 		arv1.WaitTaintGate:        {Reason: arv1.WaitTaintGate, NeedsAPerson: true, Summary: "TaintGate", Since: since},
