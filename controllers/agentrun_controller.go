@@ -149,6 +149,9 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // observeTerminal stamps a terminal run's status with the generation it saw.
 func (r *AgentRunReconciler) observeTerminal(ctx context.Context, run *arv1.AgentRun) error {
 	defer r.deliverCallback(run)
+	if err := r.settleAnswersOfFinishedRun(ctx, run); err != nil {
+		return err
+	}
 	// A finished run is never folded again: drop its in-memory copies.
 	r.journals.Forget(run.UID)
 	r.blueprints.Forget(run.UID)

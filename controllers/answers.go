@@ -103,3 +103,45 @@ func runForAnswer(_ context.Context, o client.Object) []reconcileRequest {
 	}
 	return []reconcileRequest{{NamespacedName: client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Run}}}
 }
+
+// settleAnswersOfFinishedRun records the fate of answers a finished run
+// never got to record: ones its journal applied (the last reconcile ended
+// before writing it) are Applied, any other is Rejected, so no answer is
+// left without a state.
+func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run *arv1.AgentRun) error {
+	var list arv1.AgentRunAnswerList
+	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
+		return fmt.Errorf("listing answers: %w", err)
+	}
+	var open []*arv1.AgentRunAnswer
+	for i := range list.Items {
+		if list.Items[i].Status.State == "" {
+			open = append(open, &list.Items[i])
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	entries, err := r.journals.Load(ctx, run)
+	if err != nil {
+		return err
+	}
+	applied := map[string]bool{}
+	for _, e := range entries {
+		switch e.Kind {
+		case journal.InteractionAnswered, journal.ToolCallDecided, journal.ToolCallCompleted, journal.ToolCallRetried, journal.RunAbandoned:
+			if e.Message != "" {
+				applied[e.Message] = true
+			}
+		}
+	}
+	var updates []answerUpdate
+	for _, a := range open {
+		if applied[a.Name] {
+			updates = append(updates, answerUpdate{a, arv1.AnswerApplied, "Applied to the run"})
+		} else {
+			updates = append(updates, answerUpdate{a, arv1.AnswerRejected, fmt.Sprintf("The run has finished (%s)", run.Status.Phase)})
+		}
+	}
+	return r.recordAnswers(ctx, updates)
+}

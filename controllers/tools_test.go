@@ -152,6 +152,10 @@ func TestToolApprovalAnsweredByAllowedPerson(t *testing.T) {
 	if st := answerState(t, ns, "ok"); st.State != arv1.AnswerApplied {
 		t.Errorf("answer = %+v, want Applied", st)
 	}
+	answer(t, alice, ns, "late", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Decision = arv1.DecisionApprove })
+	if st := answerState(t, ns, "late"); st.State != arv1.AnswerRejected || st.Message != "The run has finished (Complete)" {
+		t.Errorf("an answer after the end = %+v, want Rejected as the run has finished", st)
+	}
 	if srv.Executed("create_ticket") != 1 {
 		t.Errorf("create_ticket executed %d times, want 1", srv.Executed("create_ticket"))
 	}

@@ -22,6 +22,9 @@ import (
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
 // +kubebuilder:printcolumn:name="By",type=string,JSONPath=`.spec.by`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Text",type=string,JSONPath=`.spec.text`,priority=1
+// +kubebuilder:printcolumn:name="Input",type=string,JSONPath=`.spec.input`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AgentRunAnswer struct {
 	metav1.TypeMeta `json:",inline"`
