@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,9 @@ type AgentRunReconciler struct {
 	expectations *expectations
 	stepTimeout  time.Duration
 	toolCatalog  *toolCatalog
+	// unstarted holds tool intents journaled while the pool was full: never
+	// started, so safe to start later even when they are writes.
+	unstarted sync.Map // executor.Key -> struct{}
 }
 
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentruns,verbs=get;list;watch;create;update;patch;delete

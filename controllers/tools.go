@@ -53,8 +53,10 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 		return nil
 	}
 	if in := h.Intent; in != nil {
-		f.InFlight = r.Pool.InFlight(executor.Key{Run: run.UID, Seq: in.Seq})
-		if in.Effect == blueprint.EffectWrite || f.InFlight {
+		key := executor.Key{Run: run.UID, Seq: in.Seq}
+		f.InFlight = r.Pool.InFlight(key)
+		_, f.IntentUnstarted = r.unstarted.Load(key)
+		if (in.Effect == blueprint.EffectWrite && !f.IntentUnstarted) || f.InFlight {
 			return nil // a dangling write waits for a person; nothing to resolve
 		}
 	}
@@ -246,6 +248,12 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, run *arv1.AgentRun, f
 	if a.Reissue {
 		intent = *h.Intent
 	} else {
+		// Journal no intent the pool cannot start now: after a crash an
+		// unstarted write would look like one that may have happened.
+		wake := event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}}}
+		if !r.Pool.HasRoom(run.UID, wake) {
+			return actOutcome{backpressure: true}, nil
+		}
 		intent = journal.Entry{
 			Seq: st.NextSeq, Kind: journal.ToolCallRequested, At: f.Now, Index: h.Index,
 			Tool: h.Name, Input: h.Arguments, Effect: f.tool.effect, Server: f.tool.server.Name,
@@ -261,8 +269,14 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, run *arv1.AgentRun, f
 	target, srv := run.DeepCopy(), f.tool.server
 	var out actOutcome
 	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runToolCall(stepCtx, target, intent, srv) }) {
+		// Journaled but not started (the pool filled meanwhile): this
+		// process knows the call never left, so it may start it later
+		// whatever its effect.
+		r.unstarted.Store(key, struct{}{})
 		out.backpressure = true
+		return out, nil
 	}
+	r.unstarted.Delete(key)
 	return out, nil
 }
 

@@ -504,3 +504,32 @@ models = [{provider = "oa", model = "gpt-x"}]
 		t.Errorf("completions = %+v", c)
 	}
 }
+
+// TestWritesWaitingForAnExecutorSlotAreNotDangling: with one executor slot
+// and five runs each making a slow write, every write waits its turn and
+// runs exactly once; none is mistaken for a dangling write.
+func TestWritesWaitingForAnExecutorSlotAreNotDangling(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	srv.SetDelay("create_ticket", 200*time.Millisecond)
+	startManager(t, managerOpts{steps: 1})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "tooling", map[string]string{"agent.toml": toolAgent(srv.URL(), "", "[tools.create_ticket]\npermission = \"allow\"", `create_ticket {"title":"{task}"}`)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	const runs = 5
+	var uids []string
+	for i := range runs {
+		uids = append(uids, string(createRun(t, ns, fmt.Sprintf("w%d", i), "tooling").UID))
+	}
+	for i := range runs {
+		name := fmt.Sprintf("w%d", i)
+		done := waitFor(t, ns, name, 60*time.Second, "Complete or parked", func(r *arv1.AgentRun) bool {
+			return r.Status.Phase == arv1.PhaseComplete || (r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitNeedsReconciliation)
+		})
+		if done.Status.Phase != arv1.PhaseComplete {
+			t.Errorf("%s parked on %+v: a write that never started was taken for a dangling one", name, done.Status.WaitingOn)
+		}
+		if n := callsOf(srv, uids[i]); n != 1 {
+			t.Errorf("%s: its write reached the server %d times, want 1", name, n)
+		}
+	}
+}

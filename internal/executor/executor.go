@@ -79,6 +79,20 @@ func (p *Pool) RunInFlight(run types.UID) bool {
 	return false
 }
 
+// HasRoom reports whether a step could start now. When it could not, the
+// run is registered to be woken (wake) when a slot frees, as a refused
+// Submit would, so a caller can check before journaling an intent it
+// could not start.
+func (p *Pool) HasRoom(run types.UID, wake event.GenericEvent) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.slots) < cap(p.slots) {
+		return true
+	}
+	p.waiting[run] = wake
+	return false
+}
+
 // Submit starts fn for the step unless the pool is full (false: the caller
 // reports backpressure; the run is woken when a slot frees) or the step is
 // already running (true, nothing started). wake is the event sent when fn

@@ -279,6 +279,33 @@ func TestFullPoolWakesWaitingRun(t *testing.T) {
 	}
 }
 
+// TestHasRoomRegistersTheWaitingRun: HasRoom says whether a step could
+// start and, when not, wakes the run once a slot frees, like a refused
+// Submit.
+func TestHasRoomRegistersTheWaitingRun(t *testing.T) {
+	p := New(1)
+	if !p.HasRoom("b", wakeFor("run-b")) {
+		t.Fatal("an empty pool has no room")
+	}
+	noEvent(t, p, 20*time.Millisecond)
+	a := newBlocker()
+	if !p.Submit(key("a", 1), wakeFor("run-a"), a.fn) {
+		t.Fatal("Submit returned false")
+	}
+	recv(t, a.started, "step a")
+	if p.HasRoom("b", wakeFor("run-b")) {
+		t.Fatal("a full pool has room")
+	}
+	close(a.release)
+	if err := a.endErr(t); err != nil {
+		t.Errorf("released step saw ctx error %v", err)
+	}
+	got := map[string]bool{nextEvent(t, p): true, nextEvent(t, p): true}
+	if !got["run-a"] || !got["run-b"] {
+		t.Errorf("wake events %v, want run-a (finished) and run-b (waiting)", got)
+	}
+}
+
 func TestCancelForgetsWaitingRun(t *testing.T) {
 	p := New(1)
 	a := newBlocker()

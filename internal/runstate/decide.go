@@ -63,6 +63,10 @@ type Facts struct {
 
 	// InFlight: the executor is running the pending call.
 	InFlight bool
+	// IntentUnstarted: the pending tool intent was journaled but this
+	// process never started it (the pool was full), so it is safe to start
+	// whatever its effect.
+	IntentUnstarted bool
 	// Setup is a setup problem found for the next call, if any. Nil when the
 	// provider is ready (or when no call is due).
 	Setup *SetupBlock

@@ -112,7 +112,7 @@ func decideTool(f Facts) (Action, bool) {
 	point := st.CallPoint()
 	expired, expiry := f.questionExpiry()
 	if in := h.Intent; in != nil {
-		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent {
+		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent || f.IntentUnstarted {
 			switch t := f.Tool; {
 			case t != nil && t.Setup != nil:
 				return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true

@@ -89,6 +89,10 @@ func TestDecideToolCalls(t *testing.T) {
 			journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite}), func(f *Facts) {
 			f.Answer = &Answer{Name: "r", By: "bob", Decision: DecisionRetry}
 		}), ActToolRetry, nil},
+		{"a write this process journaled but never started is started", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite, taint,
+			journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite}), func(f *Facts) { f.IntentUnstarted = true }), ActToolCall, func(a Action) string {
+			return want(a.Reissue, "a start of the recorded intent")
+		}},
 		{"an interrupted read is re-executed", toolFacts(t, "get", `{}`, blueprint.EffectRead,
 			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), ActToolCall, func(a Action) string {
 			return want(a.Reissue, "a re-issue of the recorded intent")
