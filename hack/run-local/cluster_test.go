@@ -1,0 +1,137 @@
+package main_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+// TestMakeRunAgainstAReachableCluster: with KUBECONFIG pointing at a running
+// API server (here a real kube-apiserver standing in for a cluster), `make
+// run` installs the CRD and admission policy there and runs the manager
+// against it, leaves the demo out, drives a run to completion, and on Ctrl-C
+// stops only itself: the cluster stays up.
+func TestMakeRunAgainstAReachableCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts its own control plane")
+	}
+	cluster, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	dir := t.TempDir()
+	kubeconfig, err := cluster.Kubeconfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "run-local")
+	build := exec.Command("go", "build", "-o", bin, "./hack/run-local")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building run-local: %v: %s", err, out)
+	}
+	var logs bytes.Buffer
+	runLocal := exec.Command(bin, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--local-kubeconfig", filepath.Join(dir, "unused", "kubeconfig"))
+	runLocal.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	runLocal.Stdout, runLocal.Stderr = &logs, &logs
+	runLocal.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := runLocal.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- runLocal.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = syscall.Kill(-runLocal.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	kubectl := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(testenv.KubectlPath(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logs.String(), "Starting workers") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the manager did not start against the cluster:\n%s", logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), ">> Using the cluster at ") {
+		t.Errorf("run-local did not say it uses the cluster:\n%s", logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "unused", "kubeconfig")); err == nil {
+		t.Error("a local control plane's kubeconfig was written though a cluster was reachable")
+	}
+	if out, err := kubectl("", "get", "ns", "agentrun-demo"); err == nil {
+		t.Errorf("the demo was applied to the cluster without --demo:\n%s", out)
+	}
+	if out, err := kubectl("", "get", "validatingadmissionpolicy", "answer-identity"); err != nil {
+		t.Errorf("the answer admission policy is not installed: %v\n%s\nrun-local said:\n%s", err, out, logs.String())
+	}
+	manifest := `apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: agentrun-providers, namespace: team-a}
+data:
+  providers.toml: |
+    [providers.demo]
+    type = "scripted"
+    models = ["scripted-1"]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: hello, namespace: team-a}
+data:
+  agent.toml: |
+    [agent]
+    name = "hello"
+    [stages.only]
+    [stages.only.model]
+    models = [{provider = "demo", model = "scripted-1"}]
+---
+apiVersion: agentrun.dev/v1alpha1
+kind: AgentRun
+metadata: {name: hello, namespace: team-a}
+spec: {agent: hello, task: Say hello.}
+`
+	if out, err := kubectl(manifest, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		out, _ := kubectl("", "get", "ar", "hello", "-n", "team-a", "-o", "jsonpath={.status.phase}")
+		if out == "Complete" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not complete (phase %q):\n%s", out, logs.String())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err := syscall.Kill(-runLocal.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		stopped = true
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run-local did not stop on Ctrl-C:\n%s", logs.String())
+	}
+	if out, err := kubectl("", "get", "ar", "hello", "-n", "team-a"); err != nil {
+		t.Errorf("the cluster went away with run-local: %v\n%s", err, out)
+	}
+}
