@@ -28,6 +28,9 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
+// maxToolArguments caps one tool call's arguments as journaled.
+const maxToolArguments = 64 << 10
+
 // maxOutputBytes is the seeds' cap on a stored final output.
 const maxOutputBytes = output.MaxBytes
 
@@ -296,6 +299,13 @@ func (r *AgentRunReconciler) runModelCall(ctx context.Context, run *arv1.AgentRu
 		if o := result.Response.Output; o != "" {
 			if why := output.Check(check, o); why != "" {
 				result.Response.Output, result.Response.Complete, result.Response.OutputRejected = "", false, why
+			}
+		}
+		for i, c := range result.Response.Calls {
+			if len(c.Arguments) > maxToolArguments {
+				// A journal entry is one ConfigMap (1 MiB); the call is kept,
+				// its arguments replaced by a note the tool will refuse.
+				result.Response.Calls[i].Arguments = fmt.Sprintf(`{"_dropped":"the arguments were %d bytes, over the %d-byte limit"}`, len(c.Arguments), maxToolArguments)
 			}
 		}
 		done.Response = &result.Response

@@ -35,6 +35,7 @@ func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun
 		return items[i].CreationTimestamp.Before(&items[j].CreationTimestamp) ||
 			(items[i].CreationTimestamp.Equal(&items[j].CreationTimestamp) && items[i].Name < items[j].Name)
 	})
+	var asked *string // computed once, and only when an answer is open
 	for i := range items {
 		a := &items[i]
 		switch {
@@ -47,7 +48,11 @@ func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun
 			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerRejected, "The run has finished"})
 			continue
 		}
-		ans, err := runstate.CheckAnswer(&f.State, runstate.AnswerSpec{
+		if asked == nil {
+			p := runstate.AskedPoint(f.Facts)
+			asked = &p
+		}
+		ans, err := runstate.CheckAnswer(&f.State, *asked, runstate.AnswerSpec{
 			Name: a.Name, By: a.Spec.By, Point: a.Spec.Point, Decision: string(a.Spec.Decision), Text: a.Spec.Text, Input: a.Spec.Input,
 		})
 		switch {

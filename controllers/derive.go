@@ -13,7 +13,6 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
-	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
@@ -51,6 +50,10 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	if !f.Spawned {
 		return f, nil
 	}
+	// Which steps run now is read before the journal: a step finishing in
+	// between then shows either as still running or as completed in the
+	// journal, never as neither (which would look like an interrupted call).
+	inFlight := r.Pool.InFlightSeqs(run.UID)
 	entries, err := r.journals.Load(ctx, run)
 	if err != nil {
 		return nil, err
@@ -68,13 +71,14 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	if d := run.Spec.MaxChildDepth; d != nil {
 		f.MaxChildDepth = *d
 	}
-	if err := r.answerFacts(ctx, run, f); err != nil {
+	if p := f.State.Pending; p != nil {
+		f.InFlight = inFlight[p.Seq]
+	}
+	if err := r.toolFacts(ctx, run, f, inFlight); err != nil {
 		return nil, err
 	}
-	if p := f.State.Pending; p != nil {
-		f.InFlight = r.Pool.InFlight(executor.Key{Run: run.UID, Seq: p.Seq})
-	}
-	if err := r.toolFacts(ctx, run, f); err != nil {
+	// After the tool facts: which question the run asks depends on them.
+	if err := r.answerFacts(ctx, run, f); err != nil {
 		return nil, err
 	}
 	if runstate.NeedsProvider(f.Facts) {

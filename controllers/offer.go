@@ -8,6 +8,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
 // builtinToolSpecs are the operator's own tools as the model sees them
@@ -36,7 +37,7 @@ func (r *AgentRunReconciler) offeredTools(ctx context.Context, run *arv1.AgentRu
 	var out []providers.ToolSpec
 	for _, t := range builtinToolSpecs {
 		blocking := t.Name == blueprint.ToolAskUser || t.Name == blueprint.ToolPresentForReview
-		if offer(t.Name) && !(run.Spec.Yolo && blocking) {
+		if offer(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, bp) && blocking) {
 			out = append(out, t)
 		}
 	}

@@ -47,14 +47,14 @@ type resolvedTool struct {
 // it a built-in tool or one a blueprint server offers, its effect (the
 // blueprint's override, else the server's annotations, else write), and
 // whether its server can be used now (its token Secret, its reachability).
-func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts, inFlight map[int64]bool) error {
 	h := f.State.HeadCall()
 	if h == nil {
 		return nil
 	}
 	if in := h.Intent; in != nil {
 		key := executor.Key{Run: run.UID, Seq: in.Seq}
-		f.InFlight = r.Pool.InFlight(key)
+		f.InFlight = inFlight[in.Seq]
 		_, f.IntentUnstarted = r.unstarted.Load(key)
 		if (in.Effect == blueprint.EffectWrite && !f.IntentUnstarted) || f.InFlight {
 			return nil // a dangling write waits for a person; nothing to resolve
@@ -308,8 +308,15 @@ func (r *AgentRunReconciler) runToolCall(ctx context.Context, run *arv1.AgentRun
 		}
 	}
 	if ctx.Err() != nil {
-		log.V(1).Info("Tool call cancelled before completion; its intent stays pending")
-		return
+		if err != nil {
+			log.V(1).Info("Tool call cancelled before completion; its intent stays pending")
+			return
+		}
+		// The call finished before the cancel: its result is known, so it
+		// is journaled rather than left for a person to reconcile.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
 	}
 	done := journal.Entry{Seq: intent.Seq + 1, Kind: journal.ToolCallCompleted, Call: intent.Seq, At: r.Clock.Now(), Index: intent.Index, Tool: intent.Tool}
 	outcome := "ok"

@@ -236,10 +236,13 @@ func (b *Blueprint) Permission(tool, effect string) string {
 }
 
 // ToolLevel is the sensitivity of a tool's results: its table's level, else
-// its server's, else public for built-in tools.
+// public for built-in tools, else its server's.
 func (b *Blueprint) ToolLevel(tool string) string {
 	if c, ok := b.Tools[tool]; ok && c.Level != "" {
 		return c.Level
+	}
+	if slices.Contains(BuiltinTools, tool) {
+		return LevelPublic // a person's answer or the run's own children
 	}
 	if s, ok := b.ServerFor(tool); ok {
 		return s.Level

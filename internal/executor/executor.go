@@ -67,6 +67,19 @@ func (p *Pool) InFlight(k Key) bool {
 	return ok
 }
 
+// InFlightSeqs is the set of the run's steps (by intent seq) running now.
+func (p *Pool) InFlightSeqs(run types.UID) map[int64]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[int64]bool{}
+	for k := range p.inflight {
+		if k.Run == run {
+			out[k.Seq] = true
+		}
+	}
+	return out
+}
+
 // RunInFlight reports whether any step of the run is running.
 func (p *Pool) RunInFlight(run types.UID) bool {
 	p.mu.Lock()

@@ -112,8 +112,8 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 		c := *e
 		h.Intent = &c
 	case ToolCallCompleted:
-		if h.Intent != nil && e.Call != h.Intent.Seq {
-			return
+		if (h.Intent != nil && e.Call != h.Intent.Seq) || (h.Intent == nil && e.Call != 0) {
+			return // a completion of another (older) intent
 		}
 		st.remember(e.Message)
 		if !e.IsError && blueprint.LevelRank(bp.ToolLevel(h.Name)) > blueprint.LevelRank(bp.Agent.Clearance) {

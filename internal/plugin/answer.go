@@ -143,7 +143,10 @@ func checkJSON(flag, s string) error {
 // controller summarises it "UserPrompt: review" (older statuses only started
 // the question with "Review:").
 func isReview(w *arv1.WaitingOn) bool {
-	return w.Summary == string(arv1.WaitUserPrompt)+": review" || strings.HasPrefix(w.Question, "Review:")
+	if w.Summary != "" && w.Summary != string(arv1.WaitUserPrompt) {
+		return w.Summary == string(arv1.WaitUserPrompt)+": review"
+	}
+	return strings.HasPrefix(w.Question, "Review:")
 }
 
 // familyOf is which command family answers w, or "" when no answer clears

@@ -24,19 +24,32 @@ const (
 )
 
 // AskedPoint is the point of the question the run asks now ("" when it
-// asks none): a checkpoint's name, or the next tool call's CallPoint.
-func AskedPoint(st *journal.State) string {
-	if in := st.Interaction; in != nil {
-		return in.Point.Name
+// asks none): the point of the wait Decide parks on when nobody has
+// answered, paused or not. A point names one question (a checkpoint, the
+// approval or the taint gate of one call, one dangling intent), so an
+// answer can never carry over to the next question about the same call.
+func AskedPoint(f Facts) string {
+	f.Answer, f.Paused, f.Cancel = nil, false, false
+	a := Decide(f)
+	if a.Kind != ActPark {
+		return ""
 	}
-	return st.CallPoint()
+	switch m := a.Markers; {
+	case m.InteractionPoint != nil:
+		return m.InteractionPoint.Point
+	case m.Setup != nil || m.Budget != nil:
+		return "" // those are fixed, not answered
+	case m.Ask != nil:
+		return m.Ask.Point
+	}
+	return ""
 }
 
-// CheckAnswer checks an answer against the question the run asks, and
-// returns it as Decide applies it. The error says why the answer does not
-// fit (it is recorded on the answer as Rejected); the run keeps waiting.
-func CheckAnswer(st *journal.State, a AnswerSpec) (*Answer, error) {
-	asked := AskedPoint(st)
+// CheckAnswer checks an answer against the question the run asks (asked,
+// from AskedPoint), and returns it as Decide applies it. The error says why
+// the answer does not fit (it is recorded on the answer as Rejected); the
+// run keeps waiting.
+func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error) {
 	if asked == "" || a.Point != asked {
 		what := "no question"
 		if asked != "" {

@@ -179,7 +179,7 @@ func Decide(f Facts) Action {
 		if f.Answer != nil {
 			return Action{Kind: ActAnswerInteraction, Answer: f.Answer}
 		}
-		if f.Yolo && in.Point.Unattended != blueprint.UnattendedAsk {
+		if f.Unattended() && in.Point.Unattended != blueprint.UnattendedAsk {
 			return Action{Kind: ActAnswerInteraction}
 		}
 		expired, expiry := f.questionExpiry()

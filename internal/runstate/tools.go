@@ -135,36 +135,45 @@ func decideTool(f Facts) (Action, bool) {
 		}
 		return Action{Kind: ActPark, Markers: Markers{
 			NeedsReconciliation: &DanglingWrite{Seq: in.Seq, Tool: in.Tool},
-			Ask: &Question{Point: point, Prompt: fmt.Sprintf(
+			Ask: &Question{Point: fmt.Sprintf("%s-w%d", point, in.Seq), Prompt: fmt.Sprintf(
 				"Did the write %s (seq %d) with arguments %s happen? Answer Done with its output, Retry if it did not, or Abandon the run.",
 				in.Tool, in.Seq, in.Input)},
 		}}, true
 	}
+	if stage, _, ok := f.Blueprint.Stage(st.Stage); ok && len(stage.AvailableTools) > 0 && !slices.Contains(stage.AvailableTools, h.Name) {
+		// What the model is offered is enforced, not only advertised.
+		return decided(journal.GateApproval, false, true, false, fmt.Sprintf("policy: %s is not in stage %q's available_tools", h.Name, st.Stage), ""), true
+	}
+	t := f.Tool
+	effect := blueprint.EffectWrite
+	if t != nil {
+		effect = t.Effect
+	}
+	perm := f.Blueprint.Permission(h.Name, effect)
+	if perm == blueprint.PermDeny {
+		// Holds under yolo and every profile, built-in tools included.
+		return decided(journal.GateApproval, false, true, false, "policy: permission deny", ""), true
+	}
 	if a, ok := decideBuiltin(f, h, point, expired, expiry); ok {
 		return a, true
 	}
-	t := f.Tool
 	if t == nil || !t.Known {
 		return decided(journal.GateApproval, false, true, false, "policy: unknown tool (tools fail closed)", ""), true
-	}
-	perm := f.Blueprint.Permission(h.Name, t.Effect)
-	if perm == blueprint.PermDeny {
-		// Holds under yolo and every profile.
-		return decided(journal.GateApproval, false, true, false, "policy: permission deny", ""), true
 	}
 	if t.Setup != nil {
 		// Before any gate: nobody should approve a call that cannot be made,
 		// and the effect is only known once the server can be listed.
 		return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
 	}
-	if t.Effect == blueprint.EffectWrite && st.Tainted && !h.TaintCleared {
+	if t.Effect != blueprint.EffectRead && st.Tainted && !h.TaintCleared {
+		// Idempotent calls change the world too; only reads pass untouched.
 		if f.unattended().WaiveTaint {
 			return decided(journal.GateTaint, true, true, false, "policy: "+f.unattendedName(), ""), true
 		}
 		if a, done := gateAnswer(f, journal.GateTaint, expired); done {
 			return a, true
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point, Subject: h.Name, Prompt: clip(fmt.Sprintf(
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point + "-taint", Subject: h.Name, Prompt: clip(fmt.Sprintf(
 			"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
 			st.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}, true
 	}
@@ -175,7 +184,7 @@ func decideTool(f Facts) (Action, bool) {
 		if a, done := gateAnswer(f, journal.GateApproval, expired); done {
 			return a, true
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point, Subject: h.Name, Prompt: clip(fmt.Sprintf(
+		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + "-approval", Subject: h.Name, Prompt: clip(fmt.Sprintf(
 			"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}, true
 	}
 	return Action{Kind: ActToolCall}, true
@@ -188,7 +197,7 @@ func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, ex
 	case blueprint.ToolCheckAgent:
 		return Action{Kind: ActToolCall}, true
 	case blueprint.ToolAskUser, blueprint.ToolPresentForReview:
-		if f.Yolo {
+		if f.Unattended() {
 			// Nobody attends a yolo run: the model is told so rather than
 			// the run parking on a question nobody will see.
 			return completed("Nobody is attending this run (it runs unattended); decide without asking.", true), true
@@ -320,18 +329,36 @@ type Unattended struct {
 // unattended resolves spec.yolo and spec.yoloProfile against the
 // blueprint. An unknown profile means attended, never bare yolo.
 func (f Facts) unattended() Unattended {
-	if !f.Yolo {
+	if !f.Unattended() {
 		return Unattended{}
 	}
 	if f.YoloProfile == "" {
 		return Unattended{All: true, WaiveTaint: true}
 	}
-	if f.Blueprint != nil {
-		if p, ok := f.Blueprint.YoloProfiles[f.YoloProfile]; ok {
-			return Unattended{Approve: p.Approve, WaiveTaint: p.WaiveTaint}
-		}
+	p := f.Blueprint.YoloProfiles[f.YoloProfile]
+	return Unattended{Approve: p.Approve, WaiveTaint: p.WaiveTaint}
+}
+
+// Unattended reports whether nobody attends the run: spec.yolo, with no
+// profile or one the blueprint declares. An unknown profile means attended.
+func (f Facts) Unattended() bool {
+	return IsUnattended(f.Yolo, f.YoloProfile, f.Blueprint)
+}
+
+// IsUnattended is Unattended for callers outside Decide (which tools to
+// offer the model).
+func IsUnattended(yolo bool, profile string, bp *blueprint.Blueprint) bool {
+	if !yolo {
+		return false
 	}
-	return Unattended{}
+	if profile == "" {
+		return true
+	}
+	if bp == nil {
+		return false
+	}
+	_, ok := bp.YoloProfiles[profile]
+	return ok
 }
 
 func (f Facts) unattendedName() string {

@@ -61,7 +61,7 @@ func TestDecideToolCalls(t *testing.T) {
 		}},
 		{"a write asks a person, showing the call", toolFacts(t, "put", `{"x":1}`, blueprint.EffectWrite), ActPark, func(a Action) string {
 			q := a.Markers.Ask
-			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == "call-1-0" && q.Subject == "put" && strings.Contains(q.Prompt, `put (effect write, server s) with arguments {"x":1}`) && a.RetryAt != nil && a.RetryAt.Equal(now.Add(time.Minute)), "ToolApproval with the call and its expiry")
+			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == "call-1-0-approval" && q.Subject == "put" && strings.Contains(q.Prompt, `put (effect write, server s) with arguments {"x":1}`) && a.RetryAt != nil && a.RetryAt.Equal(now.Add(time.Minute)), "ToolApproval with the call and its expiry")
 		}},
 		{"bare yolo approves an ask", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo = true }), ActToolDecide, func(a Action) string {
 			return want(a.Decision.Approved && a.Decision.Auto && a.Decision.By == "policy: spec.yolo", "auto approval by yolo")
@@ -139,15 +139,17 @@ func want(ok bool, what string) string {
 	return "want " + what
 }
 
-// TestCheckAnswer: answers are checked against the question the run asks.
+// TestCheckAnswer: answers are checked against the question the run asks
+// (AskedPoint), whose point names that one question.
 func TestCheckAnswer(t *testing.T) {
 	s := func(v string) *string { return &v }
-	ask := func(args string) journal.State {
-		return toolFacts(t, "ask_user", args, "").State
-	}
+	ask := func(args string) Facts { return toolFacts(t, "ask_user", args, "") }
+	dangling := toolFacts(t, "put", `{}`, blueprint.EffectWrite,
+		journal.Entry{Seq: 2, Kind: journal.ToolCallDecided, Index: 0, Gate: journal.GateApproval, Approved: true},
+		journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite})
 	cases := []struct {
 		name    string
-		st      journal.State
+		f       Facts
 		a       AnswerSpec
 		input   string
 		wantErr string
@@ -162,14 +164,18 @@ func TestCheckAnswer(t *testing.T) {
 		{"null is an input", ask(`{"question":"q","input_schema":{"type":["null","object"]}}`), AnswerSpec{Point: "call-1-0", Input: s("null")}, "null", ""},
 		{"null against a schema that refuses it", ask(`{"question":"q","input_schema":{"type":"object"}}`), AnswerSpec{Point: "call-1-0", Input: s("null")}, "", "schema"},
 		{"input that is not JSON", ask(`{"question":"q"}`), AnswerSpec{Point: "call-1-0", Input: s("{")}, "", "not JSON"},
-		{"a tool approval needs a decision", toolFacts(t, "put", `{}`, blueprint.EffectWrite).State, AnswerSpec{Point: "call-1-0", Text: s("ok")}, "", "Approve, Deny"},
-		{"Done needs the output", toolFacts(t, "put", `{}`, blueprint.EffectWrite,
-			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite}).State,
-			AnswerSpec{Point: "call-1-0", Decision: DecisionDone}, "", "Done needs"},
+		{"a tool approval needs a decision", toolFacts(t, "put", `{}`, blueprint.EffectWrite), AnswerSpec{Point: "call-1-0-approval", Text: s("ok")}, "", "Approve, Deny"},
+		{"a deny carries its reason", toolFacts(t, "put", `{}`, blueprint.EffectWrite), AnswerSpec{Point: "call-1-0-approval", Decision: "Deny", Text: s("not now")}, "not now", ""},
+		{"an approval does not answer the dangling write of the same call", dangling, AnswerSpec{Point: "call-1-0-approval", Decision: "Approve"}, "", `waits on point "call-1-0-w3"`},
+		{"Done needs the output", dangling, AnswerSpec{Point: "call-1-0-w3", Decision: DecisionDone}, "", "Done needs"},
+		{"Retry names the intent", dangling, AnswerSpec{Point: "call-1-0-w3", Decision: DecisionRetry}, "", ""},
+		{"a paused run still takes its answer", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Paused = true }),
+			AnswerSpec{Point: "call-1-0-approval", Decision: "Approve"}, "", ""},
+		{"a call in flight asks nothing", with(dangling, func(f *Facts) { f.InFlight = true }), AnswerSpec{Point: "call-1-0-w3", Decision: DecisionRetry}, "", "waits on no question"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := CheckAnswer(&c.st, c.a)
+			got, err := CheckAnswer(&c.f.State, AskedPoint(c.f), c.a)
 			switch {
 			case c.wantErr != "":
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
@@ -181,6 +187,19 @@ func TestCheckAnswer(t *testing.T) {
 				t.Errorf("input = %q, want %q", got.Input, c.input)
 			}
 		})
+	}
+}
+
+// TestRetryAnswerDoesNotCarryOver: a second Retry answer, given while the
+// retried write runs, cannot retry the new intent when that one dangles too.
+func TestRetryAnswerDoesNotCarryOver(t *testing.T) {
+	twice := toolFacts(t, "put", `{}`, blueprint.EffectWrite,
+		journal.Entry{Seq: 2, Kind: journal.ToolCallDecided, Index: 0, Gate: journal.GateApproval, Approved: true},
+		journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite},
+		journal.Entry{Seq: 4, Kind: journal.ToolCallRetried, Call: 3, Index: 0, Message: "first"},
+		journal.Entry{Seq: 5, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite})
+	if _, err := CheckAnswer(&twice.State, AskedPoint(twice), AnswerSpec{Name: "second", Point: "call-1-0-w3", Decision: DecisionRetry}); err == nil {
+		t.Fatal("an answer about intent 3 was taken for intent 5")
 	}
 }
 
@@ -212,5 +231,53 @@ func TestExpiredCheckpoint(t *testing.T) {
 		if st.Outcome != c.outcome {
 			t.Errorf("%s: outcome %q (%s), want %q", c.unattended, st.Outcome, st.Message, c.outcome)
 		}
+	}
+}
+
+// TestPolicyHoldsAtCallTime: what a stage does not offer, a denied
+// built-in, an unknown profile and a tainted idempotent call are all held
+// when the call is made, not only when tools are offered.
+func TestPolicyHoldsAtCallTime(t *testing.T) {
+	bp, err := blueprint.Parse(map[string]string{"agent.toml": `[agent]
+name = "p"
+[agent.tool_permissions]
+wait_for_signal = "deny"
+[mcp_servers.s]
+url = "http://s/mcp"
+[stages.a]
+available_tools = ["get", "wait_for_signal", "upsert"]
+[[stages.a.interaction_points]]
+name = "p1"
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := func(tool, effect string, extra ...journal.Entry) Facts {
+		es := append([]journal.Entry{
+			{Seq: 0, Kind: journal.ModelCallRequested, At: now},
+			{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Calls: []journal.ToolCall{{Name: tool, Arguments: `{}`}}}},
+		}, extra...)
+		return Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, es), Now: now, Tool: &ToolFact{Known: true, Effect: effect, Server: "s"}}
+	}
+	if a := Decide(facts("put", blueprint.EffectWrite)); a.Kind != ActToolDecide || a.Decision.Approved || !strings.Contains(a.Decision.By, "available_tools") {
+		t.Errorf("a tool the stage does not offer: %s", showAction(a))
+	}
+	if a := Decide(facts("wait_for_signal", blueprint.EffectRead)); a.Kind != ActToolDecide || a.Decision.By != "policy: permission deny" {
+		t.Errorf("a denied built-in: %s", showAction(a))
+	}
+	tainted := facts("upsert", blueprint.EffectIdempotent)
+	tainted.State.Tainted, tainted.State.TaintSource = true, "get"
+	if a := Decide(tainted); a.Kind != ActPark || !a.Markers.TaintGate || a.Markers.Ask.Point != "call-1-0-taint" {
+		t.Errorf("an idempotent call after tainted input: %s", showAction(a))
+	}
+	ip := Facts{Spawned: true, Blueprint: bp, Now: now, Yolo: true, YoloProfile: "gone", State: journal.Fold(bp, []journal.Entry{
+		{Seq: 0, Kind: journal.ModelCallRequested, At: now},
+		{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Text: "done"}},
+	})}
+	if a := Decide(ip); a.Kind != ActPark {
+		t.Errorf("a checkpoint under an unknown profile: %s, want a wait for a person", showAction(a))
+	}
+	if ip.YoloProfile = ""; Decide(ip).Kind != ActAnswerInteraction {
+		t.Error("bare yolo no longer passes an auto_approve checkpoint")
 	}
 }
