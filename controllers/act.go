@@ -84,6 +84,10 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.ChildrenResolved, At: f.Now})
 		out.again = true
 		return out, err
+	case runstate.ActAsk:
+		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.QuestionAsked, At: f.Now, Point: a.Ask})
+		out.again = true
+		return out, err
 	case runstate.ActWake:
 		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.SleepCompleted, At: f.Now})
 		out.again = true

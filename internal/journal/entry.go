@@ -56,6 +56,11 @@ const (
 	// RunAbandoned records a person abandoning the run over a dangling
 	// write; the unresolved write stays on record.
 	RunAbandoned Kind = "RunAbandoned"
+	// QuestionAsked records when the run first showed a question to a
+	// person (Point), so the question's expiry counts from then: time spent
+	// on anything else before it (a setup problem, a pause) is not the
+	// person's time.
+	QuestionAsked Kind = "QuestionAsked"
 )
 
 // Gates a ToolCallDecided answers.

@@ -101,7 +101,9 @@ type State struct {
 	// the context; TaintSource names the tool.
 	Tainted     bool
 	TaintSource string
-	// askedAt is when the current question to a person was put.
+	// asked is the question the run has shown a person (QuestionAsked)
+	// and is still waiting on, asked at askedAt; any other entry ends it.
+	asked   string
 	askedAt time.Time
 
 	// Titled: the titling call has finished (Title or TitleError is set).
@@ -186,12 +188,11 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 	if st.Outcome != OutcomeNone {
 		return
 	}
-	asked := st.questionKey()
-	defer func() {
-		if q := st.questionKey(); q != "" && q != asked {
-			st.askedAt = e.At
-		}
-	}()
+	if e.Kind == QuestionAsked {
+		st.asked, st.askedAt = e.Point, e.At
+		return
+	}
+	st.asked = "" // anything else happening ends the wait on the question
 	switch e.Kind {
 	case ToolCallDecided, ToolCallRequested, ToolCallCompleted, ToolCallRetried:
 		st.applyTool(bp, e)

@@ -189,17 +189,11 @@ func (st *State) abandon(e *Entry) {
 	}
 }
 
-// questionKey identifies the question the run is asking now, so the fold
-// can note when a new one was put (questions expire from then).
-func (st *State) questionKey() string {
-	if in := st.Interaction; in != nil {
-		return fmt.Sprintf("ip/%s/%s/%d", in.Stage, in.Point.Name, in.answered)
+// AskedAt is when the question at point was shown to a person, if it is
+// the one the run waits on.
+func (st *State) AskedAt(point string) (time.Time, bool) {
+	if point == "" || st.asked != point {
+		return time.Time{}, false
 	}
-	if h := st.HeadCall(); h != nil {
-		return fmt.Sprintf("call/%d/%d/%t/%t/%t", st.callsFrom, h.Index, h.Approved, h.TaintCleared, h.Intent != nil)
-	}
-	return ""
+	return st.askedAt, true
 }
-
-// AskedSince is when the question the run is asking now was put.
-func (st *State) AskedSince() time.Time { return st.askedAt }

@@ -66,13 +66,13 @@ func TestFoldToolCallsEveryPrefix(t *testing.T) {
 	wants := []want{
 		0: {stage: "work", head: -1},
 		1: {stage: "work", head: -1},
-		2: {stage: "work", head: 0, askedAt: 1, point: "call-1-0"},
-		3: {stage: "work", head: 0, intent: 2, askedAt: 2, point: "call-1-0"},
-		4: {stage: "work", head: 1, tainted: true, askedAt: 3, point: "call-1-1"},
-		5: {stage: "work", head: 1, tainted: true, taintClear: true, askedAt: 4, point: "call-1-1"},
-		6: {stage: "work", head: 1, tainted: true, taintClear: true, intent: 5, askedAt: 5, point: "call-1-1"},
-		7: {stage: "work", head: 1, tainted: true, taintClear: true, askedAt: 6, point: "call-1-1"},
-		8: {stage: "work", head: 1, tainted: true, taintClear: true, intent: 7, askedAt: 7, point: "call-1-1"},
+		2: {stage: "work", head: 0, point: "call-1-0"},
+		3: {stage: "work", head: 0, intent: 2, point: "call-1-0"},
+		4: {stage: "work", head: 1, tainted: true, point: "call-1-1"},
+		5: {stage: "work", head: 1, tainted: true, taintClear: true, point: "call-1-1"},
+		6: {stage: "work", head: 1, tainted: true, taintClear: true, intent: 5, point: "call-1-1"},
+		7: {stage: "work", head: 1, tainted: true, taintClear: true, point: "call-1-1"},
+		8: {stage: "work", head: 1, tainted: true, taintClear: true, intent: 7, point: "call-1-1"},
 		9: {stage: "done", head: -1, tainted: true},
 	}
 	for n, w := range wants {
@@ -97,9 +97,6 @@ func TestFoldToolCallsEveryPrefix(t *testing.T) {
 		}
 		if intent != w.intent || h.TaintCleared != w.taintClear || h.Approved != w.approved {
 			t.Errorf("prefix %d: intent %d cleared %v approved %v, want %d %v %v", n, intent, h.TaintCleared, h.Approved, w.intent, w.taintClear, w.approved)
-		}
-		if got := st.AskedSince(); !got.Equal(t0.Add(time.Duration(w.askedAt) * time.Second)) {
-			t.Errorf("prefix %d: asked since %v, want +%ds", n, got, w.askedAt)
 		}
 		if p := st.PendingTool(); (p != nil) != (w.intent != 0) {
 			t.Errorf("prefix %d: pending tool %+v", n, p)
@@ -144,5 +141,27 @@ func TestFoldDeniedCallAndAbandon(t *testing.T) {
 	}
 	if want := "abandoned by carol with the outcome of write write_note (seq 3) unknown"; st.Message != want {
 		t.Errorf("message %q, want %q", st.Message, want)
+	}
+}
+
+// TestFoldQuestionAsked: a question is asked from its QuestionAsked entry
+// until anything else happens; asking it again restarts its clock.
+func TestFoldQuestionAsked(t *testing.T) {
+	bp, err := blueprint.Parse(map[string]string{"agent.toml": toolStage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	es := append(toolEntries(t0)[:2], Entry{Seq: 2, Kind: QuestionAsked, At: t0.Add(time.Hour), Point: "call-1-0-approval"})
+	st := Fold(bp, es)
+	if at, ok := st.AskedAt("call-1-0-approval"); !ok || !at.Equal(t0.Add(time.Hour)) {
+		t.Errorf("AskedAt = %v %v, want the QuestionAsked time", at, ok)
+	}
+	if _, ok := st.AskedAt("call-1-0-taint"); ok {
+		t.Error("another question of the same call counts as asked")
+	}
+	st = Fold(bp, append(es, Entry{Seq: 3, Kind: ToolCallDecided, At: t0.Add(2 * time.Hour), Index: 0, Gate: GateApproval, Approved: true}))
+	if _, ok := st.AskedAt("call-1-0-approval"); ok {
+		t.Error("an answered question still counts as asked")
 	}
 }

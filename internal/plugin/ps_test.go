@@ -203,11 +203,24 @@ func TestRenderTranscript(t *testing.T) {
 		entry("r-j000003", `{"seq":3,"kind":"InteractionAnswered","at":"2026-03-01T11:03:00Z","point":"review-plan","approved":true,"by":"alice"}`),
 		entry("r-j000004", `{"seq":4,"kind":"RunCancelled","at":"2026-03-01T11:04:00Z"}`),
 	}
+	tools := []corev1.ConfigMap{
+		entry("t-j000001", `{"seq":1,"kind":"ModelCallCompleted","at":"2026-03-01T11:01:00Z","call":0,"provider":"demo","model":"m","response":{"text":"checking","calls":[{"name":"read_doc","arguments":"{}"},{"name":"create_ticket","arguments":"{\"title\":\"x\"}"}]},"costNanoUSD":0}`),
+		entry("t-j000002", `{"seq":2,"kind":"ToolCallRequested","at":"2026-03-01T11:02:00Z","tool":"read_doc","input":"{}","effect":"read","server":"tracker","idempotencyKey":"u-2"}`),
+		entry("t-j000003", `{"seq":3,"kind":"ToolCallCompleted","at":"2026-03-01T11:03:00Z","call":2,"tool":"read_doc","result":"doc a"}`),
+		entry("t-j000004", `{"seq":4,"kind":"QuestionAsked","at":"2026-03-01T11:04:00Z","point":"call-1-1-approval"}`),
+		entry("t-j000005", `{"seq":5,"kind":"ToolCallDecided","at":"2026-03-01T11:05:00Z","index":1,"tool":"create_ticket","gate":"approval","by":"alice","result":"not today"}`),
+		entry("t-j000006", `{"seq":6,"kind":"RunAbandoned","at":"2026-03-01T11:06:00Z","by":"bob"}`),
+	}
 	var buf bytes.Buffer
 	if err := RenderTranscript(&buf, cms); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "transcript.golden", buf.Bytes())
+	buf.Reset()
+	if err := RenderTranscript(&buf, tools); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "transcript-tools.golden", buf.Bytes())
 
 	buf.Reset()
 	err := RenderTranscript(&buf, append(cms, entry("r-j000009", `{not json`)))

@@ -124,6 +124,9 @@ func describeEntry(e *journal.Entry) (string, string) {
 			if r.Text != "" {
 				d = append(d, fmt.Sprintf("%q", oneLine(r.Text, 80)))
 			}
+			for _, c := range r.Calls {
+				d = append(d, "calls "+c.Name)
+			}
 		}
 		return "model answered", strings.Join(d, ", ")
 	case journal.ModelCallFailed:
@@ -160,6 +163,43 @@ func describeEntry(e *journal.Entry) (string, string) {
 			return "cancelled", "by " + e.By
 		}
 		return "cancelled", ""
+	case journal.QuestionAsked:
+		return "asked", e.Point
+	case journal.ToolCallDecided:
+		verdict := "denied"
+		if e.Approved {
+			verdict = "approved"
+		}
+		t := fmt.Sprintf("%s %s %s", e.Tool, e.Gate, verdict)
+		if e.By != "" {
+			t += " by " + e.By
+		}
+		if e.Expired {
+			t += " (nobody answered in time)"
+		}
+		if e.Result != "" {
+			t += fmt.Sprintf(": %q", oneLine(e.Result, 80))
+		}
+		return "tool gate", t
+	case journal.ToolCallRequested:
+		return "tool call", fmt.Sprintf("%s on %s (%s, key %s) %s", e.Tool, orDash(e.Server), e.Effect, orDash(e.IdempotencyKey), oneLine(e.Input, 80))
+	case journal.ToolCallCompleted:
+		t := e.Tool
+		if e.Call != 0 {
+			t += fmt.Sprintf(" call #%d", e.Call)
+		}
+		if e.By != "" {
+			t += " by " + e.By
+		}
+		verb := "returned"
+		if e.IsError {
+			verb = "failed"
+		}
+		return "tool " + verb, t + fmt.Sprintf(": %q", oneLine(e.Result, 100))
+	case journal.ToolCallRetried:
+		return "tool retried", fmt.Sprintf("%s call #%d by %s", e.Tool, e.Call, orDash(e.By))
+	case journal.RunAbandoned:
+		return "abandoned", "by " + orDash(e.By)
 	}
 	raw, _ := json.Marshal(e)
 	return string(e.Kind), oneLine(string(raw), 160)

@@ -31,6 +31,9 @@ const (
 func AskedPoint(f Facts) string {
 	f.Answer, f.Paused, f.Cancel = nil, false, false
 	a := Decide(f)
+	if a.Kind == ActAsk {
+		return a.Ask
+	}
 	if a.Kind != ActPark {
 		return ""
 	}

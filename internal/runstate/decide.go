@@ -136,6 +136,8 @@ type Action struct {
 	Decision *ToolDecision
 	// Completion is the result ActToolComplete journals.
 	Completion *ToolCompletion
+	// Ask is the point of the question ActAsk journals as shown.
+	Ask string
 	// Message explains ActFail.
 	Message string
 	// RetryAt, when set, is when a parked run should be looked at again.
@@ -182,19 +184,19 @@ func Decide(f Facts) Action {
 		if f.Unattended() && in.Point.Unattended != blueprint.UnattendedAsk {
 			return Action{Kind: ActAnswerInteraction}
 		}
-		expired, expiry := f.questionExpiry()
+		expired, expiry := f.questionExpiry(in.Point.Name)
 		if expired {
 			// The seeds' rule: an expired checkpoint proceeds, unless it may
 			// not be passed unattended, which ends the run in Error.
 			return Action{Kind: ActAnswerInteraction, Answer: &Answer{Approved: true, Expired: true, By: "policy: interaction timeout"}}
 		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}}
+		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}})
 	}
 	if f.InFlight {
 		return Action{Kind: ActNone}
 	}
 	if a, ok := decideTool(f); ok {
-		return a
+		return askFirst(f, a)
 	}
 	if w := st.SleepUntil; w != nil {
 		if f.Now.Before(*w) {

@@ -139,13 +139,22 @@ func TestDecide(t *testing.T) {
 			facts: with(running(), func(f *Facts) {
 				f.Yolo = true
 				f.State.Interaction = interaction(blueprint.UnattendedAsk)
+				f.State.Apply(nil, journal.Entry{Kind: journal.QuestionAsked, Point: "approve-plan", At: now})
 			}),
 			want: Action{Kind: ActPark, Markers: Markers{InteractionPoint: &Question{Point: "approve-plan", Prompt: "Proceed with this plan?"}}},
+		},
+		{
+			name: "a checkpoint is first journaled as asked",
+			facts: with(running(), func(f *Facts) {
+				f.State.Interaction = interaction(blueprint.UnattendedAutoApprove)
+			}),
+			want: Action{Kind: ActAsk, Ask: "approve-plan"},
 		},
 		{
 			name: "attended run parks on an auto_approve point",
 			facts: with(running(), func(f *Facts) {
 				f.State.Interaction = interaction(blueprint.UnattendedAutoApprove)
+				f.State.Apply(nil, journal.Entry{Kind: journal.QuestionAsked, Point: "approve-plan", At: now})
 				f.Setup = setup
 			}),
 			want: Action{Kind: ActPark, Markers: Markers{InteractionPoint: &Question{Point: "approve-plan", Prompt: "Proceed with this plan?"}}},

@@ -28,6 +28,9 @@ const (
 	ActToolRetry ActionKind = "ToolRetry"
 	// ActAbandon: a person abandons the run over a dangling write.
 	ActAbandon ActionKind = "Abandon"
+	// ActAsk: journal that a question (Action.Ask, its point) is shown to a
+	// person, then wait on it; its expiry counts from then.
+	ActAsk ActionKind = "Ask"
 )
 
 // Answer decisions beyond approve and deny, for a dangling write.
@@ -110,7 +113,6 @@ func decideTool(f Facts) (Action, bool) {
 		return Action{}, false
 	}
 	point := st.CallPoint()
-	expired, expiry := f.questionExpiry()
 	if in := h.Intent; in != nil {
 		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent || f.IntentUnstarted {
 			switch t := f.Tool; {
@@ -154,7 +156,7 @@ func decideTool(f Facts) (Action, bool) {
 		// Holds under yolo and every profile, built-in tools included.
 		return decided(journal.GateApproval, false, true, false, "policy: permission deny", ""), true
 	}
-	if a, ok := decideBuiltin(f, h, point, expired, expiry); ok {
+	if a, ok := decideBuiltin(f, h, point); ok {
 		return a, true
 	}
 	if t == nil || !t.Known {
@@ -170,6 +172,7 @@ func decideTool(f Facts) (Action, bool) {
 		if f.unattended().WaiveTaint {
 			return decided(journal.GateTaint, true, true, false, "policy: "+f.unattendedName(), ""), true
 		}
+		expired, expiry := f.questionExpiry(point + "-taint")
 		if a, done := gateAnswer(f, journal.GateTaint, expired); done {
 			return a, true
 		}
@@ -181,6 +184,7 @@ func decideTool(f Facts) (Action, bool) {
 		if slices.Contains(f.unattended().Approve, h.Name) || f.unattended().All {
 			return decided(journal.GateApproval, true, true, false, "policy: "+f.unattendedName(), ""), true
 		}
+		expired, expiry := f.questionExpiry(point + "-approval")
 		if a, done := gateAnswer(f, journal.GateApproval, expired); done {
 			return a, true
 		}
@@ -192,7 +196,7 @@ func decideTool(f Facts) (Action, bool) {
 
 // decideBuiltin settles the built-in tools: questions and reviews park on
 // UserPrompt, signals on Signal, and check_agent runs at once.
-func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, expiry *time.Time) (Action, bool) {
+func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 	switch h.Name {
 	case blueprint.ToolCheckAgent:
 		return Action{Kind: ActToolCall}, true
@@ -209,6 +213,7 @@ func decideBuiltin(f Facts, h *journal.CallState, point string, expired bool, ex
 			}
 			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
 		}
+		expired, expiry := f.questionExpiry(point)
 		if expired {
 			return completed("Nobody answered in time.", true), true
 		}
@@ -308,14 +313,36 @@ func completed(result string, isError bool) Action {
 	return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: result, IsError: isError, By: "policy"}}
 }
 
-// questionExpiry says whether the question the run asks has expired, and
-// when it will (nil: never).
-func (f Facts) questionExpiry() (bool, *time.Time) {
-	if f.Blueprint == nil || f.Blueprint.Limits.InteractionTimeoutSeconds <= 0 || f.State.AskedSince().IsZero() {
+// questionExpiry says whether the question at point has expired, and when
+// it will (nil: never, or not shown to anyone yet).
+func (f Facts) questionExpiry(point string) (bool, *time.Time) {
+	asked, ok := f.State.AskedAt(point)
+	if f.Blueprint == nil || f.Blueprint.Limits.InteractionTimeoutSeconds <= 0 || !ok {
 		return false, nil
 	}
-	at := f.State.AskedSince().Add(time.Duration(f.Blueprint.Limits.InteractionTimeoutSeconds) * time.Second)
+	at := asked.Add(time.Duration(f.Blueprint.Limits.InteractionTimeoutSeconds) * time.Second)
 	return !f.Now.Before(at), &at
+}
+
+// askFirst turns a first park on a question that expires into ActAsk, so
+// the question is journaled as shown before the run waits on it.
+func askFirst(f Facts, a Action) Action {
+	if a.Kind != ActPark {
+		return a
+	}
+	point := ""
+	switch m := a.Markers; {
+	case m.Setup != nil || m.Budget != nil || m.NeedsReconciliation != nil || m.Signal != "":
+		return a // not a question that expires
+	case m.InteractionPoint != nil:
+		point = m.InteractionPoint.Point
+	case m.Ask != nil && (m.TaintGate || m.HubRequest != ""):
+		point = m.Ask.Point
+	}
+	if _, asked := f.State.AskedAt(point); point == "" || asked {
+		return a
+	}
+	return Action{Kind: ActAsk, Ask: point}
 }
 
 // Unattended is what a yolo run may do without a person.

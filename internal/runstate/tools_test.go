@@ -44,6 +44,12 @@ func toolFacts(t *testing.T, tool, args string, effect string, extra ...journal.
 	return f
 }
 
+// asked marks point as shown to a person at now.
+func asked(f Facts, point string) Facts {
+	f.State.Apply(nil, journal.Entry{Kind: journal.QuestionAsked, Point: point, At: now})
+	return f
+}
+
 func TestDecideToolCalls(t *testing.T) {
 	taint := journal.Entry{Seq: 2, Kind: journal.ToolCallDecided, Index: 0, Gate: journal.GateApproval, Approved: true}
 	cases := []struct {
@@ -59,7 +65,10 @@ func TestDecideToolCalls(t *testing.T) {
 		{"deny holds under bare yolo", with(toolFacts(t, "rm", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo = true }), ActToolDecide, func(a Action) string {
 			return want(!a.Decision.Approved && a.Decision.By == "policy: permission deny", "the deny policy")
 		}},
-		{"a write asks a person, showing the call", toolFacts(t, "put", `{"x":1}`, blueprint.EffectWrite), ActPark, func(a Action) string {
+		{"a question is journaled as asked first", toolFacts(t, "put", `{"x":1}`, blueprint.EffectWrite), ActAsk, func(a Action) string {
+			return want(a.Ask == "call-1-0-approval", "the approval's point")
+		}},
+		{"a write asks a person, showing the call", asked(toolFacts(t, "put", `{"x":1}`, blueprint.EffectWrite), "call-1-0-approval"), ActPark, func(a Action) string {
 			q := a.Markers.Ask
 			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == "call-1-0-approval" && q.Subject == "put" && strings.Contains(q.Prompt, `put (effect write, server s) with arguments {"x":1}`) && a.RetryAt != nil && a.RetryAt.Equal(now.Add(time.Minute)), "ToolApproval with the call and its expiry")
 		}},
@@ -69,9 +78,10 @@ func TestDecideToolCalls(t *testing.T) {
 		{"a profile approves what it lists", with(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent), func(f *Facts) { f.Yolo, f.YoloProfile = true, "ci" }), ActToolDecide, func(a Action) string {
 			return want(a.Decision.Approved && a.Decision.By == "policy: yolo profile ci", "approval by the profile")
 		}},
-		{"a profile asks for what it does not list", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo, f.YoloProfile = true, "ci" }), ActPark, nil},
-		{"an unknown profile is attended", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo, f.YoloProfile = true, "gone" }), ActPark, nil},
-		{"an expired approval is a denial", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Now = now.Add(time.Minute) }), ActToolDecide, func(a Action) string {
+		{"a profile asks for what it does not list", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo, f.YoloProfile = true, "ci" }), ActAsk, nil},
+		{"an unknown profile is attended", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Yolo, f.YoloProfile = true, "gone" }), ActAsk, nil},
+		{"a question not yet shown never expires", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Now = now.Add(time.Hour) }), ActAsk, nil},
+		{"an expired approval is a denial", with(asked(toolFacts(t, "put", `{}`, blueprint.EffectWrite), "call-1-0-approval"), func(f *Facts) { f.Now = now.Add(time.Minute) }), ActToolDecide, func(a Action) string {
 			return want(!a.Decision.Approved && a.Decision.Expired, "an expired denial")
 		}},
 		{"a person's approval is applied", with(toolFacts(t, "put", `{}`, blueprint.EffectWrite), func(f *Facts) { f.Answer = &Answer{Name: "a", By: "alice", Approved: true} }), ActToolDecide, func(a Action) string {
@@ -103,14 +113,14 @@ func TestDecideToolCalls(t *testing.T) {
 		}},
 		{"a call in flight is left alone", with(toolFacts(t, "get", `{}`, blueprint.EffectRead,
 			journal.Entry{Seq: 2, Kind: journal.ToolCallRequested, Index: 0, Tool: "get", Effect: blueprint.EffectRead}), func(f *Facts) { f.InFlight = true }), ActNone, nil},
-		{"ask_user parks on UserPrompt", toolFacts(t, "ask_user", `{"question":"Which?","options":["a","b"]}`, ""), ActPark, func(a Action) string {
+		{"ask_user parks on UserPrompt", asked(toolFacts(t, "ask_user", `{"question":"Which?","options":["a","b"]}`, ""), "call-1-0"), ActPark, func(a Action) string {
 			return want(a.Markers.HubRequest == arv1.WaitUserPrompt && a.Markers.Ask.Prompt == `Which? (one of: ["a","b"])` &&
 				a.Markers.Ask.InputSchema == `{"enum":["a","b"],"type":"string"}`, "the question with its choices and their schema")
 		}},
 		{"nobody answers ask_user under yolo", with(toolFacts(t, "ask_user", `{"question":"Which?"}`, ""), func(f *Facts) { f.Yolo = true }), ActToolComplete, func(a Action) string {
 			return want(a.Completion.IsError, "an error result telling the model")
 		}},
-		{"an expired question says nobody answered", with(toolFacts(t, "ask_user", `{"question":"Which?"}`, ""), func(f *Facts) { f.Now = now.Add(2 * time.Minute) }), ActToolComplete, func(a Action) string {
+		{"an expired question says nobody answered", with(asked(toolFacts(t, "ask_user", `{"question":"Which?"}`, ""), "call-1-0"), func(f *Facts) { f.Now = now.Add(2 * time.Minute) }), ActToolComplete, func(a Action) string {
 			return want(a.Completion.IsError && strings.Contains(a.Completion.Result, "Nobody answered"), "nobody answered")
 		}},
 		{"a signal never expires and needs no person", with(toolFacts(t, "wait_for_signal", `{"reason":"deploy done"}`, ""), func(f *Facts) { f.Now = now.Add(time.Hour) }), ActPark, func(a Action) string {
@@ -219,6 +229,10 @@ func TestExpiredCheckpoint(t *testing.T) {
 			{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Text: "done"}},
 		}
 		f := Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, es), Now: now.Add(59 * time.Second)}
+		if a := Decide(f); a.Kind != ActAsk || a.Ask != "p1" {
+			t.Fatalf("%s: %s, want the checkpoint journaled as asked first", c.unattended, showAction(a))
+		}
+		f = asked(f, "p1")
 		if a := Decide(f); a.Kind != ActPark || a.RetryAt == nil || !a.RetryAt.Equal(now.Add(time.Minute)) {
 			t.Fatalf("%s: before expiry %s, want a park until %v", c.unattended, showAction(a), now.Add(time.Minute))
 		}
@@ -267,14 +281,14 @@ name = "p1"
 	}
 	tainted := facts("upsert", blueprint.EffectIdempotent)
 	tainted.State.Tainted, tainted.State.TaintSource = true, "get"
-	if a := Decide(tainted); a.Kind != ActPark || !a.Markers.TaintGate || a.Markers.Ask.Point != "call-1-0-taint" {
+	if a := Decide(asked(tainted, "call-1-0-taint")); a.Kind != ActPark || !a.Markers.TaintGate || a.Markers.Ask.Point != "call-1-0-taint" {
 		t.Errorf("an idempotent call after tainted input: %s", showAction(a))
 	}
 	ip := Facts{Spawned: true, Blueprint: bp, Now: now, Yolo: true, YoloProfile: "gone", State: journal.Fold(bp, []journal.Entry{
 		{Seq: 0, Kind: journal.ModelCallRequested, At: now},
 		{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Text: "done"}},
 	})}
-	if a := Decide(ip); a.Kind != ActPark {
+	if a := Decide(ip); a.Kind != ActAsk {
 		t.Errorf("a checkpoint under an unknown profile: %s, want a wait for a person", showAction(a))
 	}
 	if ip.YoloProfile = ""; Decide(ip).Kind != ActAnswerInteraction {
