@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
@@ -43,29 +46,46 @@ func (r *AgentRunReconciler) offeredTools(ctx context.Context, run *arv1.AgentRu
 	}
 	for _, srv := range bp.MCPServers {
 		conn, block, err := r.toolServer(ctx, run, srv)
-		if err != nil || block != nil {
+		if err == nil && block == nil {
+			var tools []mcptool.Tool
+			if tools, err = r.toolCatalog.list(ctx, conn); err == nil {
+				out = append(out, offerable(bp, srv, tools, offer)...)
+				continue
+			}
+			block = toolServerBlock(run, srv, err)
+		}
+		// The model cannot call what it is not offered, so say so where
+		// people look: a Warning event with the remedy.
+		why := "it could not be read"
+		if block != nil {
+			why = block.Remedy
+		}
+		r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, string(arv1.BlockerToolServerUnavailable), "OfferTools",
+			"The tools of MCP server %q are not offered to the model this turn: %s", srv.Name, clipTo(why, 600))
+	}
+	return out
+}
+
+// offerable is a server's listed tools the model may be offered: within the
+// server's filter, really from this server, allowed in the stage, and not
+// denied.
+func offerable(bp *blueprint.Blueprint, srv blueprint.MCPServer, tools []mcptool.Tool, offer func(string) bool) []providers.ToolSpec {
+	var out []providers.ToolSpec
+	for _, t := range tools {
+		if len(srv.Tools) > 0 && !slices.Contains(srv.Tools, t.Name) {
 			continue
 		}
-		tools, err := r.toolCatalog.list(ctx, conn)
-		if err != nil {
+		if s, ok := bp.ServerFor(t.Name); !ok || s.Name != srv.Name || !offer(t.Name) {
 			continue
 		}
-		for _, t := range tools {
-			if len(srv.Tools) > 0 && !slices.Contains(srv.Tools, t.Name) {
-				continue
-			}
-			if s, ok := bp.ServerFor(t.Name); !ok || s.Name != srv.Name || !offer(t.Name) {
-				continue
-			}
-			effect := string(t.Effect)
-			if e := bp.Tools[t.Name].Effect; e != "" {
-				effect = e
-			}
-			if bp.Permission(t.Name, effect) == blueprint.PermDeny {
-				continue
-			}
-			out = append(out, providers.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		effect := string(t.Effect)
+		if e := bp.Tools[t.Name].Effect; e != "" {
+			effect = e
 		}
+		if bp.Permission(t.Name, effect) == blueprint.PermDeny {
+			continue
+		}
+		out = append(out, providers.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return out
 }

@@ -469,11 +469,15 @@ enabled = false
 fail_tool = "deny"
 [mcp_servers.tracker]
 url = %q
+[mcp_servers.locked]
+url = %q
+auth_secret = "locked-token"
+tools = ["vault_read"]
 [stages.work]
 allow_complete = true
 [stages.work.model]
 models = [{provider = "oa", model = "gpt-x"}]
-`, srv.URL())})
+`, srv.URL(), srv.URL())})
 	run := createRun(t, ns, "r", "mcp")
 	waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	if srv.Executed("read_doc") != 1 {
@@ -491,6 +495,9 @@ models = [{provider = "oa", model = "gpt-x"}]
 	if _, ok := offered["fail_tool"]; ok {
 		t.Error("a denied tool is offered to the model")
 	}
+	// The locked server's Secret is missing: its tools are not offered, and
+	// a Warning event says why instead of the run silently lacking them.
+	waitForEvent(t, ns, "r", "ToolServerUnavailable", `MCP server "locked" are not offered`)
 	var toolMsg map[string]any
 	for _, m := range oa.Last().Messages() {
 		if m["role"] == "tool" {
