@@ -103,6 +103,13 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 		out.again = true
 	case runstate.ActCancel:
 		r.Pool.Cancel(run.UID)
+		if r.Pool.RunInFlight(run.UID) {
+			// Let the step stop, or record what it finished, first: its
+			// completion and the cancellation must not race for one seq
+			// (a lost write result would read as an unresolved write).
+			out.requeueAfter = 100 * time.Millisecond
+			return out, nil
+		}
 		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.RunCancelled, At: f.Now})
 		out.again = true
 		return out, err

@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
+	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
 // toolAgent is a blueprint whose scripted model makes the given tool calls,
@@ -538,5 +539,29 @@ func TestWritesWaitingForAnExecutorSlotAreNotDangling(t *testing.T) {
 		if n := callsOf(srv, uids[i]); n != 1 {
 			t.Errorf("%s: its write reached the server %d times, want 1", name, n)
 		}
+	}
+}
+
+// TestCancelDuringAWriteKeepsTheEvidence: cancelling a run while its write
+// is at the server stops the call and ends the run Cancelled; whether the
+// write happened is unknown, so the write stays on record as unresolved
+// (status.pendingCall, and unresolved_write in the wire status).
+func TestCancelDuringAWriteKeepsTheEvidence(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	entered, release := srv.Hold("create_ticket")
+	defer release()
+	startManager(t, managerOpts{})
+	ns, _ := toolRun(t, toolAgent(srv.URL(), "", "[tools.create_ticket]\npermission = \"allow\"", `create_ticket {"title":"halfway"}`))
+	awaitEntered(t, entered, ns)
+	patchSpec(t, ns, "r", func(r *arv1.AgentRun) { r.Spec.Cancel = true })
+	done := waitFor(t, ns, "r", 20*time.Second, "Cancelled", phaseIs(arv1.PhaseCancelled))
+	pc := done.Status.PendingCall
+	if pc == nil || pc.Tool != "create_ticket" || pc.Effect != arv1.EffectWrite {
+		t.Fatalf("pendingCall = %+v, want the write on record", pc)
+	}
+	st := wire.Status(done, time.Now())
+	if w, ok := st.Get("unresolved_write"); !ok || w == nil {
+		b, _ := st.MarshalJSON()
+		t.Errorf("wire status %s lacks unresolved_write", b)
 	}
 }
