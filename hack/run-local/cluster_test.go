@@ -1,12 +1,10 @@
 package main_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,28 +30,9 @@ func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "run-local")
-	build := exec.Command("go", "build", "-o", bin, "./hack/run-local")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building run-local: %v: %s", err, out)
-	}
-	var logs bytes.Buffer
-	runLocal := exec.Command(bin, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--local-kubeconfig", filepath.Join(dir, "unused", "kubeconfig"))
-	runLocal.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	runLocal.Stdout, runLocal.Stderr = &logs, &logs
-	runLocal.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := runLocal.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- runLocal.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = syscall.Kill(-runLocal.Process.Pid, syscall.SIGKILL)
-		}
-	})
+	buildInto(t, dir, [2]string{"run-local", "./hack/run-local"})
+	runLocal := startRunLocal(t, filepath.Join(dir, "run-local"), append(os.Environ(), "KUBECONFIG="+kubeconfig),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--local-kubeconfig", filepath.Join(dir, "unused", "kubeconfig"))
 	kubectl := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command(testenv.KubectlPath(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
@@ -61,14 +40,14 @@ func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 		return string(out), err
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(logs.String(), "Starting workers") {
+	for !strings.Contains(runLocal.Logs(), "Starting workers") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the manager did not start against the cluster:\n%s", logs.String())
+			t.Fatalf("the manager did not start against the cluster:\n%s", runLocal.Logs())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if !strings.Contains(logs.String(), ">> Using the cluster at ") {
-		t.Errorf("run-local did not say it uses the cluster:\n%s", logs.String())
+	if !strings.Contains(runLocal.Logs(), ">> Using the cluster at ") {
+		t.Errorf("run-local did not say it uses the cluster:\n%s", runLocal.Logs())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "unused", "kubeconfig")); err == nil {
 		t.Error("a local control plane's kubeconfig was written though a cluster was reachable")
@@ -77,7 +56,7 @@ func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 		t.Errorf("the demo was applied to the cluster without --demo:\n%s", out)
 	}
 	if out, err := kubectl("", "get", "validatingadmissionpolicy", "answer-identity"); err != nil {
-		t.Errorf("the answer admission policy is not installed: %v\n%s\nrun-local said:\n%s", err, out, logs.String())
+		t.Errorf("the answer admission policy is not installed: %v\n%s\nrun-local said:\n%s", err, out, runLocal.Logs())
 	}
 	manifest := `apiVersion: v1
 kind: Namespace
@@ -118,19 +97,11 @@ spec: {agent: hello, task: Say hello.}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the run did not complete (phase %q):\n%s", out, logs.String())
+			t.Fatalf("the run did not complete (phase %q):\n%s", out, runLocal.Logs())
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if err := syscall.Kill(-runLocal.Process.Pid, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		stopped = true
-	case <-time.After(30 * time.Second):
-		t.Fatalf("run-local did not stop on Ctrl-C:\n%s", logs.String())
-	}
+	runLocal.interrupt(t)
 	if out, err := kubectl("", "get", "ar", "hello", "-n", "team-a"); err != nil {
 		t.Errorf("the cluster went away with run-local: %v\n%s", err, out)
 	}

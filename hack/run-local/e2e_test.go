@@ -1,14 +1,12 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,32 +26,10 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	root := testenv.RepoRoot()
-	for _, b := range []struct{ out, pkg string }{{"run-local", "./hack/run-local"}, {"kubectl-agentrun", "./cmd/kubectl-agentrun"}} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v: %s", b.pkg, err, out)
-		}
-	}
+	buildInto(t, dir, [2]string{"run-local", "./hack/run-local"}, [2]string{"kubectl-agentrun", "./cmd/kubectl-agentrun"})
 	kubeconfig := filepath.Join(dir, "local", "kubeconfig")
-	var logs bytes.Buffer
-	runLocal := exec.Command(filepath.Join(dir, "run-local"), "--local", "--local-kubeconfig", kubeconfig,
+	runLocal := startRunLocal(t, filepath.Join(dir, "run-local"), nil, "--local", "--local-kubeconfig", kubeconfig,
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")
-	runLocal.Dir = root
-	runLocal.Stdout, runLocal.Stderr = &logs, &logs
-	runLocal.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := runLocal.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- runLocal.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = syscall.Kill(-runLocal.Process.Pid, syscall.SIGKILL)
-		}
-	})
 
 	kubectl := func(args ...string) (string, error) {
 		cmd := exec.Command(testenv.KubectlPath(), args...)
@@ -71,7 +47,7 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 		for !ok() {
 			if time.Now().After(deadline) {
 				out, _ := kubectl("get", "ar", "-A")
-				t.Fatalf("timed out waiting for %s\n%s\nrun-local said:\n%s", what, out, logs.String())
+				t.Fatalf("timed out waiting for %s\n%s\nrun-local said:\n%s", what, out, runLocal.Logs())
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
@@ -80,8 +56,8 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 		_, err := os.Stat(kubeconfig)
 		return err == nil && strings.HasPrefix(phase("review-pr"), "Complete")
 	})
-	if !strings.Contains(logs.String(), "kubectl create secret generic demo-model-key -n agentrun-demo") {
-		t.Errorf("the terminal does not say how to unblock the parked run:\n%s", logs.String())
+	if !strings.Contains(runLocal.Logs(), "kubectl create secret generic demo-model-key -n agentrun-demo") {
+		t.Errorf("the terminal does not say how to unblock the parked run:\n%s", runLocal.Logs())
 	}
 	wait("summarise-notes parked on its Secret", 30*time.Second, func() bool { return phase("summarise-notes") == "WaitingInput/NeedsSetup: SecretMissing" })
 	wait("deploy-release at its checkpoint", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/InteractionPoint" })
@@ -93,8 +69,8 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 		t.Fatal(err, out)
 	}
 	wait("deploy-release asking where to deploy", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/UserPrompt: question" })
-	if !strings.Contains(logs.String(), "kubectl agentrun answer deploy-release production") {
-		t.Errorf("the terminal does not say how to answer the question:\n%s", logs.String())
+	if !strings.Contains(runLocal.Logs(), "kubectl agentrun answer deploy-release production") {
+		t.Errorf("the terminal does not say how to answer the question:\n%s", runLocal.Logs())
 	}
 	if out, err := kubectl("agentrun", "answer", "deploy-release", "production", "-n", "agentrun-demo"); err != nil {
 		t.Fatal(err, out)
@@ -113,15 +89,7 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 	}
 
 	// Ctrl-C stops the manager and the control plane it started.
-	if err := syscall.Kill(-runLocal.Process.Pid, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		stopped = true
-	case <-time.After(30 * time.Second):
-		t.Fatalf("run-local did not stop on Ctrl-C:\n%s", logs.String())
-	}
+	runLocal.interrupt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, testenv.KubectlPath(), "--kubeconfig", kubeconfig, "--request-timeout=2s", "get", "ns").CombinedOutput(); err == nil {
