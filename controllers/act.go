@@ -74,28 +74,16 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 	case runstate.ActToolDecide, runstate.ActToolComplete, runstate.ActToolRetry, runstate.ActAbandon, runstate.ActToolCall:
 		return r.actTool(ctx, run, f, a)
 	case runstate.ActResolveFanOut:
-		err := r.journals.Append(ctx, run, journal.Entry{
-			Seq: f.State.NextSeq, Kind: journal.FanOutResolved, At: f.Now, Stage: f.State.FanOut.Stage,
-			FailedItems: a.FanOut.FailedItems, FailAll: a.FanOut.FailAll,
-		})
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.FanOutResolved, Stage: f.State.FanOut.Stage,
+			FailedItems: a.FanOut.FailedItems, FailAll: a.FanOut.FailAll})
 	case runstate.ActResolveChildren:
-		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.ChildrenResolved, At: f.Now})
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.ChildrenResolved})
 	case runstate.ActAsk:
-		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.QuestionAsked, At: f.Now, Point: a.Ask})
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.QuestionAsked, Point: a.Ask})
 	case runstate.ActWake:
-		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.SleepCompleted, At: f.Now})
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.SleepCompleted})
 	case runstate.ActRefuseSpawn:
-		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.SpawnRefused, At: f.Now, Message: a.Message})
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.SpawnRefused, Message: a.Message})
 	case runstate.ActSpawn:
 		if err := r.snapshot(ctx, run, f); err != nil {
 			return out, err
@@ -110,21 +98,16 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 			out.requeueAfter = 100 * time.Millisecond
 			return out, nil
 		}
-		err := r.journals.Append(ctx, run, journal.Entry{Seq: f.State.NextSeq, Kind: journal.RunCancelled, At: f.Now})
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.RunCancelled})
 	case runstate.ActAnswerInteraction:
 		in := f.State.Interaction
 		e := journal.Entry{
-			Seq: f.State.NextSeq, Kind: journal.InteractionAnswered, At: f.Now,
-			Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo",
+			Kind: journal.InteractionAnswered, Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo",
 		}
 		if a := a.Answer; a != nil {
 			e.Approved, e.Auto, e.By, e.Message, e.Expired = a.Approved, a.Expired, a.By, a.Name, a.Expired
 		}
-		err := r.journals.Append(ctx, run, e)
-		out.again = true
-		return out, err
+		return r.record(ctx, run, f, e)
 	case runstate.ActPark:
 		if a.RetryAt != nil {
 			out.requeueAfter = a.RetryAt.Sub(f.Now)
@@ -140,6 +123,13 @@ func (r *AgentRunReconciler) act(ctx context.Context, run *arv1.AgentRun, f *fac
 		out.finalOutput = d
 	}
 	return out, nil
+}
+
+// record journals e as the run's next entry, now; the facts changed, so the
+// reconcile derives and decides again.
+func (r *AgentRunReconciler) record(ctx context.Context, run *arv1.AgentRun, f *facts, e journal.Entry) (actOutcome, error) {
+	e.Seq, e.At = f.State.NextSeq, f.Now
+	return actOutcome{again: true}, r.journals.Append(ctx, run, e)
 }
 
 // snapshot copies the blueprint into an immutable ConfigMap the run owns, so

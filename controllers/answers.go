@@ -131,15 +131,7 @@ func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run
 	if err != nil {
 		return err
 	}
-	applied := map[string]bool{}
-	for _, e := range entries {
-		switch e.Kind {
-		case journal.InteractionAnswered, journal.ToolCallDecided, journal.ToolCallCompleted, journal.ToolCallRetried, journal.RunAbandoned:
-			if e.Message != "" {
-				applied[e.Message] = true
-			}
-		}
-	}
+	applied := journal.AppliedAnswers(entries)
 	var updates []answerUpdate
 	for _, a := range open {
 		if applied[a.Name] {

@@ -203,10 +203,8 @@ func idempotencyKey(run *arv1.AgentRun, seq int64) string {
 
 // actTool carries out a tool-call decision.
 func (r *AgentRunReconciler) actTool(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
-	out := actOutcome{again: true}
-	st := &f.State
-	h := st.HeadCall()
-	e := journal.Entry{Seq: st.NextSeq, At: f.Now, Index: h.Index, Tool: h.Name}
+	h := f.State.HeadCall()
+	e := journal.Entry{Index: h.Index, Tool: h.Name}
 	switch a.Kind {
 	case runstate.ActToolDecide:
 		d := a.Decision
@@ -225,7 +223,7 @@ func (r *AgentRunReconciler) actTool(ctx context.Context, run *arv1.AgentRun, f 
 	case runstate.ActToolCall:
 		return r.callTool(ctx, run, f, a)
 	}
-	return out, r.journals.Append(ctx, run, e)
+	return r.record(ctx, run, f, e)
 }
 
 // maxToolResult caps a tool result kept in the journal (a ConfigMap entry).
@@ -238,8 +236,7 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, run *arv1.AgentRun, f
 	h := st.HeadCall()
 	if h.Name == blueprint.ToolCheckAgent {
 		res, isErr := r.checkAgent(ctx, run, f, h.Arguments)
-		e := journal.Entry{Seq: st.NextSeq, Kind: journal.ToolCallCompleted, At: f.Now, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr}
-		return actOutcome{again: true}, r.journals.Append(ctx, run, e)
+		return r.record(ctx, run, f, journal.Entry{Kind: journal.ToolCallCompleted, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr})
 	}
 	if f.tool == nil {
 		return actOutcome{}, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)

@@ -129,6 +129,21 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 	}
 }
 
+// AppliedAnswers names the AgentRunAnswers the entries applied, without
+// folding them (a finished run's answers are settled from this).
+func AppliedAnswers(entries []Entry) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range entries {
+		switch e.Kind {
+		case InteractionAnswered, ToolCallDecided, ToolCallCompleted, ToolCallRetried, RunAbandoned:
+			if e.Message != "" {
+				out[e.Message] = true // these kinds name the answer they apply in Message
+			}
+		}
+	}
+	return out
+}
+
 // remember records an applied AgentRunAnswer's name.
 func (st *State) remember(answer string) {
 	if answer == "" {

@@ -165,3 +165,19 @@ func TestFoldQuestionAsked(t *testing.T) {
 		t.Error("an answered question still counts as asked")
 	}
 }
+
+// TestAppliedAnswers: the answers a journal applied are the names its
+// answer-applying entries carry, and nothing else's message.
+func TestAppliedAnswers(t *testing.T) {
+	got := AppliedAnswers([]Entry{
+		{Kind: InteractionAnswered, Message: "a1"},
+		{Kind: ToolCallDecided, Message: "a2"},
+		{Kind: ToolCallRetried, Message: "a3"},
+		{Kind: RunAbandoned, Message: "a4"},
+		{Kind: ToolCallCompleted},
+		{Kind: SpawnRefused, Message: "depth cap reached"},
+	})
+	if len(got) != 4 || !got["a1"] || !got["a2"] || !got["a3"] || !got["a4"] {
+		t.Errorf("AppliedAnswers = %v, want a1..a4 only", got)
+	}
+}
