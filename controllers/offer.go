@@ -2,31 +2,17 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
-
-// builtinToolSpecs are the operator's own tools as the model sees them
-// (spawn_agent, fan_out, sleep, transition and complete are the providers'
-// own, always offered).
-var builtinToolSpecs = []providers.ToolSpec{
-	{Name: blueprint.ToolAskUser, Description: "Ask the person attending this run a question and wait for the answer. Use options for a choice, style confirm for yes/no, input_schema for structured answers.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"},"style":{"type":"string","enum":["free_text","choice","confirm"]},"options":{"type":"array","items":{"type":"string"}},"input_schema":{"type":"object"}},"required":["question"]}`)},
-	{Name: blueprint.ToolPresentForReview, Description: "Show work to a person for review; the answer says whether it was approved and any feedback.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"},"content":{"type":"string"}},"required":["content"]}`)},
-	{Name: blueprint.ToolWaitForSignal, Description: "Wait until an external system signals this run (for example a build or deployment finishing); the signal's payload is the result.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"},"input_schema":{"type":"object"}},"required":["reason"]}`)},
-	{Name: blueprint.ToolCheckAgent, Description: "Report a sub-agent's phase, what it waits on, and its output once complete.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
-}
 
 // offeredTools are the tools the model may call in the stage: the built-in
 // ones (not the blocking ones under yolo: nobody would answer) and each MCP
@@ -38,9 +24,8 @@ func (r *AgentRunReconciler) offeredTools(ctx context.Context, run *arv1.AgentRu
 		return stage == nil || len(stage.AvailableTools) == 0 || slices.Contains(stage.AvailableTools, name)
 	}
 	var out []providers.ToolSpec
-	for _, t := range builtinToolSpecs {
-		blocking := t.Name == blueprint.ToolAskUser || t.Name == blueprint.ToolPresentForReview
-		if offer(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, bp) && blocking) {
+	for _, t := range builtin.RunTools {
+		if offer(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, bp) && builtin.Blocking(t.Name)) {
 			out = append(out, t)
 		}
 	}

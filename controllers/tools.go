@@ -22,6 +22,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
@@ -60,7 +61,7 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 			return nil // a dangling write waits for a person; nothing to resolve
 		}
 	}
-	if slices.Contains(blueprint.BuiltinTools, h.Name) {
+	if builtin.IsRunTool(h.Name) {
 		f.Tool = &runstate.ToolFact{Known: true, Effect: blueprint.EffectRead}
 		return nil
 	}
@@ -234,7 +235,7 @@ const maxToolResult = 64 << 10
 func (r *AgentRunReconciler) callTool(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
 	st := &f.State
 	h := st.HeadCall()
-	if h.Name == blueprint.ToolCheckAgent {
+	if h.Name == builtin.CheckAgent {
 		res, isErr := r.checkAgent(ctx, run, f, h.Arguments)
 		return r.record(ctx, run, f, journal.Entry{Kind: journal.ToolCallCompleted, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr})
 	}

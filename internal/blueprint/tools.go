@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 )
 
 // Tool effects: what a call does to the world, which decides what happens
@@ -34,22 +36,6 @@ func LevelRank(level string) int {
 	}
 	return len(Levels)
 }
-
-// Built-in tools: the operator answers them itself, with no MCP server.
-const (
-	// ToolAskUser asks a person a question (free text, a choice, or a
-	// confirmation) and parks the run on UserPrompt until answered.
-	ToolAskUser = "ask_user"
-	// ToolPresentForReview shows a person work to approve or send back.
-	ToolPresentForReview = "present_for_review"
-	// ToolWaitForSignal waits for an external system's signal.
-	ToolWaitForSignal = "wait_for_signal"
-	// ToolCheckAgent reports a sub-agent's phase and output.
-	ToolCheckAgent = "check_agent"
-)
-
-// BuiltinTools are the built-in tools' names.
-var BuiltinTools = []string{ToolAskUser, ToolPresentForReview, ToolWaitForSignal, ToolCheckAgent}
 
 // DefaultInteractionTimeoutSeconds is how long a question to a person stays
 // open (the seeds' [limits] interaction_timeout_secs); 0 means never.
@@ -151,7 +137,7 @@ func (p *parser) tools(raw *rawManifest, bp *Blueprint) *ParseError {
 			if strings.TrimSpace(t) == "" {
 				return p.errf(at("tools"), "mcp_servers.%s.tools[%d] is empty", name, i)
 			}
-			if slices.Contains(BuiltinTools, t) {
+			if builtin.IsRunTool(t) {
 				return p.errf(at("tools"), "mcp_servers.%s.tools: %q is a built-in tool name", name, t)
 			}
 		}
@@ -241,7 +227,7 @@ func (b *Blueprint) ToolLevel(tool string) string {
 	if c, ok := b.Tools[tool]; ok && c.Level != "" {
 		return c.Level
 	}
-	if slices.Contains(BuiltinTools, tool) {
+	if builtin.IsRunTool(tool) {
 		return LevelPublic // a person's answer or the run's own children
 	}
 	if s, ok := b.ServerFor(tool); ok {

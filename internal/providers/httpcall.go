@@ -15,60 +15,32 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 )
 
-// The operator's own tools, offered by every HTTP provider: transition moves
-// the run to another stage, complete finishes it with its output, and
-// spawn_agent, fan_out and sleep map onto the answer's other moves.
+// The operator's own moves, offered by every HTTP provider (see package
+// builtin): transition moves the run to another stage, complete finishes
+// it with its output, and spawn_agent, fan_out and sleep map onto the
+// answer's other moves.
 const (
-	ToolTransition = "transition"
-	ToolComplete   = "complete"
-	ToolSpawnAgent = "spawn_agent"
-	ToolFanOut     = "fan_out"
-	ToolSleep      = "sleep"
+	ToolTransition = builtin.Transition
+	ToolComplete   = builtin.Complete
+	ToolSpawnAgent = builtin.SpawnAgent
+	ToolFanOut     = builtin.FanOut
+	ToolSleep      = builtin.Sleep
 )
-
-// operatorTools are offered before the request's own tools and win any
-// name clash with them, so a tool server cannot shadow the run's moves.
-var operatorTools = []ToolSpec{
-	{
-		Name:        ToolTransition,
-		Description: "Move the run to the next stage. Call this when the current stage's work is done and another stage should continue.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string","description":"Name of the stage to move to."}},"required":["target"]}`),
-	},
-	{
-		Name:        ToolComplete,
-		Description: "Finish the whole run with its final output. Call this when the task is done.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"output":{"type":"string","description":"The run's final output."}},"required":["output"]}`),
-	},
-	{
-		Name:        ToolSpawnAgent,
-		Description: "Start a sub-agent from a blueprint to work on a task.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"blueprint":{"type":"string","description":"Name of the agent blueprint to run."},"task":{"type":"string","description":"The sub-agent's task."}},"required":["blueprint","task"]}`),
-	},
-	{
-		Name:        ToolFanOut,
-		Description: "Split the work into items, each handled by its own worker.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"items":{"type":"array","items":{"type":"string"},"description":"The work items, one per worker."}},"required":["items"]}`),
-	},
-	{
-		Name:        ToolSleep,
-		Description: "Pause the run for a number of seconds before continuing.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"seconds":{"type":"integer","minimum":1,"description":"How long to sleep, in seconds."}},"required":["seconds"]}`),
-	},
-}
 
 // offeredTools is every tool a call offers: the operator's, then the
 // request's, skipping unnamed tools and repeated names (providers refuse
 // duplicates). external is the set of the request's tools that made it.
 func offeredTools(req Request) (tools []ToolSpec, external map[string]bool) {
 	seen := map[string]bool{}
-	for _, t := range operatorTools {
+	for _, t := range builtin.Moves {
 		seen[t.Name] = true
 	}
-	tools = append(tools, operatorTools...)
+	tools = append(tools, builtin.Moves...)
 	external = map[string]bool{}
 	for _, t := range req.Tools {
 		if t.Name == "" || seen[t.Name] {

@@ -5,11 +5,11 @@ package providers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
@@ -58,13 +58,7 @@ type Request struct {
 }
 
 // ToolSpec is a tool offered to the model.
-type ToolSpec struct {
-	Name        string
-	Description string
-	// InputSchema is the arguments' JSON Schema, an object; empty means
-	// {"type":"object"}.
-	InputSchema json.RawMessage
-}
+type ToolSpec = builtin.Spec
 
 // Turn is an earlier answer and the feedback that followed it.
 type Turn struct {

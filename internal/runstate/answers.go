@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 )
@@ -79,13 +80,13 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		return ans, nil
 	}
 	switch h.Name {
-	case blueprint.ToolAskUser:
+	case builtin.AskUser:
 		var args AskArgs
 		_ = json.Unmarshal([]byte(h.Arguments), &args)
 		v, err := askValue(args, a)
 		ans.Input = v
 		return ans, err
-	case blueprint.ToolWaitForSignal:
+	case builtin.WaitForSignal:
 		var args SignalArgs
 		_ = json.Unmarshal([]byte(h.Arguments), &args)
 		v, ok := value(a)
@@ -97,7 +98,7 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		}
 		ans.Input = v
 		return ans, nil
-	case blueprint.ToolPresentForReview:
+	case builtin.PresentForReview:
 		if a.Text != nil {
 			ans.Input = *a.Text
 		}

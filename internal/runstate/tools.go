@@ -8,6 +8,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
@@ -198,16 +199,16 @@ func decideTool(f Facts) (Action, bool) {
 // UserPrompt, signals on Signal, and check_agent runs at once.
 func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 	switch h.Name {
-	case blueprint.ToolCheckAgent:
+	case builtin.CheckAgent:
 		return Action{Kind: ActToolCall}, true
-	case blueprint.ToolAskUser, blueprint.ToolPresentForReview:
+	case builtin.AskUser, builtin.PresentForReview:
 		if f.Unattended() {
 			// Nobody attends a yolo run: the model is told so rather than
 			// the run parking on a question nobody will see.
 			return completed("Nobody is attending this run (it runs unattended); decide without asking.", true), true
 		}
 		if a := f.Answer; a != nil {
-			if h.Name == blueprint.ToolPresentForReview {
+			if h.Name == builtin.PresentForReview {
 				res, _ := json.Marshal(map[string]any{"approved": a.Approved, "by": a.By, "feedback": a.Input})
 				return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: string(res), By: a.By, Answer: a.Name}}, true
 			}
@@ -218,17 +219,17 @@ func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 			return completed("Nobody answered in time.", true), true
 		}
 		subject := "question"
-		if h.Name == blueprint.ToolPresentForReview {
+		if h.Name == builtin.PresentForReview {
 			subject = "review"
 		}
 		q := &Question{Point: point, Subject: subject, Prompt: clip(promptOf(h), 2048)}
-		if h.Name == blueprint.ToolAskUser {
+		if h.Name == builtin.AskUser {
 			var args AskArgs
 			_ = json.Unmarshal([]byte(h.Arguments), &args)
 			q.InputSchema = askSchema(args)
 		}
 		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitUserPrompt, Ask: q}}, true
-	case blueprint.ToolWaitForSignal:
+	case builtin.WaitForSignal:
 		if a := f.Answer; a != nil {
 			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
 		}
@@ -264,7 +265,7 @@ func askSchema(a AskArgs) string {
 
 // promptOf is the question a person sees for ask_user or a review.
 func promptOf(h *journal.CallState) string {
-	if h.Name == blueprint.ToolPresentForReview {
+	if h.Name == builtin.PresentForReview {
 		var r ReviewArgs
 		_ = json.Unmarshal([]byte(h.Arguments), &r)
 		if r.Summary != "" {

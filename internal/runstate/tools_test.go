@@ -7,6 +7,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
@@ -38,7 +39,7 @@ func toolFacts(t *testing.T, tool, args string, effect string, extra ...journal.
 		{Seq: 1, Kind: journal.ModelCallCompleted, Call: 0, At: now, Response: &journal.Response{Calls: []journal.ToolCall{{Name: tool, Arguments: args}}}},
 	}, extra...)
 	f := Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, es), Now: now.Add(time.Second)}
-	if !strings.HasPrefix(tool, "ask_") && tool != blueprint.ToolWaitForSignal && tool != blueprint.ToolPresentForReview {
+	if !strings.HasPrefix(tool, "ask_") && tool != builtin.WaitForSignal && tool != builtin.PresentForReview {
 		f.Tool = &ToolFact{Known: tool != "nope", Effect: effect, Server: "s"}
 	}
 	return f

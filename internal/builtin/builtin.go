@@ -1,0 +1,86 @@
+// Package builtin defines the operator's own tools once: the moves every
+// HTTP provider offers the model (transition, complete, spawn_agent,
+// fan_out, sleep), which map onto the answer itself, and the run tools the
+// operator executes without an MCP server (ask_user, present_for_review,
+// wait_for_signal, check_agent). The blueprint parser, the providers and the
+// offer a model sees all read them from here, so they cannot disagree.
+package builtin
+
+import (
+	"encoding/json"
+	"slices"
+)
+
+// Spec is a tool as a model is offered it.
+type Spec struct {
+	Name        string
+	Description string
+	// InputSchema is the arguments' JSON Schema, an object; empty means
+	// {"type":"object"}.
+	InputSchema json.RawMessage
+}
+
+// The moves: answered by the provider mapping onto the model's response.
+const (
+	Transition = "transition"
+	Complete   = "complete"
+	SpawnAgent = "spawn_agent"
+	FanOut     = "fan_out"
+	Sleep      = "sleep"
+)
+
+// The run tools: executed by the operator itself.
+const (
+	// AskUser asks a person a question (free text, a choice, or a
+	// confirmation) and parks the run on UserPrompt until answered.
+	AskUser = "ask_user"
+	// PresentForReview shows a person work to approve or send back.
+	PresentForReview = "present_for_review"
+	// WaitForSignal waits for an external system's signal.
+	WaitForSignal = "wait_for_signal"
+	// CheckAgent reports a sub-agent's phase and output.
+	CheckAgent = "check_agent"
+)
+
+// Moves are offered before any other tool and win a name clash, so a tool
+// server cannot shadow the run's own moves.
+var Moves = []Spec{
+	{Name: Transition, Description: "Move the run to the next stage. Call this when the current stage's work is done and another stage should continue.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string","description":"Name of the stage to move to."}},"required":["target"]}`)},
+	{Name: Complete, Description: "Finish the whole run with its final output. Call this when the task is done.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"output":{"type":"string","description":"The run's final output."}},"required":["output"]}`)},
+	{Name: SpawnAgent, Description: "Start a sub-agent from a blueprint to work on a task.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"blueprint":{"type":"string","description":"Name of the agent blueprint to run."},"task":{"type":"string","description":"The sub-agent's task."}},"required":["blueprint","task"]}`)},
+	{Name: FanOut, Description: "Split the work into items, each handled by its own worker.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"items":{"type":"array","items":{"type":"string"},"description":"The work items, one per worker."}},"required":["items"]}`)},
+	{Name: Sleep, Description: "Pause the run for a number of seconds before continuing.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"seconds":{"type":"integer","minimum":1,"description":"How long to sleep, in seconds."}},"required":["seconds"]}`)},
+}
+
+// RunTools are the tools the operator executes for the run.
+var RunTools = []Spec{
+	{Name: AskUser, Description: "Ask the person attending this run a question and wait for the answer. Use options for a choice, style confirm for yes/no, input_schema for structured answers.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"},"style":{"type":"string","enum":["free_text","choice","confirm"]},"options":{"type":"array","items":{"type":"string"}},"input_schema":{"type":"object"}},"required":["question"]}`)},
+	{Name: PresentForReview, Description: "Show work to a person for review; the answer says whether it was approved and any feedback.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"},"content":{"type":"string"}},"required":["content"]}`)},
+	{Name: WaitForSignal, Description: "Wait until an external system signals this run (for example a build or deployment finishing); the signal's payload is the result.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"},"input_schema":{"type":"object"}},"required":["reason"]}`)},
+	{Name: CheckAgent, Description: "Report a sub-agent's phase, what it waits on, and its output once complete.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
+}
+
+// RunToolNames are the run tools' names.
+var RunToolNames = func() []string {
+	out := make([]string, len(RunTools))
+	for i, t := range RunTools {
+		out[i] = t.Name
+	}
+	return out
+}()
+
+// IsRunTool reports whether name is a run tool.
+func IsRunTool(name string) bool { return slices.Contains(RunToolNames, name) }
+
+// Blocking reports whether the tool waits on a person, so it is never
+// offered to a run nobody attends.
+func Blocking(name string) bool { return name == AskUser || name == PresentForReview }
