@@ -7,10 +7,12 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
@@ -27,7 +29,7 @@ const IndexAnswerRun = "spec.run"
 // (a choice not offered, input failing its schema, the wrong decision).
 func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
 	var list arv1.AgentRunAnswerList
-	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
 		return fmt.Errorf("listing answers: %w", err)
 	}
 	items := list.Items
@@ -90,10 +92,10 @@ func (r *AgentRunReconciler) recordAnswers(ctx context.Context, updates []answer
 		a := u.answer.DeepCopy()
 		a.Status.State, a.Status.Message = u.state, u.message
 		if u.state == arv1.AnswerApplied {
-			now := metav1.NewTime(r.Clock.Now())
+			now := metav1.NewTime(r.clock.Now())
 			a.Status.AppliedAt = &now
 		}
-		if err := r.Status().Update(ctx, a); client.IgnoreNotFound(err) != nil {
+		if err := r.client.Status().Update(ctx, a); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("recording answer %s: %w", a.Name, err)
 		}
 	}
@@ -101,22 +103,22 @@ func (r *AgentRunReconciler) recordAnswers(ctx context.Context, updates []answer
 }
 
 // runForAnswer maps an answer to the run it answers.
-func runForAnswer(_ context.Context, o client.Object) []reconcileRequest {
+func runForAnswer(_ context.Context, o client.Object) []ctrl.Request {
 	a, ok := o.(*arv1.AgentRunAnswer)
 	if !ok {
 		return nil
 	}
-	return []reconcileRequest{{NamespacedName: client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Run}}}
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Run}}}
 }
 
 // settleAnswersOfFinishedRun records the fate of answers a finished run
 // never got to record: ones its journal applied (the last reconcile ended
 // before writing it) are Applied, any other is Rejected, so no answer is
-// left without a state.
-func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run *arv1.AgentRun) error {
+// left without a state. It reports whether every answer is settled.
+func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run *arv1.AgentRun) (bool, error) {
 	var list arv1.AgentRunAnswerList
-	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
-		return fmt.Errorf("listing answers: %w", err)
+	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
+		return false, fmt.Errorf("listing answers: %w", err)
 	}
 	var open []*arv1.AgentRunAnswer
 	for i := range list.Items {
@@ -125,11 +127,11 @@ func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run
 		}
 	}
 	if len(open) == 0 {
-		return nil
+		return true, nil
 	}
-	entries, err := r.journals.Load(ctx, run)
+	entries, err := store.Read(ctx, r.reader, run.Namespace, run.UID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	applied := journal.AppliedAnswers(entries)
 	var updates []answerUpdate
@@ -140,5 +142,5 @@ func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run
 			updates = append(updates, answerUpdate{a, arv1.AnswerRejected, fmt.Sprintf("The run has finished (%s)", run.Status.Phase)})
 		}
 	}
-	return r.recordAnswers(ctx, updates)
+	return true, r.recordAnswers(ctx, updates)
 }

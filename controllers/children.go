@@ -29,7 +29,7 @@ const defaultMaxChildDepth = 4
 // same name adopts nothing).
 func (r *AgentRunReconciler) listChildren(ctx context.Context, run *arv1.AgentRun) ([]arv1.AgentRun, error) {
 	var list arv1.AgentRunList
-	if err := r.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexOwnerUID: string(run.UID)}); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexOwnerUID: string(run.UID)}); err != nil {
 		return nil, fmt.Errorf("listing children: %w", err)
 	}
 	return list.Items, nil
@@ -46,7 +46,7 @@ func (r *AgentRunReconciler) childFacts(run *arv1.AgentRun, children []arv1.Agen
 		seen.Insert(c.Name)
 		out = append(out, factOf(c))
 	}
-	for _, want := range r.expectations.pending(run.UID, seen) {
+	for _, want := range r.expect.pending(run.UID, seen) {
 		out = append(out, want)
 	}
 	return out
@@ -69,9 +69,9 @@ func (r *AgentRunReconciler) createChildren(ctx context.Context, run *arv1.Agent
 		if err != nil {
 			return err
 		}
-		r.expectations.expect(run.UID, factOf(child))
-		if err := r.Create(ctx, child); err != nil && !apierrors.IsAlreadyExists(err) {
-			r.expectations.forget(run.UID, child.Name)
+		r.expect.expect(run.UID, factOf(child))
+		if err := r.client.Create(ctx, child); err != nil && !apierrors.IsAlreadyExists(err) {
+			r.expect.forget(run.UID, child.Name)
 			return fmt.Errorf("creating child %s: %w", child.Name, err)
 		}
 	}
@@ -99,7 +99,7 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 		if stage.FanOut.WorkerAgent != "" {
 			spec.Agent = stage.FanOut.WorkerAgent
 		} else {
-			spec.Agent, spec.EntryStage = ownedName(run, "blueprint"), stage.FanOut.WorkerStage
+			spec.Agent, spec.EntryStage = run.Status.BlueprintSnapshot, stage.FanOut.WorkerStage
 		}
 		name = childName(run, fmt.Sprintf("w%d", req.Index), req.Attempt)
 	case runstate.ChildSubagent:
@@ -119,7 +119,7 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 				arv1.LabelAttempt:   strconv.Itoa(req.Attempt),
 				arv1.LabelChildKind: string(req.Kind),
 			},
-			OwnerReferences: []metav1.OwnerReference{ownerRef(run)},
+			OwnerReferences: []metav1.OwnerReference{run.OwnerReference()},
 		},
 		Spec: spec,
 	}, nil
@@ -164,7 +164,7 @@ func (r *AgentRunReconciler) cascade(ctx context.Context, run *arv1.AgentRun, ch
 		}
 		orig := c.DeepCopy()
 		c.Spec.Cancel, c.Spec.Paused = wantCancel, wantPaused
-		if err := r.Patch(ctx, c, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Patch(ctx, c, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("cascading to child %s: %w", c.Name, err)
 		}
 	}
@@ -197,7 +197,7 @@ func (r *AgentRunReconciler) mergeInputs(ctx context.Context, run *arv1.AgentRun
 			continue
 		}
 		var cm corev1.ConfigMap
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.FinalOutput.ObjectName}, &cm); err != nil {
+		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.FinalOutput.ObjectName}, &cm); err != nil {
 			return nil, fmt.Errorf("reading worker %s's output: %w", c.Name, err)
 		}
 		out = append(out, cm.Data["output"])

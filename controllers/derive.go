@@ -6,11 +6,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -21,8 +16,12 @@ import (
 // what acting on its answer needs.
 type facts struct {
 	runstate.Facts
-	// spawnFiles is the blueprint to snapshot (before spawn only).
-	spawnFiles map[string]string
+	// spawnFiles is the blueprint to snapshot, spawnParsed its parse (not
+	// narrowed to the run's entry stage) and snapshot its name (before
+	// spawn only).
+	spawnFiles  map[string]string
+	spawnParsed *blueprint.Blueprint
+	snapshot    string
 	// resolved is the provider for the next call, when one is due and ready.
 	resolved *resolved
 	// children are the run's child runs, from the cache.
@@ -31,11 +30,21 @@ type facts struct {
 	answerUpdates []answerUpdate
 	// tool is the next MCP tool call's server, when one is due and ready.
 	tool *resolvedTool
+	// listings are tool servers whose catalog must be (re)listed now.
+	listings []serverConn
+	// offer is what the model is offered, when a call to a model that
+	// chooses tools is due.
+	offer *offer
+	// statusIntent is the intent status holds that the journal has not
+	// recorded yet (it is journaled with its outcome).
+	statusIntent *journal.Entry
 }
 
-// derive gathers the facts: the blueprint (snapshot, or the ConfigMap
-// before spawn), the journal folded over it, and, only when a call is due,
-// the provider config and credentials.
+// derive gathers the facts: the blueprint (its snapshot, or the source
+// ConfigMap before spawn), the journal folded over it with the intent
+// status holds, and, only when a call is due, the provider and its
+// credentials. Nothing here waits on anything but the API server, and most
+// of it is read from memory.
 func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,
@@ -48,28 +57,21 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 		return nil, err
 	}
 	if !f.Spawned {
-		return f, nil
+		return f, r.unspawnedFacts(ctx, run, f)
 	}
 	// Which steps run now is read before the journal: a step finishing in
 	// between then shows either as still running or as completed in the
 	// journal, never as neither (which would look like an interrupted call).
-	inFlight := r.Pool.InFlightSeqs(run.UID)
-	entries, err := r.journals.Load(ctx, run)
+	inFlight := r.pool.InFlightSeqs(run.UID)
+	entries, err := r.journals.Load(ctx, run, neverWritten(run))
 	if err != nil {
 		return nil, err
 	}
+	entries, f.statusIntent = withPendingIntent(entries, run.Status.PendingCall, now)
 	f.State = journal.Fold(f.Blueprint, entries)
 	f.TitleWanted = f.Blueprint.Agent.Title.Enabled && run.Spec.Depth == 0
-	if f.children, err = r.listChildren(ctx, run); err != nil {
+	if err := r.childrenFacts(ctx, run, f); err != nil {
 		return nil, err
-	}
-	f.Children = r.childFacts(run, f.children)
-	f.Depth, f.MaxChildDepth = run.Spec.Depth, defaultMaxChildDepth
-	if d := f.Blueprint.Agent.MaxChildDepth; d != nil {
-		f.MaxChildDepth = *d
-	}
-	if d := run.Spec.MaxChildDepth; d != nil {
-		f.MaxChildDepth = *d
 	}
 	if p := f.State.Pending; p != nil {
 		f.InFlight = inFlight[p.Seq]
@@ -81,56 +83,108 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	if err := r.answerFacts(ctx, run, f); err != nil {
 		return nil, err
 	}
-	if runstate.NeedsProvider(f.Facts) {
-		stage, _, _ := f.Blueprint.Stage(f.State.Stage)
-		var refs []string
-		if f.TitleWanted && !f.State.Titled && f.Blueprint.Agent.Title.Model != "" {
-			refs = []string{f.Blueprint.Agent.Title.Model}
-		}
-		res, block, retryAt, err := r.resolveProvider(ctx, run, stage, refs, f.State, now)
-		if err != nil {
-			return nil, err
-		}
-		f.Setup, f.SetupRetryAt, f.resolved = block, retryAt, res
-	}
-	return f, nil
+	return f, r.providerFacts(ctx, run, f, now)
 }
 
-// loadBlueprint finds the run's snapshot, or before spawn reads the
-// blueprint ConfigMap the spec names. A missing blueprint is a setup wait
-// (GitOps applies objects in any order); one that does not parse is an error.
-func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentRun, f *facts) error {
-	if bp, ok := r.blueprints.Get(run.UID); ok {
-		f.Spawned, f.Blueprint = true, bp
+// unspawnedFacts folds the journal of a run that never spawned: it may
+// hold only its cancellation.
+func (r *AgentRunReconciler) unspawnedFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+	entries, err := r.journals.Load(ctx, run, neverWritten(run))
+	if err == nil && len(entries) > 0 {
+		f.State = journal.Fold(&blueprint.Blueprint{}, entries)
+	}
+	return err
+}
+
+// neverWritten says the run's status was never written, so it has no
+// journal yet (the first status write precedes every journal write).
+func neverWritten(run *arv1.AgentRun) bool {
+	return run.Status.StartedAt == nil && run.Status.ObservedGeneration == 0
+}
+
+// withPendingIntent adds the intent status records, when the journal has
+// not recorded it (with its outcome) yet: it was written ahead of its call,
+// in status, and is journaled only with the call's outcome.
+func withPendingIntent(entries []journal.Entry, p *arv1.PendingCall, now time.Time) ([]journal.Entry, *journal.Entry) {
+	next := int64(0)
+	if n := len(entries); n > 0 {
+		next = entries[n-1].Seq + 1
+	}
+	if p == nil || p.Seq < next {
+		return entries, nil
+	}
+	e := journal.Entry{Seq: p.Seq, At: now, Stage: p.Stage, Iteration: int(p.Iteration)}
+	if p.Kind == arv1.CallKindModel {
+		e.Kind, e.Provider, e.Model, e.RequestHash, e.Purpose, e.Lost = journal.ModelCallRequested, p.Provider, p.Model, p.RequestHash, p.Purpose, int(p.Lost)
+	} else {
+		e.Kind, e.Index, e.Tool, e.Input, e.Effect, e.Server, e.IdempotencyKey = journal.ToolCallRequested, int(p.Index), p.Tool, p.Input, string(p.Effect), p.Server, p.IdempotencyKey
+	}
+	return append(entries[:len(entries):len(entries)], e), &e
+}
+
+// childrenFacts reads the run's children and its depth limits.
+func (r *AgentRunReconciler) childrenFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+	var err error
+	if f.children, err = r.listChildren(ctx, run); err != nil {
+		return err
+	}
+	f.Children = r.childFacts(run, f.children)
+	f.Depth, f.MaxChildDepth = run.Spec.Depth, defaultMaxChildDepth
+	if d := f.Blueprint.Agent.MaxChildDepth; d != nil {
+		f.MaxChildDepth = *d
+	}
+	if d := run.Spec.MaxChildDepth; d != nil {
+		f.MaxChildDepth = *d
+	}
+	return nil
+}
+
+// providerFacts resolves the provider and its credentials, only when a
+// model call is due.
+func (r *AgentRunReconciler) providerFacts(ctx context.Context, run *arv1.AgentRun, f *facts, now time.Time) error {
+	if !runstate.NeedsProvider(f.Facts) {
 		return nil
 	}
-	snap := &corev1.ConfigMap{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ownedName(run, "blueprint")}, snap)
-	switch {
-	case err == nil && ownedBy(snap, run):
-		bp, perr := blueprint.Parse(snap.Data)
+	stage, _, _ := f.Blueprint.Stage(f.State.Stage)
+	var refs []string
+	if f.TitleWanted && !f.State.Titled && f.Blueprint.Agent.Title.Model != "" {
+		refs = []string{f.Blueprint.Agent.Title.Model}
+	}
+	res, block, retryAt, err := r.resolveProvider(ctx, run, stage, refs, f.State, now)
+	if err != nil {
+		return err
+	}
+	f.Setup, f.SetupRetryAt, f.resolved = block, retryAt, res
+	if res != nil && block == nil {
+		r.offerFacts(ctx, run, f, stage)
+	}
+	return nil
+}
+
+// loadBlueprint reads the run's snapshot, or before spawn the blueprint
+// ConfigMap the spec names. A missing blueprint is a setup wait (GitOps
+// applies objects in any order); one that does not parse is an error.
+func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+	if name := run.Status.BlueprintSnapshot; name != "" {
+		bp, perr, err := r.snapshotBlueprint(ctx, run.Namespace, name)
+		if err != nil {
+			return err
+		}
 		if perr == nil {
-			perr = withEntryStage(bp, run.Spec.EntryStage)
+			bp, perr = withEntryStage(bp, run.Spec.EntryStage)
 		}
 		if perr != nil {
-			f.BlueprintError = fmt.Sprintf("blueprint snapshot %s: %v", snap.Name, perr)
+			f.BlueprintError = fmt.Sprintf("blueprint snapshot %s: %v", name, perr)
 			return nil
 		}
-		r.blueprints.Put(run.UID, bp)
 		f.Spawned, f.Blueprint = true, bp
 		return nil
-	case err == nil:
-		f.BlueprintError = fmt.Sprintf("ConfigMap %s/%s exists and is not this run's blueprint snapshot; delete or rename it", snap.Namespace, snap.Name)
-		return nil
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading the blueprint snapshot: %w", err)
 	}
-
-	src := &corev1.ConfigMap{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Spec.Agent}, src); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading blueprint ConfigMap %s/%s: %w", run.Namespace, run.Spec.Agent, err)
-		}
+	data, rv, found, err := r.refs.ConfigMap(ctx, run.Namespace, run.Spec.Agent)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading blueprint ConfigMap %s/%s: %w", run.Namespace, run.Spec.Agent, err)
+	case !found:
 		f.Setup = &runstate.SetupBlock{
 			Blocker: arv1.BlockerBlueprintMissing,
 			Refs:    []string{"ConfigMap/" + run.Spec.Agent},
@@ -139,57 +193,88 @@ func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentR
 		}
 		return nil
 	}
-	bp, err := blueprint.Parse(src.Data)
+	src := r.parseSource(run.Namespace, run.Spec.Agent, rv, data)
+	bp, err := src.bp, src.err
 	if err == nil {
-		err = withEntryStage(bp, run.Spec.EntryStage)
+		bp, err = withEntryStage(bp, run.Spec.EntryStage)
 	}
 	if err != nil {
 		f.BlueprintError = fmt.Sprintf("blueprint ConfigMap %s/%s: %v", run.Namespace, run.Spec.Agent, err)
 		return nil
 	}
-	f.Blueprint, f.spawnFiles = bp, src.Data
+	f.Blueprint, f.spawnFiles, f.spawnParsed, f.snapshot = bp, data, src.bp, src.snapshot
 	return nil
+}
+
+// parsedSource is a blueprint ConfigMap as parsed at one resourceVersion.
+type parsedSource struct {
+	bp       *blueprint.Blueprint
+	err      error
+	snapshot string
+}
+
+// parseSource parses a blueprint ConfigMap once per version: every run
+// of it starting meanwhile shares the parse.
+func (r *AgentRunReconciler) parseSource(ns, name, rv string, data map[string]string) parsedSource {
+	if p, ok := r.refs.Parsed("ConfigMap", ns, name, rv); ok {
+		if src, ok := p.(parsedSource); ok {
+			return src
+		}
+	}
+	bp, err := blueprint.Parse(data)
+	src := parsedSource{bp: bp, err: err, snapshot: snapshotName(blueprint.Hash(data))}
+	r.refs.Remember("ConfigMap", ns, name, rv, src)
+	return src
 }
 
 // withEntryStage makes spec.entryStage the blueprint's entry stage for this
-// run (fan-out workers running one of their parent's stages).
-func withEntryStage(bp *blueprint.Blueprint, stage string) error {
+// run (fan-out workers running one of their parent's stages), on a copy:
+// a parsed snapshot is shared by every run of it.
+func withEntryStage(bp *blueprint.Blueprint, stage string) (*blueprint.Blueprint, error) {
 	if stage == "" {
-		return nil
+		return bp, nil
 	}
 	if _, _, ok := bp.Stage(stage); !ok {
-		return fmt.Errorf("spec.entryStage %q is not a stage of the blueprint", stage)
+		return nil, fmt.Errorf("spec.entryStage %q is not a stage of the blueprint", stage)
 	}
-	bp.Agent.EntryStage = stage
-	return nil
+	c := *bp
+	c.Agent.EntryStage = stage
+	return &c, nil
 }
 
-// blueprintCache keeps parsed snapshots by run UID. A snapshot never
-// changes, so the cache never goes stale.
+// blueprintCache keeps parsed snapshots by name. A snapshot never changes
+// (its name is its content's hash, and it is immutable), so the cache
+// never goes stale; it is bounded so a stream of distinct blueprints
+// cannot grow it without end.
 type blueprintCache struct {
-	mu sync.Mutex
-	m  map[types.UID]*blueprint.Blueprint
+	mu    sync.Mutex
+	m     map[string]*blueprint.Blueprint
+	order []string
 }
+
+const blueprintCacheSize = 256
 
 func newBlueprintCache() *blueprintCache {
-	return &blueprintCache{m: map[types.UID]*blueprint.Blueprint{}}
+	return &blueprintCache{m: map[string]*blueprint.Blueprint{}}
 }
 
-func (c *blueprintCache) Get(uid types.UID) (*blueprint.Blueprint, bool) {
+func (c *blueprintCache) Get(name string) (*blueprint.Blueprint, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	bp, ok := c.m[uid]
+	bp, ok := c.m[name]
 	return bp, ok
 }
 
-func (c *blueprintCache) Put(uid types.UID, bp *blueprint.Blueprint) {
+func (c *blueprintCache) Put(name string, bp *blueprint.Blueprint) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m[uid] = bp
-}
-
-func (c *blueprintCache) Forget(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, uid)
+	if _, ok := c.m[name]; ok {
+		return
+	}
+	if len(c.order) >= blueprintCacheSize {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.m[name] = bp
+	c.order = append(c.order, name)
 }

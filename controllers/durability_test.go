@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -214,8 +215,8 @@ func TestPauseHoldsResultAndResumes(t *testing.T) {
 }
 
 // TestCancelAndDelete cancels a run mid-call (terminal Cancelled, distinct
-// from Error) and deletes another mid-call (the finalizer stops its work and
-// lets it go).
+// from Error) and deletes another mid-call: it goes at once (runs carry no
+// finalizer) and its work stops.
 func TestCancelAndDelete(t *testing.T) {
 	h := startManager(t, managerOpts{})
 	ns := newNamespace(t)
@@ -240,21 +241,26 @@ func TestCancelAndDelete(t *testing.T) {
 		t.Errorf("phase moved after cancel: %s", r.Status.Phase)
 	}
 
-	waitFor(t, ns, "d", 20*time.Second, "finalizer and a call in flight", func(r *arv1.AgentRun) bool {
-		return r.Status.PendingCall != nil && len(r.Finalizers) == 1
-	})
-	if err := k8s.Delete(context.Background(), getRun(t, ns, "d")); err != nil {
+	d := waitFor(t, ns, "d", 20*time.Second, "a call in flight", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	if len(d.Finalizers) != 0 {
+		t.Errorf("finalizers = %v, want none (a finalizer costs a write per run)", d.Finalizers)
+	}
+	journaled := len(journalEntries(t, ns, string(d.UID)))
+	if err := k8s.Delete(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "d"}, &arv1.AgentRun{})
-		if client.IgnoreNotFound(err) == nil && err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the deleted run is still there: the finalizer was not released")
-		}
-		time.Sleep(50 * time.Millisecond)
+	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "d"}, &arv1.AgentRun{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("the deleted run is still there: %v", err)
+	}
+	calls := h.scripted.Calls(string(d.UID))
+	time.Sleep(2 * time.Second) // the paced stage would have called again by now
+	if got := h.scripted.Calls(string(d.UID)); got != calls {
+		t.Errorf("the deleted run's calls went on: %d, then %d", calls, got)
+	}
+	// The call in flight at the deletion may still record its outcome (an
+	// intent and its completion); nothing after it may.
+	if n := len(journalEntries(t, ns, string(d.UID))); n > journaled+2 {
+		t.Errorf("the deleted run's journal grew from %d to %d entries after it was deleted", journaled, n)
 	}
 }

@@ -12,55 +12,84 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 )
 
-// offeredTools are the tools the model may call in the stage: the built-in
-// ones (not the blocking ones under yolo: nobody would answer) and each MCP
-// server's listed tools, without denied ones, narrowed by the stage's
-// available_tools. A server that cannot be listed now offers nothing this
-// turn; the run is not held up by a tool the model may not need.
-func (r *AgentRunReconciler) offeredTools(ctx context.Context, run *arv1.AgentRun, bp *blueprint.Blueprint, stage *blueprint.Stage) []providers.ToolSpec {
-	offer := func(name string) bool {
+// offer is what a model is offered in a turn, and the servers whose tools
+// are left out of it (and why).
+type offer struct {
+	tools   []providers.ToolSpec
+	skipped []skippedServer
+}
+
+type skippedServer struct {
+	server string
+	why    string
+}
+
+// offerFacts works out the tools the model may call in the stage: the run
+// tools (not the blocking ones under yolo: nobody would answer) and each
+// MCP server's listed tools, without denied ones, narrowed by the stage's
+// available_tools. It reads the tool catalog only. A server that is being
+// listed for the first time holds the turn until it is known
+// (ToolsPending); one that cannot be listed offers nothing this turn, so
+// the run is not held up by a tool the model may not need. A scripted
+// stage's calls are in its script, so it is offered nothing.
+func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun, f *facts, stage *blueprint.Stage) {
+	if _, scripted := r.providers[f.resolved.provider.Type]; scripted {
+		return
+	}
+	allowed := func(name string) bool {
 		return stage == nil || len(stage.AvailableTools) == 0 || slices.Contains(stage.AvailableTools, name)
 	}
-	var out []providers.ToolSpec
+	o := &offer{}
 	for _, t := range builtin.RunTools {
-		if offer(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, bp) && builtin.Blocking(t.Name)) {
-			out = append(out, t)
+		if allowed(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, f.Blueprint) && builtin.Blocking(t.Name)) {
+			o.tools = append(o.tools, t)
 		}
 	}
-	for _, srv := range bp.MCPServers {
+	for _, srv := range f.Blueprint.MCPServers {
 		conn, block, err := r.toolServer(ctx, run, srv)
-		if err == nil && block == nil {
-			var tools []mcptool.Tool
-			if tools, err = r.toolCatalog.list(ctx, conn); err == nil {
-				out = append(out, offerable(bp, srv, tools, offer)...)
-				continue
-			}
-			block = toolServerBlock(run, srv, err)
+		switch {
+		case err != nil:
+			o.skipped = append(o.skipped, skippedServer{srv.Name, "its token Secret could not be read"})
+			continue
+		case block != nil:
+			o.skipped = append(o.skipped, skippedServer{srv.Name, block.Remedy})
+			continue
 		}
-		// The model cannot call what it is not offered, so say so where
-		// people look: a Warning event with the remedy.
-		why := "it could not be read"
-		if block != nil {
-			why = block.Remedy
+		e := r.lookupTools(run, f, conn)
+		switch e.State {
+		case toolcatalog.Unknown, toolcatalog.Listing:
+			f.ToolsPending = true
+		case toolcatalog.Failed, toolcatalog.RetryDue:
+			o.skipped = append(o.skipped, skippedServer{srv.Name, toolServerBlock(run, srv, e.Err).Remedy})
+		default:
+			o.tools = append(o.tools, offerable(f.Blueprint, srv, e.Tools, allowed)...)
 		}
-		r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, string(arv1.BlockerToolServerUnavailable), "OfferTools",
-			"The tools of MCP server %q are not offered to the model this turn: %s", srv.Name, clipTo(why, 600))
 	}
-	return out
+	f.offer = o
+}
+
+// warnUnoffered says where people look that the model was not offered a
+// server's tools this turn, with the remedy.
+func (r *AgentRunReconciler) warnUnoffered(run *arv1.AgentRun, o *offer) {
+	for _, sk := range o.skipped {
+		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, string(arv1.BlockerToolServerUnavailable), "OfferTools",
+			"The tools of MCP server %q are not offered to the model this turn: %s", sk.server, clipTo(sk.why, 600))
+	}
 }
 
 // offerable is a server's listed tools the model may be offered: within the
 // server's filter, really from this server, allowed in the stage, and not
 // denied.
-func offerable(bp *blueprint.Blueprint, srv blueprint.MCPServer, tools []mcptool.Tool, offer func(string) bool) []providers.ToolSpec {
+func offerable(bp *blueprint.Blueprint, srv blueprint.MCPServer, tools []mcptool.Tool, allowed func(string) bool) []providers.ToolSpec {
 	var out []providers.ToolSpec
 	for _, t := range tools {
 		if len(srv.Tools) > 0 && !slices.Contains(srv.Tools, t.Name) {
 			continue
 		}
-		if s, ok := bp.ServerFor(t.Name); !ok || s.Name != srv.Name || !offer(t.Name) {
+		if s, ok := bp.ServerFor(t.Name); !ok || s.Name != srv.Name || !allowed(t.Name) {
 			continue
 		}
 		effect := string(t.Effect)

@@ -1,10 +1,21 @@
 package controllers
 
 import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 )
 
 // deletionPredicate passes updates that set a deletion timestamp, which do
@@ -24,7 +35,7 @@ func (dependencyChanged) Update(e event.UpdateEvent) bool {
 }
 
 // notOwnedByAgentRun drops events of the run's own ConfigMaps (journal,
-// snapshot, output): no run ever waits on them.
+// output) and of blueprint snapshots: no run ever waits on them.
 type notOwnedByAgentRun struct{ predicate.Funcs }
 
 func (notOwnedByAgentRun) Create(e event.CreateEvent) bool { return !runOwned(e.Object.GetLabels()) }
@@ -33,7 +44,9 @@ func (notOwnedByAgentRun) Update(e event.UpdateEvent) bool {
 }
 func (notOwnedByAgentRun) Delete(e event.DeleteEvent) bool { return !runOwned(e.Object.GetLabels()) }
 
-func runOwned(l map[string]string) bool { return l[arv1.LabelComponent] != "" && l[labelRunUID] != "" }
+func runOwned(l map[string]string) bool {
+	return l[arv1.LabelComponent] != "" && (l[store.LabelRunUID] != "" || l[arv1.LabelComponent] == componentSnapshot)
+}
 
 // childChanged wakes a parent when a child's phase or wait changes, or when
 // it goes away: what the parent derives its fan-out and roll-up from.
@@ -46,4 +59,48 @@ func (childChanged) Update(e event.UpdateEvent) bool {
 	}
 	ow, nw := o.Status.WaitingOn, n.Status.WaitingOn
 	return (ow == nil) != (nw == nil) || (ow != nil && ow.Reason != nw.Reason)
+}
+
+// wakePriority puts runs woken by their own finished step ahead of new and
+// resynced runs in the work queue, so runs in flight finish before more
+// start (no breadth-first convoy).
+const wakePriority = 10
+
+// wakeHandler enqueues the executor's wake events at wakePriority.
+type wakeHandler struct{}
+
+func (wakeHandler) Create(context.Context, event.TypedCreateEvent[client.Object], workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+}
+func (wakeHandler) Update(context.Context, event.TypedUpdateEvent[client.Object], workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+}
+func (wakeHandler) Delete(context.Context, event.TypedDeleteEvent[client.Object], workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+}
+
+func (wakeHandler) Generic(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(wakePriority)}, req)
+		return
+	}
+	q.Add(req)
+}
+
+var _ handler.EventHandler = wakeHandler{}
+
+// wakeEvent is the event that re-queues one run.
+func wakeEvent(namespace, name string) event.GenericEvent {
+	return event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}}
+}
+
+func wakeOf(run *arv1.AgentRun) event.GenericEvent { return wakeEvent(run.Namespace, run.Name) }
+
+// observeWrites tells the run cache when the informer has caught up with a
+// status write, so the copy kept from the write can go.
+func (r *AgentRunReconciler) observeWrites(mgr ctrl.Manager) error {
+	inf, err := mgr.GetCache().GetInformer(context.Background(), &arv1.AgentRun{})
+	if err != nil {
+		return err
+	}
+	_, err = inf.AddEventHandler(cacheHandler{r.runs})
+	return err
 }

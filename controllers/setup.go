@@ -6,10 +6,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -72,7 +68,7 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		rv.config, rv.provider, rv.model = cfg, p, model
 		res[i] = rv
 		cands[i] = runstate.Candidate{Ref: p.Name + "/" + model, Block: block, SecretVersion: rv.secretVersion, Credential: rv.credential}
-		if open, until, class := r.Breakers.Open(breakerKey(run.Namespace, p.Name), now); open {
+		if open, until, class := r.breakers.Open(breakerKey(run.Namespace, p.Name), now); open {
 			cands[i].CircuitOpenUntil, cands[i].CircuitClass = &until, class
 		}
 	}
@@ -102,32 +98,44 @@ func withConfigRef(b *runstate.SetupBlock, cmName string) {
 // breakerKey scopes a provider's circuit to its namespace's provider config.
 func breakerKey(ns, provider string) string { return ns + "/" + provider }
 
-// providerConfig reads and parses the run's provider ConfigMap.
+// providerConfig reads and parses the run's provider ConfigMap (once per
+// version of it).
 func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.AgentRun) (*providerconfig.Config, string, *runstate.SetupBlock, error) {
 	ns, cmName := run.Namespace, run.Spec.ProviderConfig
 	if cmName == "" {
 		cmName = providerconfig.DefaultConfigMapName
 	}
 	cmRef := []string{"ConfigMap/" + cmName}
-	var cm corev1.ConfigMap
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: cmName}, &cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, cmName, &runstate.SetupBlock{
-				Blocker: arv1.BlockerProviderConfigMissing, Refs: cmRef,
-				Remedy: fmt.Sprintf("Create the provider ConfigMap %s/%s with a %s key declaring the providers: kubectl create configmap %s -n %s --from-file=%s",
-					ns, cmName, providerconfig.DataKey, cmName, ns, providerconfig.DataKey),
-			}, nil
-		}
+	data, rv, found, err := r.refs.ConfigMap(ctx, ns, cmName)
+	switch {
+	case err != nil:
 		return nil, cmName, nil, fmt.Errorf("reading provider config %s/%s: %w", ns, cmName, err)
-	}
-	cfg, err := providerconfig.Parse(cm.Data)
-	if err != nil {
+	case !found:
 		return nil, cmName, &runstate.SetupBlock{
-			Blocker: arv1.BlockerProviderConfigInvalid, Refs: cmRef,
-			Remedy: fmt.Sprintf("Fix the provider ConfigMap %s/%s: %s", ns, cmName, clipTo(err.Error(), 600)),
+			Blocker: arv1.BlockerProviderConfigMissing, Refs: cmRef,
+			Remedy: fmt.Sprintf("Create the provider ConfigMap %s/%s with a %s key declaring the providers: kubectl create configmap %s -n %s --from-file=%s",
+				ns, cmName, providerconfig.DataKey, cmName, ns, providerconfig.DataKey),
 		}, nil
 	}
-	return cfg, cmName, nil, nil
+	p, ok := r.refs.Parsed("ConfigMap", ns, cmName, rv)
+	parsed, isParsed := p.(parsedConfig)
+	if !ok || !isParsed {
+		parsed.cfg, parsed.err = providerconfig.Parse(data)
+		r.refs.Remember("ConfigMap", ns, cmName, rv, parsed)
+	}
+	if parsed.err != nil {
+		return nil, cmName, &runstate.SetupBlock{
+			Blocker: arv1.BlockerProviderConfigInvalid, Refs: cmRef,
+			Remedy: fmt.Sprintf("Fix the provider ConfigMap %s/%s: %s", ns, cmName, clipTo(parsed.err.Error(), 600)),
+		}, nil
+	}
+	return parsed.cfg, cmName, nil, nil
+}
+
+// parsedConfig is a provider ConfigMap as parsed at one version.
+type parsedConfig struct {
+	cfg *providerconfig.Config
+	err error
 }
 
 // credentials reads the provider's API key Secret, if it has one.
@@ -140,19 +148,19 @@ func (r *AgentRunReconciler) credentials(ctx context.Context, run *arv1.AgentRun
 	sref := p.APIKeySecret
 	out.credential.Secret, out.credential.Key = sref.Name, sref.Key
 	secRef := []string{"Secret/" + sref.Name}
-	var sec corev1.Secret
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: sref.Name}, &sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			return out, &runstate.SetupBlock{
-				Blocker: arv1.BlockerSecretMissing, Refs: secRef,
-				Remedy: fmt.Sprintf("Create the Secret %s/%s holding provider %q's API key under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<api key>",
-					ns, sref.Name, p.Name, sref.Key, sref.Name, ns, sref.Key),
-			}, nil
-		}
+	data, rv, found, err := r.refs.Secret(ctx, ns, sref.Name)
+	switch {
+	case err != nil:
 		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", ns, sref.Name, err)
+	case !found:
+		return out, &runstate.SetupBlock{
+			Blocker: arv1.BlockerSecretMissing, Refs: secRef,
+			Remedy: fmt.Sprintf("Create the Secret %s/%s holding provider %q's API key under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<api key>",
+				ns, sref.Name, p.Name, sref.Key, sref.Name, ns, sref.Key),
+		}, nil
 	}
-	out.secretVersion = sec.ResourceVersion
-	key := strings.TrimSpace(string(sec.Data[sref.Key]))
+	out.secretVersion = rv
+	key := strings.TrimSpace(string(data[sref.Key]))
 	if key == "" {
 		return out, &runstate.SetupBlock{
 			Blocker: arv1.BlockerSecretKeyMissing, Refs: secRef,

@@ -1,8 +1,12 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,20 +22,17 @@ type metav1Time = metav1.Time
 // project writes the run record from the facts and the decision: the one
 // place status is computed, so phase, waitingOn, conditions and counters
 // always agree.
-func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now time.Time) {
+func project(s *scope) {
+	run, f, a, o, now := s.run, s.facts, s.action, s.out, s.now
 	st := &run.Status
-	prev := st.DeepCopy()
+	prev := s.before.Status.DeepCopy()
 	t := metav1.NewTime(now)
 	st.ObservedGeneration = run.Generation
 	if st.StartedAt == nil {
 		st.StartedAt = &t
 	}
-	if p := run.GetOwnerReferences(); len(p) > 0 {
-		for _, ref := range p {
-			if ref.Controller != nil && *ref.Controller && ref.Kind == "AgentRun" {
-				st.ParentRun = ref.Name
-			}
-		}
+	if ref := metav1.GetControllerOf(run); ref != nil && ref.Kind == "AgentRun" {
+		st.ParentRun = ref.Name
 	}
 	state := f.State
 	if bp := f.Blueprint; bp != nil {
@@ -39,33 +40,12 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 		st.NumStages = int32(len(bp.Stages))
 	}
 	if f.Spawned {
-		st.BlueprintSnapshot = ownedName(run, "blueprint")
 		st.CurrentStage = state.Stage
 		st.StageIndex = int32(state.StageIndex)
 		st.Iteration = int32(state.Iteration)
 		st.Stage = fmt.Sprintf("%s %d/%d", state.Stage, state.StageIndex+1, st.NumStages)
 	}
-
-	st.Error = ""
-	switch {
-	case a.Kind == runstate.ActFail:
-		st.Phase, st.Error = arv1.PhaseError, clipTo(a.Message, 4000)
-	case state.Outcome == journal.OutcomeComplete:
-		st.Phase = arv1.PhaseComplete
-	case state.Outcome == journal.OutcomeError:
-		st.Phase, st.Error = arv1.PhaseError, clipTo(state.Message, 4000)
-	case state.Outcome == journal.OutcomeCancelled:
-		st.Phase = arv1.PhaseCancelled
-	case f.Paused:
-		st.Phase = arv1.PhasePaused
-	case a.Kind == runstate.ActPark:
-		st.Phase = arv1.PhaseWaitingInput
-	case state.NextSeq == 0:
-		st.Phase = arv1.PhaseStarting
-	default:
-		st.Phase = arv1.PhaseRunning
-	}
-
+	st.Phase, st.Error = phaseOf(f, a)
 	st.WaitingOn, st.SetupRefs = nil, nil
 	if st.Phase == arv1.PhaseWaitingInput {
 		st.WaitingOn = runstate.DeriveWaitingOn(a.Markers, prev.WaitingOn, now)
@@ -73,40 +53,11 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 			st.SetupRefs = a.Markers.Setup.Refs
 		}
 	}
-
-	u := &st.Usage
-	u.PromptTokens, u.CompletionTokens = state.Usage.Prompt, state.Usage.Completion
-	u.CachedTokens, u.CacheWriteTokens = state.Usage.Cached, state.Usage.CacheWrite
-	u.TotalTokens = state.Usage.Prompt + state.Usage.Completion
-	u.ModelCalls = state.ModelCalls
-	u.ToolCalls = state.ToolCalls
-	u.UnpricedCalls = state.UnpricedCalls
-	u.CostPricedUSD = money.NanoUSD(state.PricedNanoUSD).String()
-	u.CostUSD = u.CostPricedUSD
-	if state.UnpricedCalls > 0 {
-		u.CostUSD = costUnknown
-	}
-	u.CostIsExact = !state.CostInexact
-
-	if st.Model == "" {
-		if state.EntryModel != "" {
-			st.Model = state.EntryModel
-		} else if o.dispatchedModel != "" && f.Blueprint != nil && f.Blueprint.EntryStage() != nil && state.Stage == f.Blueprint.EntryStage().Name {
-			st.Model = o.dispatchedModel
-		}
-	}
-	st.PendingCall = nil
-	if p := state.Pending; p != nil && state.Outcome == journal.OutcomeNone {
-		st.PendingCall = &arv1.PendingCall{Kind: arv1.CallKindModel, Seq: p.Seq, RequestHash: p.RequestHash}
-	}
-	if p := state.PendingTool(); p != nil && (state.Outcome == journal.OutcomeNone || p.Effect == string(arv1.EffectWrite)) {
-		// A write's intent stays on record after the run ends: the evidence
-		// of an unresolved write.
-		st.PendingCall = &arv1.PendingCall{
-			Kind: arv1.CallKindTool, Seq: p.Seq, Tool: p.Tool, Input: clipTo(p.Input, 16384),
-			Effect: arv1.ToolEffect(p.Effect), IdempotencyKey: p.IdempotencyKey,
-		}
-	}
+	projectUsage(&st.Usage, &state)
+	// The model is the one that answered the entry stage, never one that
+	// was tried and failed over from.
+	st.Model = state.EntryModel
+	st.PendingCall = pendingCall(&state)
 	st.Title, st.TitleError = clipTo(state.Title, 256), clipTo(state.TitleError, 1024)
 	st.Flags.MaxIterationsHit = state.MaxIterationsHit
 	st.Flags.ProducedOutput = state.Output != nil
@@ -119,14 +70,80 @@ func project(run *arv1.AgentRun, f *facts, a runstate.Action, o actOutcome, now 
 	}
 	st.Children = childrenSummary(f, a)
 	st.TreeUsage = treeUsage(st.Usage, f.children)
-
 	// Last moved: a new iteration, stage or phase only.
 	if st.Phase != prev.Phase || st.CurrentStage != prev.CurrentStage || st.Iteration != prev.Iteration || st.LastProgressAt == nil {
 		st.LastProgressAt = &t
 	}
+	if st.Phase.IsTerminal() && st.FinishedAt == nil {
+		st.FinishedAt = &t
+	}
 	observeClock(st, now)
 	markCallbackDue(run)
-	setConditions(run, o.backpressure)
+	setConditions(run, conditionInputs{backpressure: o.backpressure, catalogWait: o.catalogWait, queued: o.queued})
+	if !sameStatus(prev, st) {
+		st.UpdatedAt = &t
+	}
+}
+
+// phaseOf is the run's phase (and error) from its journal and decision.
+func phaseOf(f *facts, a runstate.Action) (arv1.Phase, string) {
+	state := f.State
+	switch {
+	case a.Kind == runstate.ActFail:
+		return arv1.PhaseError, clipTo(a.Message, 4000)
+	case state.Outcome == journal.OutcomeComplete:
+		return arv1.PhaseComplete, ""
+	case state.Outcome == journal.OutcomeError:
+		return arv1.PhaseError, clipTo(state.Message, 4000)
+	case state.Outcome == journal.OutcomeCancelled:
+		return arv1.PhaseCancelled, ""
+	case f.Paused:
+		return arv1.PhasePaused, ""
+	case a.Kind == runstate.ActPark:
+		return arv1.PhaseWaitingInput, ""
+	case state.NextSeq == 0 && state.Pending == nil:
+		return arv1.PhaseStarting, ""
+	}
+	return arv1.PhaseRunning, ""
+}
+
+// projectUsage copies the journal's counters into status. Unknown is
+// never free: an unpriced call or one that may have been billed without
+// its answer (lost in a crash) makes the cost unknown.
+func projectUsage(u *arv1.Usage, state *journal.State) {
+	u.PromptTokens, u.CompletionTokens = state.Usage.Prompt, state.Usage.Completion
+	u.CachedTokens, u.CacheWriteTokens = state.Usage.Cached, state.Usage.CacheWrite
+	u.TotalTokens = state.Usage.Prompt + state.Usage.Completion
+	u.ModelCalls = state.ModelCalls
+	u.ToolCalls = state.ToolCalls
+	u.UnpricedCalls = state.UnpricedCalls
+	u.LostCalls = state.LostCalls
+	u.CostPricedUSD = money.NanoUSD(state.PricedNanoUSD).String()
+	u.CostUSD = u.CostPricedUSD
+	if state.UnpricedCalls > 0 || state.LostCalls > 0 {
+		u.CostUSD = costUnknown
+	}
+	u.CostIsExact = !state.CostInexact && state.LostCalls == 0
+}
+
+// pendingCall is the seeds' pending-call object: the intent written ahead
+// of a call, which stays on record after the run ends for a write (the
+// evidence of an unresolved write).
+func pendingCall(state *journal.State) *arv1.PendingCall {
+	if p := state.PendingTool(); p != nil && (state.Outcome == journal.OutcomeNone || p.Effect == string(arv1.EffectWrite)) {
+		return &arv1.PendingCall{
+			Kind: arv1.CallKindTool, Seq: p.Seq, Tool: p.Tool, Input: clipTo(p.Input, 16384),
+			Effect: arv1.ToolEffect(p.Effect), IdempotencyKey: p.IdempotencyKey,
+			Index: int32(p.Index), Server: p.Server, Stage: state.Stage,
+		}
+	}
+	if p := state.Pending; p != nil && state.Outcome == journal.OutcomeNone {
+		return &arv1.PendingCall{
+			Kind: arv1.CallKindModel, Seq: p.Seq, RequestHash: p.RequestHash, Stage: p.Stage, Iteration: int32(p.Iteration),
+			Provider: p.Provider, Model: p.Model, Purpose: p.Purpose, Lost: int32(p.Lost),
+		}
+	}
+	return nil
 }
 
 // costUnknown is how an unpriced total reads: unknown is never free.
@@ -153,60 +170,109 @@ func observeClock(st *arv1.AgentRunStatus, now time.Time) {
 	}
 }
 
+// conditionInputs are what conditions show besides phase and waitingOn.
+type conditionInputs struct {
+	// backpressure: a step is due but every executor slot is busy.
+	backpressure bool
+	// catalogWait: the step waits for its tools to be listed.
+	catalogWait bool
+	// queued: the run waits for an active-run slot.
+	queued bool
+}
+
 // setConditions derives Ready, Reconciling, Stalled, Waiting and
 // NeedsAttention from phase and waitingOn, so they always agree with them.
-func setConditions(run *arv1.AgentRun, backpressure bool) {
+func setConditions(run *arv1.AgentRun, in conditionInputs) {
 	st := &run.Status
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: run.Generation,
-		})
-	}
 	switch st.Phase {
 	case arv1.PhaseComplete, arv1.PhaseCompleteInteractive:
-		set(arv1.ConditionReady, metav1.ConditionTrue, arv1.ReasonSucceeded, "The run completed")
+		setCondition(run, arv1.ConditionReady, metav1.ConditionTrue, arv1.ReasonSucceeded, "The run completed")
 		meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionReconciling)
 		meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionStalled)
 	case arv1.PhaseError:
-		set(arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonFailed, st.Error)
+		setCondition(run, arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonFailed, st.Error)
 		meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionReconciling)
-		set(arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonFailed, st.Error)
+		setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonFailed, st.Error)
 	case arv1.PhaseCancelled:
-		set(arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonCancelled, "The run was cancelled")
+		setCondition(run, arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonCancelled, "The run was cancelled")
 		meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionReconciling)
-		set(arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonCancelled, "The run was cancelled")
+		setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonCancelled, "The run was cancelled")
 	default:
-		reason, msg := arv1.ReasonProgressing, "The run is in progress"
-		switch {
-		case st.Phase == arv1.PhaseStarting:
-			reason, msg = arv1.ReasonAccepted, "The run was accepted"
-		case st.Phase == arv1.PhasePaused:
-			reason, msg = arv1.ReasonPaused, "The run is paused (spec.paused)"
-		case st.WaitingOn != nil:
-			reason, msg = string(st.WaitingOn.Reason), waitMessage(st.WaitingOn)
-		case backpressure:
-			reason, msg = arv1.ReasonWaitingForExecutor, "A step is ready; every executor slot is busy (backpressure, not a setup problem)"
-		}
-		set(arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonIncomplete, "The run has not completed")
+		reason, msg := progressReason(st, in)
+		setCondition(run, arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonIncomplete, "The run has not completed")
 		if st.WaitingOn != nil && st.WaitingOn.Reason == arv1.WaitNeedsSetup {
-			set(arv1.ConditionStalled, metav1.ConditionTrue, reason, msg)
+			setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, reason, msg)
 			meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionReconciling)
 		} else {
-			set(arv1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+			setCondition(run, arv1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
 			meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionStalled)
 		}
 	}
 	if w := st.WaitingOn; w != nil {
-		set(arv1.ConditionWaiting, metav1.ConditionTrue, string(w.Reason), waitMessage(w))
+		setCondition(run, arv1.ConditionWaiting, metav1.ConditionTrue, string(w.Reason), waitMessage(w))
 		if w.Reason.NeedsAPerson() {
-			set(arv1.ConditionNeedsAttention, metav1.ConditionTrue, string(w.Reason), waitMessage(w))
+			setCondition(run, arv1.ConditionNeedsAttention, metav1.ConditionTrue, string(w.Reason), waitMessage(w))
 		} else {
-			set(arv1.ConditionNeedsAttention, metav1.ConditionFalse, arv1.ReasonNoPersonNeeded, "Nothing waits on a person")
+			setCondition(run, arv1.ConditionNeedsAttention, metav1.ConditionFalse, arv1.ReasonNoPersonNeeded, "Nothing waits on a person")
 		}
 	} else {
-		set(arv1.ConditionWaiting, metav1.ConditionFalse, arv1.ReasonNotWaiting, "The run is not parked")
-		set(arv1.ConditionNeedsAttention, metav1.ConditionFalse, arv1.ReasonNoPersonNeeded, "Nothing waits on a person")
+		setCondition(run, arv1.ConditionWaiting, metav1.ConditionFalse, arv1.ReasonNotWaiting, "The run is not parked")
+		setCondition(run, arv1.ConditionNeedsAttention, metav1.ConditionFalse, arv1.ReasonNoPersonNeeded, "Nothing waits on a person")
 	}
+}
+
+// progressReason is the reason and message of an unfinished run.
+func progressReason(st *arv1.AgentRunStatus, in conditionInputs) (string, string) {
+	switch {
+	case st.Phase == arv1.PhasePaused:
+		return arv1.ReasonPaused, "The run is paused (spec.paused)"
+	case st.WaitingOn != nil:
+		return string(st.WaitingOn.Reason), waitMessage(st.WaitingOn)
+	case in.queued:
+		return arv1.ReasonQueued, "The run waits for an active-run slot (--max-active-runs); runs are admitted in creation order"
+	case in.backpressure:
+		return arv1.ReasonWaitingForExecutor, "A step is ready; every executor slot is busy (backpressure, not a setup problem)"
+	case in.catalogWait:
+		return arv1.ReasonWaitingForToolCatalog, "The tools of the next step are being listed from their MCP servers"
+	case st.Phase == arv1.PhaseStarting:
+		return arv1.ReasonAccepted, "The run was accepted"
+	}
+	return arv1.ReasonProgressing, "The run is in progress"
+}
+
+// setCondition sets one condition, stamped with the generation observed.
+func setCondition(run *arv1.AgentRun, t string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: clipTo(msg, 32768), ObservedGeneration: run.Generation,
+	})
+}
+
+// retried shows, on a run still in progress, that the reconcile before
+// this one failed and was retried: the transient error stays visible for
+// one status write even when it was the status write that failed.
+func retried(run *arv1.AgentRun, last string) {
+	c := meta.FindStatusCondition(run.Status.Conditions, arv1.ConditionReconciling)
+	if c == nil || c.Status != metav1.ConditionTrue || run.Status.WaitingOn != nil {
+		return
+	}
+	setCondition(run, arv1.ConditionReconciling, metav1.ConditionTrue, arv1.ReasonRetryingAfterError,
+		clipTo("Retried after: "+last, 4000))
+}
+
+// markError shows a failed reconcile in conditions, leaving the rest of the
+// record as it was: a transient failure (an API error) on Reconciling with
+// the controller retrying, a terminal one (the run's records cannot be
+// read) on Stalled.
+func markError(run *arv1.AgentRun, err error, now time.Time) {
+	msg := clipTo(capitalize(err.Error()), 4000)
+	if errors.Is(err, reconcile.TerminalError(nil)) {
+		meta.RemoveStatusCondition(&run.Status.Conditions, arv1.ConditionReconciling)
+		setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonReconcileFailed, msg)
+	} else {
+		setCondition(run, arv1.ConditionReconciling, metav1.ConditionTrue, arv1.ReasonRetryingAfterError, msg+"; retrying")
+	}
+	t := metav1.NewTime(now)
+	run.Status.UpdatedAt = &t
 }
 
 // waitMessage is the human sentence for a wait: the remedy when there is one.
@@ -281,4 +347,35 @@ func clipTo(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// emitEvents reports, after status persisted, where a run ended up and why
+// it parks, with the remedy in the message so `kubectl describe` shows
+// what to do. Moving between Starting and Running is not an event: every
+// event is a write to the API server, and those two say nothing a person
+// acts on.
+func (r *AgentRunReconciler) emitEvents(run *arv1.AgentRun, before *arv1.AgentRunStatus) {
+	st := &run.Status
+	if w := st.WaitingOn; w != nil && (before.WaitingOn == nil || before.WaitingOn.Reason != w.Reason || before.WaitingOn.Blocker != w.Blocker) {
+		typ := corev1.EventTypeNormal
+		if w.NeedsAPerson {
+			typ = corev1.EventTypeWarning
+		}
+		r.recorder.Eventf(run, nil, typ, string(w.Reason), "Park", "Waiting on %s: %s", w.Summary, waitMessage(w))
+	}
+	if before.Phase == st.Phase || st.Phase == arv1.PhaseRunning || st.Phase == arv1.PhaseStarting || st.Phase == arv1.PhaseWaitingInput {
+		return
+	}
+	typ, msg := corev1.EventTypeNormal, fmt.Sprintf("Phase changed from %s to %s", orNone(string(before.Phase)), st.Phase)
+	if st.Phase == arv1.PhaseError {
+		typ, msg = corev1.EventTypeWarning, msg+": "+st.Error
+	}
+	r.recorder.Eventf(run, nil, typ, string(st.Phase), "PhaseChange", "%s", msg)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
@@ -218,17 +218,9 @@ func keyOf(ns, name string) types.NamespacedName {
 // journalEntries reads a run's journal back from the API server.
 func journalEntries(t *testing.T, ns, uid string) []journal.Entry {
 	t.Helper()
-	var list corev1.ConfigMapList
-	if err := k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{"agentrun.dev/run-uid": uid, arv1.LabelComponent: "journal"}); err != nil {
+	out, err := store.Read(context.Background(), k8s, ns, types.UID(uid))
+	if err != nil {
 		t.Fatal(err)
-	}
-	var out []journal.Entry
-	for _, cm := range list.Items {
-		var e journal.Entry
-		if err := json.Unmarshal([]byte(cm.Data["entry"]), &e); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
 	}
 	return out
 }

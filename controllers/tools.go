@@ -2,23 +2,15 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -26,17 +18,10 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
-	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/steps"
+	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 )
-
-// toolServerRetry is how soon a run parked on an unreachable MCP server
-// looks again by itself (fixing its Secret retries at once).
-const toolServerRetry = 30 * time.Second
-
-// toolListTTL bounds how long a server's tool list (and so a tool's effect
-// from its annotations) is trusted before it is listed again.
-const toolListTTL = time.Minute
 
 // resolvedTool is the next tool call's server, ready to call.
 type resolvedTool struct {
@@ -44,19 +29,26 @@ type resolvedTool struct {
 	effect string
 }
 
+// serverConn is a blueprint's MCP server with its token, ready to list or
+// call.
+type serverConn struct {
+	spec   blueprint.MCPServer
+	server mcptool.Server
+}
+
 // toolFacts finds out what Decide needs about the run's next tool call: is
 // it a built-in tool or one a blueprint server offers, its effect (the
 // blueprint's override, else the server's annotations, else write), and
-// whether its server can be used now (its token Secret, its reachability).
+// whether its server can be used now (its token Secret, its listing). It
+// only reads the tool catalog; a server not listed yet is listed by a step.
 func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts, inFlight map[int64]bool) error {
 	h := f.State.HeadCall()
 	if h == nil {
 		return nil
 	}
 	if in := h.Intent; in != nil {
-		key := executor.Key{Run: run.UID, Seq: in.Seq}
 		f.InFlight = inFlight[in.Seq]
-		_, f.IntentUnstarted = r.unstarted.Load(key)
+		f.IntentUnstarted = r.unstarted.has(stepKey(run, in.Seq))
 		if (in.Effect == blueprint.EffectWrite && !f.IntentUnstarted) || f.InFlight {
 			return nil // a dangling write waits for a person; nothing to resolve
 		}
@@ -73,65 +65,111 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 	fact := &runstate.ToolFact{Known: true, Server: srv.Name, Effect: blueprint.EffectWrite}
 	f.Tool = fact
 	override := f.Blueprint.Tools[h.Name].Effect
+	if override != "" {
+		fact.Effect = override
+	}
 	conn, block, err := r.toolServer(ctx, run, srv)
-	if err != nil {
+	if err != nil || block != nil {
+		fact.Setup = block
 		return err
 	}
-	if block != nil {
-		fact.Setup = block
-		if override != "" {
-			fact.Effect = override
+	e := r.lookupTools(run, f, conn)
+	switch e.State {
+	case toolcatalog.Unknown, toolcatalog.Listing:
+		fact.Pending = true
+		return nil
+	case toolcatalog.Failed, toolcatalog.RetryDue:
+		retry := e.RetryAt
+		if !retry.After(f.Now) {
+			retry = f.Now.Add(toolcatalog.DefaultRetry)
 		}
+		fact.Setup, fact.SetupRetryAt = toolServerBlock(run, srv, e.Err), &retry
 		return nil
 	}
-	tools, err := r.toolCatalog.list(ctx, conn)
-	if err != nil {
-		retry := f.Now.Add(toolServerRetry)
-		fact.Setup, fact.SetupRetryAt = toolServerBlock(run, srv, err), &retry
-		if override != "" {
-			fact.Effect = override
-		}
-		return nil
-	}
-	i := slices.IndexFunc(tools, func(t mcptool.Tool) bool { return t.Name == h.Name })
+	i := slices.IndexFunc(e.Tools, func(t mcptool.Tool) bool { return t.Name == h.Name })
 	if i < 0 {
 		fact.Known = false // the server does not offer it (any more)
 		return nil
 	}
-	fact.Effect = string(tools[i].Effect)
-	if override != "" {
-		fact.Effect = override
+	if override == "" {
+		fact.Effect = string(e.Tools[i].Effect)
 	}
-	f.tool = &resolvedTool{server: conn, effect: fact.Effect}
+	f.tool = &resolvedTool{server: conn.server, effect: fact.Effect}
 	return nil
+}
+
+// lookupTools reads a server's catalog entry. A server that must be
+// listed is queued for a listing step, and the run is registered to be
+// woken by it before the entry is read again, so a listing finishing in
+// between is never missed.
+func (r *AgentRunReconciler) lookupTools(run *arv1.AgentRun, f *facts, conn serverConn) toolcatalog.Entry {
+	key := toolcatalog.KeyOf(conn.server)
+	e := r.catalog.Lookup(key, f.Now)
+	if !e.NeedsListing() && e.State != toolcatalog.Listing {
+		return e
+	}
+	if e.NeedsListing() {
+		f.listings = append(f.listings, conn)
+	}
+	if e.State != toolcatalog.Stale {
+		r.catalog.Wait(key, types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
+		e = r.catalog.Lookup(key, f.Now)
+	}
+	return e
+}
+
+// listTools starts the listings the facts asked for, each on an executor
+// step in its server's lane (once the status write succeeded). A full
+// pool leaves the listing for when the run is woken with room.
+func (r *AgentRunReconciler) listTools(s *scope) {
+	for _, conn := range s.facts.listings {
+		key := toolcatalog.KeyOf(conn.server)
+		if !r.catalog.Begin(key) {
+			continue // already being listed
+		}
+		step := executor.Step{Key: executor.Key{Run: types.UID("listing:" + string(key))}, Lane: steps.Lane(conn.server), Wake: wakeOf(s.run)}
+		ticket, ok := r.pool.Reserve(step)
+		if !ok || ticket == nil {
+			r.catalog.Abort(key)
+			s.out.backpressure = s.out.backpressure || !ok
+			continue
+		}
+		l := steps.Listing{Namespace: s.run.Namespace, Server: conn.server}
+		s.start(ticket, func(ctx context.Context) { r.steps.RunListing(ctx, l) })
+		s.aborts = append(s.aborts, func() { r.catalog.Abort(key) })
+	}
+	s.facts.listings = nil
+	if s.action.Kind == runstate.ActWaitCatalog {
+		s.out.catalogWait = true
+	}
 }
 
 // toolServer reads the server's token Secret, if it has one. A missing
 // Secret or key is a NeedsSetup blocker like any credential, and the run
 // wakes when the Secret appears.
-func (r *AgentRunReconciler) toolServer(ctx context.Context, run *arv1.AgentRun, srv blueprint.MCPServer) (mcptool.Server, *runstate.SetupBlock, error) {
-	conn := mcptool.Server{Name: srv.Name, URL: srv.URL}
+func (r *AgentRunReconciler) toolServer(ctx context.Context, run *arv1.AgentRun, srv blueprint.MCPServer) (serverConn, *runstate.SetupBlock, error) {
+	conn := serverConn{spec: srv, server: mcptool.Server{Name: srv.Name, URL: srv.URL}}
 	if srv.AuthSecret == "" {
 		return conn, nil, nil
 	}
 	ns := run.Namespace
 	refs := []string{"Secret/" + srv.AuthSecret}
-	var sec corev1.Secret
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: srv.AuthSecret}, &sec); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return conn, nil, fmt.Errorf("reading Secret %s/%s: %w", ns, srv.AuthSecret, err)
-		}
+	data, _, found, err := r.refs.Secret(ctx, ns, srv.AuthSecret)
+	switch {
+	case err != nil:
+		return conn, nil, fmt.Errorf("reading Secret %s/%s: %w", ns, srv.AuthSecret, err)
+	case !found:
 		return conn, &runstate.SetupBlock{Blocker: arv1.BlockerSecretMissing, Refs: refs, Remedy: fmt.Sprintf(
 			"Create the Secret %s/%s holding the token of MCP server %q under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<token>",
 			ns, srv.AuthSecret, srv.Name, srv.AuthKey, srv.AuthSecret, ns, srv.AuthKey)}, nil
 	}
-	token := strings.TrimSpace(string(sec.Data[srv.AuthKey]))
+	token := strings.TrimSpace(string(data[srv.AuthKey]))
 	if token == "" {
 		return conn, &runstate.SetupBlock{Blocker: arv1.BlockerSecretKeyMissing, Refs: refs, Remedy: fmt.Sprintf(
 			"The Secret %s/%s has no non-empty key %q for MCP server %q: kubectl create secret generic %s -n %s --from-literal=%s=<token> --dry-run=client -o yaml | kubectl apply -f -",
 			ns, srv.AuthSecret, srv.AuthKey, srv.Name, srv.AuthSecret, ns, srv.AuthKey)}, nil
 	}
-	conn.Token = token
+	conn.server.Token = token
 	return conn, nil, nil
 }
 
@@ -147,53 +185,8 @@ func toolServerBlock(run *arv1.AgentRun, srv blueprint.MCPServer, err error) *ru
 		return b
 	}
 	b.Remedy = clipTo(fmt.Sprintf("MCP server %q at %s could not be used: %v. Check the server and its URL in the blueprint; the run retries every %s.",
-		srv.Name, srv.URL, err, toolServerRetry), 1024)
+		srv.Name, srv.URL, err, toolcatalog.DefaultRetry), 1024)
 	return b
-}
-
-// toolCatalog caches each server's tool list for toolListTTL.
-type toolCatalog struct {
-	mu sync.Mutex
-	m  map[string]catalogEntry
-}
-
-type catalogEntry struct {
-	tools []mcptool.Tool
-	at    time.Time
-}
-
-func newToolCatalog() *toolCatalog { return &toolCatalog{m: map[string]catalogEntry{}} }
-
-func (c *toolCatalog) list(ctx context.Context, s mcptool.Server) ([]mcptool.Tool, error) {
-	key := s.URL + "|" + tokenHash(s.Token)
-	c.mu.Lock()
-	e, ok := c.m[key]
-	c.mu.Unlock()
-	if ok && time.Since(e.at) < toolListTTL {
-		return e.tools, nil
-	}
-	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	tools, err := mcptool.List(lctx, sharedHTTP, s)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.m[key] = catalogEntry{tools: tools, at: time.Now()}
-	c.mu.Unlock()
-	return tools, nil
-}
-
-// forget drops a server's list, so the next call lists (and so probes) it.
-func (c *toolCatalog) forget(s mcptool.Server) {
-	c.mu.Lock()
-	delete(c.m, s.URL+"|"+tokenHash(s.Token))
-	c.mu.Unlock()
-}
-
-func tokenHash(t string) string {
-	h := sha256.Sum256([]byte(t))
-	return hex.EncodeToString(h[:8])
 }
 
 // idempotencyKey is the key recorded with a tool call's intent: the run and
@@ -202,8 +195,10 @@ func idempotencyKey(run *arv1.AgentRun, seq int64) string {
 	return fmt.Sprintf("%s-%d", run.UID, seq)
 }
 
-// actTool carries out a tool-call decision.
-func (r *AgentRunReconciler) actTool(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
+// toolEntry is the journal entry of a tool-call decision that needs no
+// call: a gate's decision, a result nobody had to call a server for, a
+// person's retry or abandon of a dangling write.
+func toolEntry(f *facts, a runstate.Action) journal.Entry {
 	h := f.State.HeadCall()
 	e := journal.Entry{Index: h.Index, Tool: h.Name}
 	switch a.Kind {
@@ -213,7 +208,7 @@ func (r *AgentRunReconciler) actTool(ctx context.Context, run *arv1.AgentRun, f 
 		e.Result = clipTo(d.Reason, 4096)
 	case runstate.ActToolComplete:
 		c := a.Completion
-		e.Kind, e.Result, e.IsError, e.By, e.Message = journal.ToolCallCompleted, clipTo(c.Result, maxToolResult), c.IsError, c.By, c.Answer
+		e.Kind, e.Result, e.IsError, e.By, e.Message = journal.ToolCallCompleted, clipTo(c.Result, steps.MaxToolResult), c.IsError, c.By, c.Answer
 		if h.Intent != nil {
 			e.Call = h.Intent.Seq
 		}
@@ -221,130 +216,46 @@ func (r *AgentRunReconciler) actTool(ctx context.Context, run *arv1.AgentRun, f 
 		e.Kind, e.Call, e.By, e.Message = journal.ToolCallRetried, h.Intent.Seq, a.Answer.By, a.Answer.Name
 	case runstate.ActAbandon:
 		e.Kind, e.By, e.Message = journal.RunAbandoned, a.Answer.By, a.Answer.Name
-	case runstate.ActToolCall:
-		return r.callTool(ctx, run, f, a)
 	}
-	return r.record(ctx, run, f, e)
+	return e
 }
 
-// maxToolResult caps a tool result kept in the journal (a ConfigMap entry).
-const maxToolResult = 64 << 10
-
 // callTool runs the next tool call: check_agent at once from the cache, an
-// MCP tool on an executor worker after journaling its intent.
-func (r *AgentRunReconciler) callTool(ctx context.Context, run *arv1.AgentRun, f *facts, a runstate.Action) (actOutcome, error) {
+// MCP tool on an executor step in its server's lane. The intent is
+// recorded in the status this reconcile writes, so a write or idempotent
+// call is on record before it starts.
+func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, error) {
+	f, run := s.facts, s.run
 	st := &f.State
 	h := st.HeadCall()
 	if h.Name == builtin.CheckAgent {
 		res, isErr := r.checkAgent(ctx, run, f, h.Arguments)
-		return r.record(ctx, run, f, journal.Entry{Kind: journal.ToolCallCompleted, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr})
+		return true, r.record(ctx, s, journal.Entry{Kind: journal.ToolCallCompleted, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr})
 	}
 	if f.tool == nil {
-		return actOutcome{}, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)
+		return false, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)
 	}
-	intent := journal.Entry{}
-	if a.Reissue {
+	intent := journal.Entry{
+		Seq: st.NextSeq, Kind: journal.ToolCallRequested, At: f.Now, Index: h.Index,
+		Tool: h.Name, Input: h.Arguments, Effect: f.tool.effect, Server: f.tool.server.Name,
+	}
+	intent.IdempotencyKey = idempotencyKey(run, intent.Seq)
+	if s.action.Reissue {
 		intent = *h.Intent
-	} else {
-		// Journal no intent the pool cannot start now: after a crash an
-		// unstarted write would look like one that may have happened.
-		wake := event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}}}
-		if !r.Pool.HasRoom(run.UID, wake) {
-			return actOutcome{backpressure: true}, nil
-		}
-		intent = journal.Entry{
-			Seq: st.NextSeq, Kind: journal.ToolCallRequested, At: f.Now, Index: h.Index,
-			Tool: h.Name, Input: h.Arguments, Effect: f.tool.effect, Server: f.tool.server.Name,
-		}
-		intent.IdempotencyKey = idempotencyKey(run, intent.Seq)
-		if err := r.journals.Append(ctx, run, intent); err != nil {
-			return actOutcome{}, err
-		}
+		intent.Input = h.Arguments
+	}
+	ticket, ok := r.pool.Reserve(stepOf(run, intent.Seq, steps.Lane(f.tool.server)))
+	if !ok {
+		s.out.backpressure = true
+		return false, nil
+	}
+	if !s.action.Reissue {
 		st.Apply(f.Blueprint, intent)
 	}
-	key := executor.Key{Run: run.UID, Seq: intent.Seq}
-	wake := event.GenericEvent{Object: &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}}}
-	target, srv := run.DeepCopy(), f.tool.server
-	var out actOutcome
-	if !r.Pool.Submit(key, wake, func(stepCtx context.Context) { r.runToolCall(stepCtx, target, intent, srv) }) {
-		// Journaled but not started (the pool filled meanwhile): this
-		// process knows the call never left, so it may start it later
-		// whatever its effect.
-		r.unstarted.Store(key, struct{}{})
-		out.backpressure = true
-		return out, nil
-	}
-	r.unstarted.Delete(key)
-	return out, nil
-}
-
-// runToolCall runs on an executor worker. Reads and idempotent calls are
-// retried on transport failures; a write whose request may have reached
-// the server is never retried here: its intent stays without a completion
-// and the run parks on NeedsReconciliation for a person to settle.
-func (r *AgentRunReconciler) runToolCall(ctx context.Context, run *arv1.AgentRun, intent journal.Entry, srv mcptool.Server) {
-	log := ctrl.Log.WithName("tool").WithValues("AgentRun", run.Namespace+"/"+run.Name, "seq", intent.Seq, "tool", intent.Tool)
-	started := time.Now()
-	var res mcptool.Result
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		callCtx, cancel := context.WithTimeout(ctx, r.stepTimeout)
-		res, err = mcptool.Call(callCtx, sharedHTTP, srv, intent.Tool, json.RawMessage(intent.Input), intent.IdempotencyKey)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		var ce *mcptool.CallError
-		notSent := errors.As(err, &ce) && ce.NotSent
-		if !notSent && intent.Effect == blueprint.EffectWrite {
-			break
-		}
-		backoff := min(500*time.Millisecond<<attempt, 10*time.Second)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff/2)))):
-		}
-	}
-	if ctx.Err() != nil {
-		if err != nil {
-			log.V(1).Info("Tool call cancelled before completion; its intent stays pending")
-			return
-		}
-		// The call finished before the cancel: its result is known, so it
-		// is journaled rather than left for a person to reconcile.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-	}
-	done := journal.Entry{Seq: intent.Seq + 1, Kind: journal.ToolCallCompleted, Call: intent.Seq, At: r.Clock.Now(), Index: intent.Index, Tool: intent.Tool}
-	outcome := "ok"
-	if err != nil {
-		var ce *mcptool.CallError
-		switch {
-		case errors.As(err, &ce) && ce.NotSent:
-			// Never reached the server: safe to issue again once it is back.
-			r.toolCatalog.forget(srv)
-			outcome = "not_sent"
-			done.Kind, done.Message = journal.ToolCallRetried, ""
-			done.By = "operator: the call never reached the server (" + clipTo(err.Error(), 200) + ")"
-		case intent.Effect == blueprint.EffectWrite:
-			metrics.RecordToolCall(srv.Name, intent.Effect, "unsettled", time.Since(started))
-			log.Info("Write tool call failed after it may have reached the server; a person must settle it", "error", err.Error())
-			return
-		default:
-			outcome = "failed"
-			done.Result, done.IsError = "The tool server failed: "+clipTo(err.Error(), 1000), true
-		}
-	} else {
-		done.Result, done.IsError = clipTo(res.Text, maxToolResult), res.IsError
-		if res.IsError {
-			outcome = "tool_error"
-		}
-	}
-	metrics.RecordToolCall(srv.Name, intent.Effect, outcome, time.Since(started))
-	if err := r.appendCompletion(ctx, run, done); err != nil {
-		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
-	}
+	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server}
+	s.intents = append(s.intents, stepKey(run, intent.Seq))
+	s.start(ticket, func(ctx context.Context) { r.steps.RunToolCall(ctx, call) })
+	return false, nil
 }
 
 // checkAgent is the check_agent tool: a child run's phase, wait and (once
@@ -365,7 +276,7 @@ func (r *AgentRunReconciler) checkAgent(ctx context.Context, run *arv1.AgentRun,
 	}
 	if fo := c.Status.FinalOutput; fo != nil {
 		var cm corev1.ConfigMap
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: fo.ObjectName}, &cm); err == nil {
+		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: fo.ObjectName}, &cm); err == nil {
 			res["output"] = clipTo(cm.Data["output"], 16<<10)
 		}
 	}

@@ -390,10 +390,15 @@ func TestDanglingWriteWaitsForAPerson(t *testing.T) {
 			h.stop()
 			release()
 			startManager(t, managerOpts{})
-			w := waitFor(t, ns, "r", 20*time.Second, "NeedsReconciliation", waitingOn(arv1.WaitNeedsReconciliation)).Status.WaitingOn
-			req := entriesOf(t, ns, run, journal.ToolCallRequested)
-			if len(req) != 1 || w.Seq == nil || *w.Seq != req[0].Seq || w.Tool != "create_ticket" || !w.NeedsAPerson {
-				t.Fatalf("waitingOn = %+v, intents = %+v", w, req)
+			parked := waitFor(t, ns, "r", 20*time.Second, "NeedsReconciliation", waitingOn(arv1.WaitNeedsReconciliation))
+			w, p := parked.Status.WaitingOn, parked.Status.PendingCall
+			// The write's intent was recorded in status before the call;
+			// the journal records it only with an outcome.
+			if p == nil || p.Kind != arv1.CallKindTool || p.Effect != arv1.EffectWrite || w.Seq == nil || *w.Seq != p.Seq || w.Tool != "create_ticket" || !w.NeedsAPerson {
+				t.Fatalf("waitingOn = %+v, pendingCall = %+v", w, p)
+			}
+			if req := entriesOf(t, ns, run, journal.ToolCallRequested); len(req) != 0 {
+				t.Fatalf("intents journaled before any outcome: %+v", req)
 			}
 			time.Sleep(500 * time.Millisecond)
 			if got := srv.Calls("create_ticket") - before; got != 1 {
@@ -422,7 +427,7 @@ func TestDanglingWriteWaitsForAPerson(t *testing.T) {
 			case arv1.DecisionAbandon:
 				done := waitFor(t, ns, "r", 20*time.Second, "Cancelled", phaseIs(arv1.PhaseCancelled))
 				pc := done.Status.PendingCall
-				if pc == nil || pc.Tool != "create_ticket" || pc.Seq != req[0].Seq || pc.Effect != arv1.EffectWrite {
+				if pc == nil || pc.Tool != "create_ticket" || pc.Seq != p.Seq || pc.Effect != arv1.EffectWrite {
 					t.Errorf("pendingCall = %+v, want the unresolved write on record", pc)
 				}
 				if srv.Calls("create_ticket")-before != 1 {

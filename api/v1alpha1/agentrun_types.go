@@ -142,6 +142,16 @@ type AgentRunSpec struct {
 	// nothing went wrong, somebody decided). Cannot be withdrawn.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
+
+	// ttlSecondsAfterFinished limits how long a finished run (Complete,
+	// Error or Cancelled) is kept, as for a Job: once that many seconds have
+	// passed since it finished, the run is deleted with everything it owns
+	// (its journal, output and children), never before its webhook is
+	// settled. 0 deletes it as soon as it finishes. Unset, the manager's
+	// --ttl-seconds-after-finished default applies (see docs/retention.md).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // CallbackSpec is the webhook a run notifies on its terminal transition.
@@ -362,6 +372,10 @@ type AgentRunStatus struct {
 	// updatedAt.
 	// +optional
 	LastProgressAt *metav1.Time `json:"lastProgressAt,omitempty"`
+	// finishedAt is when the run reached its terminal phase; retention
+	// (ttlSecondsAfterFinished) counts from it.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 	// active measures working time, as against age. Absent means no clock
 	// was kept; a present clock with zero seconds is a genuine zero.
 	// +optional
@@ -505,6 +519,12 @@ const (
 	WaitSignal WaitReason = "Signal"
 )
 
+// WaitReasons lists every wait reason, in the order of the CRD's enum.
+var WaitReasons = []WaitReason{
+	WaitToolApproval, WaitUserPrompt, WaitTaintGate, WaitInteractionPoint, WaitFanOutWorkers, WaitChildren,
+	WaitNeedsSetup, WaitSleeping, WaitBudgetExceeded, WaitNeedsReconciliation, WaitSignal,
+}
+
 // NeedsAPerson reports whether clearing this wait needs a person. False only
 // for waits that resolve by themselves: workers, children, sleeping, signal.
 func (r WaitReason) NeedsAPerson() bool {
@@ -588,9 +608,10 @@ type WaitingOn struct {
 	// +required
 	Reason WaitReason `json:"reason"`
 	// needsAPerson is false only for waits that clear by themselves
-	// (workers, children, sleeping, signal). Alerts key on it.
-	// +optional
-	NeedsAPerson bool `json:"needsAPerson,omitempty"`
+	// (workers, children, sleeping, signal). Alerts key on it. Always
+	// present, true or false, so a jsonpath read never comes back empty.
+	// +required
+	NeedsAPerson bool `json:"needsAPerson"`
 	// summary renders the wait for listings, e.g. "FanOutWorkers(3)" or
 	// "NeedsSetup: SecretMissing".
 	// +optional
@@ -716,6 +737,11 @@ type Usage struct {
 	// unknown.
 	// +optional
 	UnpricedCalls int64 `json:"unpricedCalls,omitempty"`
+	// lostCalls are model calls that may have reached the provider (and so
+	// may be billed) but whose answer was lost when a manager died; each
+	// was made again. Non-zero makes costUSD unknown and costIsExact false.
+	// +optional
+	LostCalls int64 `json:"lostCalls,omitempty"`
 	// costIsExact is true when every priced call carried the provider's own
 	// cost figure, false when any was reconstructed from rate cards.
 	// +optional
@@ -904,6 +930,38 @@ type PendingCall struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// stage the call belongs to.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Stage string `json:"stage,omitempty"`
+	// iteration of the stage the call is made in (model calls).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Iteration int32 `json:"iteration,omitempty"`
+	// provider and model the call goes to (model calls).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Provider string `json:"provider,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Model string `json:"model,omitempty"`
+	// purpose is "title" for the call that names the run (model calls).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Purpose string `json:"purpose,omitempty"`
+	// index is the tool call's position in the model answer's calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Index int32 `json:"index,omitempty"`
+	// server is the MCP server the tool is called on (tool calls).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Server string `json:"server,omitempty"`
+	// lost counts earlier dispatches of this intent whose outcome never
+	// came back (a manager died meanwhile): each may have been billed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Lost int32 `json:"lost,omitempty"`
 }
 
 // AgentRun is one AI-agent task: a blueprint, a task, and the record of the

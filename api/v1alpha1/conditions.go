@@ -44,6 +44,21 @@ const (
 	ReasonNoPersonNeeded = "NoPersonNeeded"
 	// ReasonIncomplete: the run has not completed yet.
 	ReasonIncomplete = "Incomplete"
+	// ReasonRetryingAfterError: the last reconcile failed on a transient
+	// error (the API server refused a write, a read timed out); the message
+	// says which, and the controller retries with backoff. Shown on
+	// Reconciling.
+	ReasonRetryingAfterError = "RetryingAfterError"
+	// ReasonReconcileFailed: the controller cannot go on with the run
+	// without a change from outside (its journal is corrupt). Shown on
+	// Stalled.
+	ReasonReconcileFailed = "ReconcileFailed"
+	// ReasonWaitingForToolCatalog: the tools the next step needs are being
+	// listed from their MCP servers; the run goes on once they are known.
+	ReasonWaitingForToolCatalog = "WaitingForToolCatalog"
+	// ReasonQueued: the run waits for one of the manager's active-run slots
+	// (--max-active-runs); runs are admitted in creation order.
+	ReasonQueued = "Queued"
 )
 
 // Labels, annotations and finalizers.

@@ -2,6 +2,8 @@ package v1alpha1
 
 import (
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // NeedsAPerson reports whether the run is parked on something only a person
@@ -60,4 +62,27 @@ func nonNegativeSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64(d / time.Second)
+}
+
+// OwnedName names an object the run owns: "<run>-<suffix>", or
+// "<uid>-<suffix>" when the run's name is too long for that.
+func (r *AgentRun) OwnedName(suffix string) string {
+	if n := r.Name + "-" + suffix; len(n) <= 253 {
+		return n
+	}
+	return string(r.UID) + "-" + suffix
+}
+
+// OwnerReference makes the run the controller owner of an object, so the
+// garbage collector deletes it with the run.
+func (r *AgentRun) OwnerReference() metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{
+		APIVersion:         GroupVersion.String(),
+		Kind:               "AgentRun",
+		Name:               r.Name,
+		UID:                r.UID,
+		Controller:         &yes,
+		BlockOwnerDeletion: &yes,
+	}
 }

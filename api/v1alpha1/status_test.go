@@ -137,16 +137,17 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		Usage: arv1.Usage{
 			PromptTokens: 12000, CompletionTokens: 3400, CachedTokens: 8000, CacheWriteTokens: 1200,
 			TotalTokens: 15400, ModelCalls: 9, ToolCalls: 14,
-			CostUSD: "0.0123", CostPricedUSD: "0.0123", UnpricedCalls: 1, CostIsExact: true,
+			CostUSD: "0.0123", CostPricedUSD: "0.0123", UnpricedCalls: 1, LostCalls: 1, CostIsExact: true,
 		},
 		TreeUsage: &arv1.Usage{
 			PromptTokens: 24000, CompletionTokens: 6800, CachedTokens: 16000, CacheWriteTokens: 2400,
 			TotalTokens: 30800, ModelCalls: 18, ToolCalls: 28,
-			CostUSD: "unknown", CostPricedUSD: "0.0246", UnpricedCalls: 2, CostIsExact: true,
+			CostUSD: "unknown", CostPricedUSD: "0.0246", UnpricedCalls: 2, LostCalls: 1, CostIsExact: true,
 		},
 		StartedAt:      at(now, -2*time.Hour),
 		UpdatedAt:      at(now, -time.Second),
 		LastProgressAt: at(now, -time.Minute),
+		FinishedAt:     at(now, -time.Second),
 		Active:         &arv1.ActiveClock{BankedSeconds: 1234, Since: at(now, -30*time.Second)},
 		Error:          "provider returned 500 three times",
 		Title:          "Review the payment retry change",
@@ -168,6 +169,7 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		PendingCall: &arv1.PendingCall{
 			Kind: arv1.CallKindTool, Seq: 42, RequestHash: "sha256:abc", Tool: "github.create_issue",
 			Input: `{"title":"retry bug"}`, Effect: arv1.EffectWrite, IdempotencyKey: "run-42-call-42",
+			Stage: "review", Iteration: 2, Provider: "openai", Model: "gpt-x", Purpose: "title", Index: 1, Server: "github", Lost: 1,
 		},
 		SetupRefs: []string{"Secret/openai", "ConfigMap/agentrun-providers"},
 		Conditions: []metav1.Condition{

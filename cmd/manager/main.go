@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -19,9 +20,15 @@ func main() {
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time.")
 	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentRuns reconciled in parallel.")
+	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
+	ttl := flag.Int("ttl-seconds-after-finished", 3600, "Seconds a finished run is kept when its spec sets no ttlSecondsAfterFinished; the run is then deleted with its journal, output and children. Negative keeps finished runs forever. Runs applied by Argo CD or Flux get no default (deleting them would re-apply them).")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *ttl >= 0 {
+		d := time.Duration(*ttl) * time.Second
+		o.TTLAfterFinished = &d
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 
 	ctrl.Log.WithName("setup").Info("Starting the manager")

@@ -1,7 +1,12 @@
-// Package executor runs steps (one model call, one tool call) in a bounded
-// pool so that a reconcile never blocks on a provider. A finished step wakes
-// its run through a channel that the controller watches as a source; a full
-// pool is backpressure, reported as such and never as a setup problem.
+// Package executor runs steps (a model call, a tool call, a webhook
+// delivery, a tool-catalog listing) in a bounded pool so that a reconcile
+// never waits on the network. A step is reserved before the reconcile
+// writes the status that records it and started only once that write
+// succeeded, so nothing is ever started that status does not show. A
+// finished step wakes its run through a channel the controller watches; a
+// full pool is backpressure, reported as such and never as a setup problem.
+// Steps that share a remote (one MCP server) share a lane with its own
+// limit, so one hung server cannot take every slot.
 package executor
 
 import (
@@ -12,62 +17,86 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
-// Key identifies one step: the run's UID and the journal seq of its intent.
+// Key identifies one step: the run's UID and the journal seq of its intent
+// (negative seqs name a run's other steps, such as its webhook delivery).
 type Key struct {
 	Run types.UID
 	Seq int64
+}
+
+// Step is what the pool needs to know about a step.
+type Step struct {
+	Key Key
+	// Lane groups steps that call the same remote; empty means no lane.
+	Lane string
+	// Wake is sent when the step ends, and when a refused step's run may
+	// try again.
+	Wake event.GenericEvent
 }
 
 // Pool is a bounded set of workers. The zero value is not usable; use New.
 type Pool struct {
 	// base is cancelled when the manager stops, so no step outlives it (a
 	// stopped manager must not write journal entries a successor re-derives).
-	base   context.Context
-	stop   context.CancelFunc
-	slots  chan struct{}
-	events chan event.GenericEvent
+	base      context.Context
+	stop      context.CancelFunc
+	size      int
+	laneLimit int
+	events    chan event.GenericEvent
 
 	mu       sync.Mutex
+	busy     int            // reserved or running
+	lanes    map[string]int // lane -> reserved or running
 	inflight map[Key]context.CancelFunc
-	// waiting holds runs that found the pool full, woken when a slot frees.
-	waiting map[types.UID]event.GenericEvent
+	reserved map[Key]bool
+	// waiting holds runs that found no room, woken in the order they
+	// asked when room frees.
+	waiting map[types.UID]waiter
+	order   []types.UID
 }
 
-// New makes a pool running at most size steps at once.
-func New(size int) *Pool {
-	if size < 1 {
-		size = 1
+type waiter struct {
+	lane string
+	wake event.GenericEvent
+}
+
+// New makes a pool running at most size steps at once, at most laneLimit
+// of them in one lane (0: a quarter of size, at least 1).
+func New(size, laneLimit int) *Pool {
+	size = max(size, 1)
+	if laneLimit <= 0 {
+		laneLimit = max(size/4, 1)
 	}
 	base, stop := context.WithCancel(context.Background())
 	return &Pool{
-		base:     base,
-		stop:     stop,
-		slots:    make(chan struct{}, size),
+		base: base, stop: stop, size: size, laneLimit: min(laneLimit, size),
 		events:   make(chan event.GenericEvent, 1024),
+		lanes:    map[string]int{},
 		inflight: map[Key]context.CancelFunc{},
-		waiting:  map[types.UID]event.GenericEvent{},
+		reserved: map[Key]bool{},
+		waiting:  map[types.UID]waiter{},
 	}
 }
 
-// Events is the channel the controller watches: one event per finished step,
-// and one per waiting run when a slot frees.
+// Events is the channel the controller watches: one event per finished
+// step, one per waiting run when room frees, and those sent by Notify.
 func (p *Pool) Events() <-chan event.GenericEvent { return p.events }
 
 // Size is the pool's capacity.
-func (p *Pool) Size() int { return cap(p.slots) }
+func (p *Pool) Size() int { return p.size }
 
-// Busy is how many steps are running now.
-func (p *Pool) Busy() int { return len(p.slots) }
+// LaneLimit is how many steps of one lane may run at once.
+func (p *Pool) LaneLimit() int { return p.laneLimit }
 
-// InFlight reports whether the step is running.
-func (p *Pool) InFlight(k Key) bool {
+// Busy is how many steps are reserved or running now.
+func (p *Pool) Busy() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.inflight[k]
-	return ok
+	return p.busy
 }
 
-// InFlightSeqs is the set of the run's steps (by intent seq) running now.
+// InFlightSeqs is the set of the run's steps (by key seq) reserved or
+// running now.
 func (p *Pool) InFlightSeqs(run types.UID) map[int64]bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -77,86 +106,140 @@ func (p *Pool) InFlightSeqs(run types.UID) map[int64]bool {
 			out[k.Seq] = true
 		}
 	}
+	for k := range p.reserved {
+		if k.Run == run {
+			out[k.Seq] = true
+		}
+	}
 	return out
 }
 
-// RunInFlight reports whether any step of the run is running.
-func (p *Pool) RunInFlight(run types.UID) bool {
+// RunInFlight reports whether any step of the run is reserved or running.
+func (p *Pool) RunInFlight(run types.UID) bool { return len(p.InFlightSeqs(run)) > 0 }
+
+// Ticket is a reserved slot: Start runs the step in it, Release gives it
+// back. Both are safe on a nil ticket (nothing was reserved).
+type Ticket struct {
+	p    *Pool
+	step Step
+	done bool
+}
+
+// Reserve holds a slot for the step. ok is false when there is no room:
+// the run is then woken (s.Wake) when a slot of its lane frees. A nil
+// ticket with ok=true means the step is already reserved or running.
+func (p *Pool) Reserve(s Step) (t *Ticket, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k := range p.inflight {
-		if k.Run == run {
-			return true
+	if _, running := p.inflight[s.Key]; running || p.reserved[s.Key] {
+		return nil, true
+	}
+	if p.busy >= p.size || (s.Lane != "" && p.lanes[s.Lane] >= p.laneLimit) {
+		if _, ok := p.waiting[s.Key.Run]; !ok {
+			p.order = append(p.order, s.Key.Run)
 		}
+		p.waiting[s.Key.Run] = waiter{lane: s.Lane, wake: s.Wake}
+		return nil, false
 	}
-	return false
+	delete(p.waiting, s.Key.Run)
+	p.busy++
+	if s.Lane != "" {
+		p.lanes[s.Lane]++
+	}
+	p.reserved[s.Key] = true
+	return &Ticket{p: p, step: s}, true
 }
 
-// HasRoom reports whether a step could start now. When it could not, the
-// run is registered to be woken (wake) when a slot frees, as a refused
-// Submit would, so a caller can check before journaling an intent it
-// could not start.
-func (p *Pool) HasRoom(run types.UID, wake event.GenericEvent) bool {
+// Start runs fn in the reserved slot. fn gets a context cancelled by
+// Cancel or when the pool stops; when it returns the run is woken.
+func (t *Ticket) Start(fn func(context.Context)) {
+	if t == nil || t.done {
+		return
+	}
+	t.done = true
+	p := t.p
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.slots) < cap(p.slots) {
-		return true
-	}
-	p.waiting[run] = wake
-	return false
-}
-
-// Submit starts fn for the step unless the pool is full (false: the caller
-// reports backpressure; the run is woken when a slot frees) or the step is
-// already running (true, nothing started). wake is the event sent when fn
-// returns. fn gets a context cancelled by Cancel or when the pool stops.
-func (p *Pool) Submit(k Key, wake event.GenericEvent, fn func(context.Context)) bool {
-	p.mu.Lock()
-	if _, ok := p.inflight[k]; ok {
-		p.mu.Unlock()
-		return true
-	}
-	select {
-	case p.slots <- struct{}{}:
-	default:
-		p.waiting[k.Run] = wake
-		p.mu.Unlock()
-		return false
-	}
-	delete(p.waiting, k.Run)
-	stepCtx, cancel := context.WithCancel(p.base)
-	p.inflight[k] = cancel
+	delete(p.reserved, t.step.Key)
+	ctx, cancel := context.WithCancel(p.base)
+	p.inflight[t.step.Key] = cancel
 	p.mu.Unlock()
-
 	go func() {
 		defer func() {
 			cancel()
 			p.mu.Lock()
-			delete(p.inflight, k)
-			<-p.slots
-			var next []event.GenericEvent
-			for uid, ev := range p.waiting {
-				next = append(next, ev)
-				delete(p.waiting, uid)
-				if len(next) >= cap(p.slots)-len(p.slots) {
-					break
-				}
-			}
+			delete(p.inflight, t.step.Key)
+			next := p.free(t.step.Lane)
 			p.mu.Unlock()
-			for _, ev := range append([]event.GenericEvent{wake}, next...) {
-				select {
-				case p.events <- ev:
-				case <-p.base.Done():
-					return
-				}
-			}
+			p.Notify(append([]event.GenericEvent{t.step.Wake}, next...)...)
 		}()
-		fn(stepCtx)
+		fn(ctx)
 	}()
-	return true
 }
 
-// Cancel stops every running step of the run.
+// Release gives the slot back without running anything (the status write
+// that was to record the step failed).
+func (t *Ticket) Release() {
+	if t == nil || t.done {
+		return
+	}
+	t.done = true
+	p := t.p
+	p.mu.Lock()
+	delete(p.reserved, t.step.Key)
+	next := p.free(t.step.Lane)
+	p.mu.Unlock()
+	p.Notify(next...)
+}
+
+// free returns a slot of lane and picks the waiting runs that now have
+// room, at most as many as there are free slots. Called with mu held.
+func (p *Pool) free(lane string) []event.GenericEvent {
+	p.busy--
+	if lane != "" {
+		if p.lanes[lane]--; p.lanes[lane] <= 0 {
+			delete(p.lanes, lane)
+		}
+	}
+	var next []event.GenericEvent
+	room := p.size - p.busy
+	kept := p.order[:0]
+	for _, uid := range p.order {
+		w, ok := p.waiting[uid]
+		switch {
+		case !ok:
+			continue // admitted or cancelled meanwhile
+		case len(next) < room && (w.lane == "" || p.lanes[w.lane] < p.laneLimit):
+			next = append(next, w.wake)
+			delete(p.waiting, uid)
+		default:
+			kept = append(kept, uid)
+		}
+	}
+	p.order = kept
+	return next
+}
+
+// Submit reserves a slot and starts fn in it at once: false when there is
+// no room (the run is woken when there is), true when started or already
+// running.
+func (p *Pool) Submit(s Step, fn func(context.Context)) bool {
+	t, ok := p.Reserve(s)
+	t.Start(fn)
+	return ok
+}
+
+// Notify wakes runs, in order, unless the pool has stopped.
+func (p *Pool) Notify(evs ...event.GenericEvent) {
+	for _, ev := range evs {
+		select {
+		case p.events <- ev:
+		case <-p.base.Done():
+			return
+		}
+	}
+}
+
+// Cancel stops every running step of the run and forgets it as waiting.
 func (p *Pool) Cancel(run types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -93,9 +93,12 @@ func (b *blocker) endErr(t *testing.T) error {
 	}
 }
 
+// inFlight reports whether the step is reserved or running.
+func inFlight(p *Pool, k Key) bool { return p.InFlightSeqs(k.Run)[k.Seq] }
+
 func TestNewSize(t *testing.T) {
 	for _, tc := range []struct{ in, want int }{{-3, 1}, {0, 1}, {1, 1}, {4, 4}} {
-		p := New(tc.in)
+		p := New(tc.in, 0)
 		if p.Size() != tc.want || p.Busy() != 0 {
 			t.Errorf("New(%d): size %d busy %d, want %d 0", tc.in, p.Size(), p.Busy(), tc.want)
 		}
@@ -103,10 +106,10 @@ func TestNewSize(t *testing.T) {
 }
 
 func TestSubmitRunsFnAndWakes(t *testing.T) {
-	p := New(2)
+	p := New(2, 0)
 	ran := make(chan struct{})
 	var gotCtx context.Context
-	if !p.Submit(key("a", 1), wakeFor("run-a"), func(ctx context.Context) {
+	if !p.Submit(Step{Key: key("a", 1), Wake: wakeFor("run-a")}, func(ctx context.Context) {
 		gotCtx = ctx
 		close(ran)
 	}) {
@@ -118,8 +121,8 @@ func TestSubmitRunsFnAndWakes(t *testing.T) {
 	}
 	// The event is sent after the step is released: the woken reconcile
 	// sees it finished.
-	if p.InFlight(key("a", 1)) || p.RunInFlight("a") || p.Busy() != 0 {
-		t.Errorf("after the wake: InFlight %v RunInFlight %v Busy %d", p.InFlight(key("a", 1)), p.RunInFlight("a"), p.Busy())
+	if inFlight(p, key("a", 1)) || p.RunInFlight("a") || p.Busy() != 0 {
+		t.Errorf("after the wake: InFlight %v RunInFlight %v Busy %d", inFlight(p, key("a", 1)), p.RunInFlight("a"), p.Busy())
 	}
 	// The step's context is cancelled once fn returns.
 	if gotCtx == nil || gotCtx.Err() == nil {
@@ -129,7 +132,7 @@ func TestSubmitRunsFnAndWakes(t *testing.T) {
 
 	// The same key can run again once finished.
 	again := make(chan struct{})
-	if !p.Submit(key("a", 1), wakeFor("run-a"), func(context.Context) { close(again) }) {
+	if !p.Submit(Step{Key: key("a", 1), Wake: wakeFor("run-a")}, func(context.Context) { close(again) }) {
 		t.Fatal("resubmitting a finished key returned false")
 	}
 	recv(t, again, "second run of the key")
@@ -140,7 +143,7 @@ func TestSubmitRunsFnAndWakes(t *testing.T) {
 
 func TestPoolBoundsConcurrency(t *testing.T) {
 	const n = 20
-	p := New(2)
+	p := New(2, 0)
 	var running, maxRunning atomic.Int32
 	track := func() func() {
 		cur := running.Add(1)
@@ -158,7 +161,7 @@ func TestPoolBoundsConcurrency(t *testing.T) {
 	started := make(chan struct{}, n)
 	accepted := 0
 	for i := 0; i < n; i++ {
-		ok := p.Submit(key(fmt.Sprintf("r%d", i), 1), wakeFor(fmt.Sprintf("r%d", i)), func(ctx context.Context) {
+		ok := p.Submit(Step{Key: key(fmt.Sprintf("r%d", i), 1), Wake: wakeFor(fmt.Sprintf("r%d", i))}, func(ctx context.Context) {
 			defer track()()
 			started <- struct{}{}
 			select {
@@ -193,7 +196,7 @@ func TestPoolBoundsConcurrency(t *testing.T) {
 		progressed := false
 		for name := range remaining {
 			name := name
-			ok := p.Submit(key(name, 2), wakeFor(name), func(context.Context) {
+			ok := p.Submit(Step{Key: key(name, 2), Wake: wakeFor(name)}, func(context.Context) {
 				defer track()()
 				for i := 0; i < 50; i++ {
 					runtime.Gosched()
@@ -239,17 +242,17 @@ func TestPoolBoundsConcurrency(t *testing.T) {
 }
 
 func TestFullPoolWakesWaitingRun(t *testing.T) {
-	p := New(1)
+	p := New(1, 0)
 	a := newBlocker()
-	if !p.Submit(key("a", 1), wakeFor("run-a"), a.fn) {
+	if !p.Submit(Step{Key: key("a", 1), Wake: wakeFor("run-a")}, a.fn) {
 		t.Fatal("first Submit returned false")
 	}
 	recv(t, a.started, "step a")
 	ranB := false
-	if p.Submit(key("b", 1), wakeFor("run-b"), func(context.Context) { ranB = true }) {
+	if p.Submit(Step{Key: key("b", 1), Wake: wakeFor("run-b")}, func(context.Context) { ranB = true }) {
 		t.Fatal("Submit into a full pool returned true")
 	}
-	if p.InFlight(key("b", 1)) || p.RunInFlight("b") {
+	if inFlight(p, key("b", 1)) || p.RunInFlight("b") {
 		t.Error("a refused step is reported in flight")
 	}
 	noEvent(t, p, 20*time.Millisecond)
@@ -270,7 +273,7 @@ func TestFullPoolWakesWaitingRun(t *testing.T) {
 
 	// Woken, b now gets the slot.
 	done := make(chan struct{})
-	if !p.Submit(key("b", 1), wakeFor("run-b"), func(context.Context) { close(done) }) {
+	if !p.Submit(Step{Key: key("b", 1), Wake: wakeFor("run-b")}, func(context.Context) { close(done) }) {
 		t.Fatal("woken run still refused")
 	}
 	recv(t, done, "step b")
@@ -279,39 +282,110 @@ func TestFullPoolWakesWaitingRun(t *testing.T) {
 	}
 }
 
-// TestHasRoomRegistersTheWaitingRun: HasRoom says whether a step could
-// start and, when not, wakes the run once a slot frees, like a refused
-// Submit.
-func TestHasRoomRegistersTheWaitingRun(t *testing.T) {
-	p := New(1)
-	if !p.HasRoom("b", wakeFor("run-b")) {
-		t.Fatal("an empty pool has no room")
+// TestReserveThenStartOrRelease: a reserved slot counts as busy and in
+// flight before anything runs; Release gives it back and wakes a waiting
+// run, Start runs the step in it.
+func TestReserveThenStartOrRelease(t *testing.T) {
+	p := New(1, 0)
+	ta, ok := p.Reserve(Step{Key: key("a", 1), Wake: wakeFor("run-a")})
+	if !ok || ta == nil {
+		t.Fatal("an empty pool refused a reservation")
 	}
-	noEvent(t, p, 20*time.Millisecond)
+	if p.Busy() != 1 || !inFlight(p, key("a", 1)) {
+		t.Errorf("reserved: busy %d, in flight %v", p.Busy(), inFlight(p, key("a", 1)))
+	}
+	if again, ok := p.Reserve(Step{Key: key("a", 1), Wake: wakeFor("run-a")}); !ok || again != nil {
+		t.Error("reserving a reserved key again must start nothing and not be refused")
+	}
+	if tb, ok := p.Reserve(Step{Key: key("b", 1), Wake: wakeFor("run-b")}); ok || tb != nil {
+		t.Fatal("a full pool granted a reservation")
+	}
+	ta.Release()
+	if got := nextEvent(t, p); got != "run-b" {
+		t.Errorf("wake for %q after a release, want the waiting run-b", got)
+	}
+	if p.Busy() != 0 || inFlight(p, key("a", 1)) {
+		t.Errorf("released: busy %d, in flight %v", p.Busy(), inFlight(p, key("a", 1)))
+	}
+	ta.Start(func(context.Context) { t.Error("a released ticket ran its step") })
+	ta.Release() // twice is harmless
+
+	tb, ok := p.Reserve(Step{Key: key("b", 1), Wake: wakeFor("run-b")})
+	if !ok {
+		t.Fatal("woken run refused")
+	}
+	ran := make(chan struct{})
+	tb.Start(func(context.Context) { close(ran) })
+	recv(t, ran, "the started step")
+	if got := nextEvent(t, p); got != "run-b" {
+		t.Errorf("wake for %q, want run-b", got)
+	}
+	var nilTicket *Ticket
+	nilTicket.Start(func(context.Context) { t.Error("a nil ticket ran its step") })
+	nilTicket.Release()
+}
+
+// TestLaneLimitKeepsRoomForOthers: steps of one lane (one MCP server) take
+// at most the lane limit, so a hung server leaves the rest of the pool to
+// other runs; a run refused for its lane is woken when the lane frees.
+func TestLaneLimitKeepsRoomForOthers(t *testing.T) {
+	p := New(4, 2)
+	if p.LaneLimit() != 2 {
+		t.Fatalf("lane limit %d, want 2", p.LaneLimit())
+	}
+	hung := []*blocker{newBlocker(), newBlocker()}
+	for i, b := range hung {
+		if !p.Submit(Step{Key: key(fmt.Sprintf("h%d", i), 1), Lane: "mcp:dead", Wake: wakeFor(fmt.Sprintf("h%d", i))}, b.fn) {
+			t.Fatalf("hung step %d refused", i)
+		}
+		recv(t, b.started, "hung step")
+	}
+	if p.Submit(Step{Key: key("h2", 1), Lane: "mcp:dead", Wake: wakeFor("h2")}, func(context.Context) {}) {
+		t.Fatal("a third step of a lane limited to 2 started")
+	}
+	// Other runs still get the rest of the pool.
+	for i := range 2 {
+		done := make(chan struct{})
+		if !p.Submit(Step{Key: key(fmt.Sprintf("o%d", i), 1), Wake: wakeFor("other")}, func(context.Context) { close(done) }) {
+			t.Fatalf("a step outside the lane was refused with the lane full (%d)", i)
+		}
+		recv(t, done, "other step")
+		nextEvent(t, p)
+	}
+	close(hung[0].release)
+	got := map[string]bool{nextEvent(t, p): true, nextEvent(t, p): true}
+	if !got["h0"] || !got["h2"] {
+		t.Errorf("wake events %v, want h0 (finished) and h2 (waiting on the lane)", got)
+	}
+	close(hung[1].release)
+	nextEvent(t, p)
+}
+
+// TestWaitingRunsAreWokenInOrder: runs refused for room are woken in the
+// order they asked, as many as there are free slots.
+func TestWaitingRunsAreWokenInOrder(t *testing.T) {
+	p := New(1, 0)
 	a := newBlocker()
-	if !p.Submit(key("a", 1), wakeFor("run-a"), a.fn) {
-		t.Fatal("Submit returned false")
-	}
+	p.Submit(Step{Key: key("a", 1), Wake: wakeFor("a")}, a.fn)
 	recv(t, a.started, "step a")
-	if p.HasRoom("b", wakeFor("run-b")) {
-		t.Fatal("a full pool has room")
+	for _, n := range []string{"w1", "w2", "w3"} {
+		if p.Submit(Step{Key: key(n, 1), Wake: wakeFor(n)}, func(context.Context) {}) {
+			t.Fatalf("%s got a slot of a full pool", n)
+		}
 	}
 	close(a.release)
-	if err := a.endErr(t); err != nil {
-		t.Errorf("released step saw ctx error %v", err)
+	if got := []string{nextEvent(t, p), nextEvent(t, p)}; got[0] != "a" || got[1] != "w1" {
+		t.Errorf("wake events %v, want [a w1]: one free slot wakes the first waiter", got)
 	}
-	got := map[string]bool{nextEvent(t, p): true, nextEvent(t, p): true}
-	if !got["run-a"] || !got["run-b"] {
-		t.Errorf("wake events %v, want run-a (finished) and run-b (waiting)", got)
-	}
+	noEvent(t, p, 30*time.Millisecond)
 }
 
 func TestCancelForgetsWaitingRun(t *testing.T) {
-	p := New(1)
+	p := New(1, 0)
 	a := newBlocker()
-	p.Submit(key("a", 1), wakeFor("run-a"), a.fn)
+	p.Submit(Step{Key: key("a", 1), Wake: wakeFor("run-a")}, a.fn)
 	recv(t, a.started, "step a")
-	if p.Submit(key("b", 1), wakeFor("run-b"), func(context.Context) {}) {
+	if p.Submit(Step{Key: key("b", 1), Wake: wakeFor("run-b")}, func(context.Context) {}) {
 		t.Fatal("Submit into a full pool returned true")
 	}
 	p.Cancel("b")
@@ -323,14 +397,14 @@ func TestCancelForgetsWaitingRun(t *testing.T) {
 }
 
 func TestSubmitInFlightKeyStartsNothing(t *testing.T) {
-	p := New(2)
+	p := New(2, 0)
 	b := newBlocker()
-	if !p.Submit(key("a", 1), wakeFor("first"), b.fn) {
+	if !p.Submit(Step{Key: key("a", 1), Wake: wakeFor("first")}, b.fn) {
 		t.Fatal("Submit returned false")
 	}
 	recv(t, b.started, "first step")
 	var second atomic.Int32
-	if !p.Submit(key("a", 1), wakeFor("second"), func(context.Context) { second.Add(1) }) {
+	if !p.Submit(Step{Key: key("a", 1), Wake: wakeFor("second")}, func(context.Context) { second.Add(1) }) {
 		t.Error("Submit of an in-flight key returned false")
 	}
 	if p.Busy() != 1 {
@@ -347,17 +421,17 @@ func TestSubmitInFlightKeyStartsNothing(t *testing.T) {
 }
 
 func TestInFlightRunInFlightBusy(t *testing.T) {
-	p := New(3)
+	p := New(3, 0)
 	a1, a2, b1 := newBlocker(), newBlocker(), newBlocker()
 	for _, s := range []struct {
 		k Key
 		b *blocker
 	}{{key("a", 1), a1}, {key("a", 2), a2}, {key("b", 1), b1}} {
-		if !p.Submit(s.k, wakeFor(string(s.k.Run)), s.b.fn) {
+		if !p.Submit(Step{Key: s.k, Wake: wakeFor(string(s.k.Run))}, s.b.fn) {
 			t.Fatalf("Submit %v returned false", s.k)
 		}
 		// In flight as soon as Submit returns, before fn has started.
-		if !p.InFlight(s.k) {
+		if !inFlight(p, s.k) {
 			t.Errorf("%v not in flight right after Submit", s.k)
 		}
 	}
@@ -367,7 +441,7 @@ func TestInFlightRunInFlightBusy(t *testing.T) {
 	check := func(stage string, keys map[Key]bool, runs map[types.UID]bool, busy int) {
 		t.Helper()
 		for k, want := range keys {
-			if got := p.InFlight(k); got != want {
+			if got := inFlight(p, k); got != want {
 				t.Errorf("%s: InFlight(%v) = %v, want %v", stage, k, got, want)
 			}
 		}
@@ -402,11 +476,11 @@ func TestInFlightRunInFlightBusy(t *testing.T) {
 }
 
 func TestCancelCancelsRunSteps(t *testing.T) {
-	p := New(3)
+	p := New(3, 0)
 	a1, a2, b1 := newBlocker(), newBlocker(), newBlocker()
-	p.Submit(key("a", 1), wakeFor("a1"), a1.fn)
-	p.Submit(key("a", 2), wakeFor("a2"), a2.fn)
-	p.Submit(key("b", 1), wakeFor("b1"), b1.fn)
+	p.Submit(Step{Key: key("a", 1), Wake: wakeFor("a1")}, a1.fn)
+	p.Submit(Step{Key: key("a", 2), Wake: wakeFor("a2")}, a2.fn)
+	p.Submit(Step{Key: key("b", 1), Wake: wakeFor("b1")}, b1.fn)
 	for _, b := range []*blocker{a1, a2, b1} {
 		recv(t, b.started, "step")
 	}
@@ -421,7 +495,7 @@ func TestCancelCancelsRunSteps(t *testing.T) {
 		t.Errorf("wake events %v, want a1 and a2", got)
 	}
 	// b is untouched.
-	if !p.InFlight(key("b", 1)) {
+	if !inFlight(p, key("b", 1)) {
 		t.Error("Cancel(a) stopped run b")
 	}
 	close(b1.release)
@@ -436,15 +510,15 @@ func TestCancelCancelsRunSteps(t *testing.T) {
 }
 
 func TestStartStopCancelsEverything(t *testing.T) {
-	p := New(2)
+	p := New(2, 0)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	startErr := make(chan error, 1)
 	go func() { startErr <- p.Start(ctx) }()
 
 	a, b := newBlocker(), newBlocker()
-	p.Submit(key("a", 1), wakeFor("a"), a.fn)
-	p.Submit(key("b", 1), wakeFor("b"), b.fn)
+	p.Submit(Step{Key: key("a", 1), Wake: wakeFor("a")}, a.fn)
+	p.Submit(Step{Key: key("b", 1), Wake: wakeFor("b")}, b.fn)
 	recv(t, a.started, "step a")
 	recv(t, b.started, "step b")
 
@@ -482,7 +556,7 @@ func TestStartStopCancelsEverything(t *testing.T) {
 	// A step submitted after the stop starts already cancelled: nothing
 	// outlives the manager.
 	late := make(chan error, 1)
-	if p.Submit(key("c", 1), wakeFor("c"), func(ctx context.Context) { late <- ctx.Err() }) {
+	if p.Submit(Step{Key: key("c", 1), Wake: wakeFor("c")}, func(ctx context.Context) { late <- ctx.Err() }) {
 		select {
 		case err := <-late:
 			if !errors.Is(err, context.Canceled) {

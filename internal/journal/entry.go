@@ -88,6 +88,10 @@ type Entry struct {
 	// Purpose is "title" for the one call that names the run; empty for
 	// the stages' turns.
 	Purpose string `json:"purpose,omitempty"`
+	// Lost counts, on a model call's intent, earlier dispatches of it whose
+	// answer never came back because a manager died: each may have been
+	// served, and billed, by the provider.
+	Lost int `json:"lost,omitempty"`
 
 	Response *Response `json:"response,omitempty"`
 	Usage    *Usage    `json:"usage,omitempty"`

@@ -45,6 +45,9 @@ type State struct {
 	UnpricedCalls int64
 	// CostInexact: some priced call was reconstructed from rate cards.
 	CostInexact bool
+	// LostCalls are dispatches whose answer was lost in a crash (each
+	// possibly billed): the cost of the run is not known exactly.
+	LostCalls int64
 
 	// EntryModel is "provider/model" of the first model call in the entry stage.
 	EntryModel string
@@ -201,6 +204,7 @@ func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
 	case ModelCallRequested:
 		c := *e
 		st.Pending = &c
+		st.LostCalls += int64(e.Lost)
 	case ModelCallCompleted:
 		if st.Pending == nil || st.Pending.Seq != e.Call {
 			return

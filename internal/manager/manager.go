@@ -6,7 +6,10 @@ package manager
 import (
 	"context"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -14,6 +17,9 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -33,6 +39,16 @@ type Options struct {
 	MaxConcurrentSteps int
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// MaxStepsPerServer bounds the steps calling one MCP server at once, so
+	// a hung server cannot take every slot (0: a quarter of the pool).
+	MaxStepsPerServer int
+	// TTLAfterFinished is the default ttlSecondsAfterFinished of runs that
+	// do not set one; nil keeps them forever.
+	TTLAfterFinished *time.Duration
+	// OnWake observes the wake sources each reconcile leaves (tests).
+	OnWake func(run *arv1.AgentRun, sources []string)
+	// WakeThrough is the path the executor's wake events take (tests).
+	WakeThrough func(<-chan event.GenericEvent) <-chan event.GenericEvent
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// Scripted is the built-in scripted provider; a test passes its own to
@@ -66,7 +82,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme: Scheme(),
 		// Managed fields are never read; dropping them from the cache saves
 		// memory on every cached object.
-		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                  cacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress: o.ProbeAddr,
 		LeaderElection:         o.LeaderElection,
@@ -84,18 +100,23 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 16
 	}
-	r := &controllers.AgentRunReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Recorder:                mgr.GetEventRecorder("agentrun-operator"),
-		Clock:                   o.Clock,
-		Pool:                    executor.New(o.MaxConcurrentSteps),
-		Providers:               map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
-		OnReconcile:             o.OnReconcile,
-		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		SkipNameValidation:      o.SkipNameValidation,
+	retention := controllers.Retention{Default: o.TTLAfterFinished}
+	r, err := controllers.NewAgentRunReconciler(controllers.Deps{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    mgr.GetEventRecorder("agentrun-operator"),
+		Clock:       o.Clock,
+		Pool:        executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
+		Providers:   map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
+		Retention:   retention,
+		OnReconcile: o.OnReconcile,
+		OnWake:      o.OnWake,
+		WakeThrough: o.WakeThrough,
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
 	}
 	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
@@ -107,6 +128,24 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// cacheOptions keep the manager's memory to what it reads: managed fields
+// are dropped from every cached object, and the ConfigMap metadata cache
+// (the watch that wakes runs when a provider config or blueprint changes)
+// leaves out the operator's own ConfigMaps (journals, outputs, snapshots),
+// which no run waits on and which would otherwise grow it by two per run.
+func cacheOptions() cache.Options {
+	notOurs, err := labels.Parse("!" + arv1.LabelComponent)
+	if err != nil {
+		panic(err)
+	}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: notOurs},
+		},
+	}
 }
 
 // Run builds the manager and runs it until ctx ends.

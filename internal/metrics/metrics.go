@@ -53,6 +53,26 @@ var (
 		Help:    "MCP tool call latency by server, including in-call retries.",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"server"})
+	// ToolListings counts tool-catalog listings by server and outcome (ok,
+	// failed): a dead server shows as one failure per retry interval.
+	ToolListings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_tool_listings_total",
+		Help: "MCP tool-catalog listings by server and outcome (ok, failed).",
+	}, []string{"server", "outcome"})
+	// ReconcileErrors counts reconciles that ended on an error, by kind
+	// (transient, terminal), so a run retrying after errors shows in alerts
+	// as well as in its Reconciling condition.
+	ReconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_reconcile_errors_total",
+		Help: "Reconciles of AgentRuns that ended on an error, by kind (transient, terminal).",
+	}, []string{"kind"})
+	// UnwokenReconciles counts reconciles that would have left a
+	// non-terminal run with nothing to wake it again; each was given a
+	// safety requeue instead. Always zero unless there is a bug.
+	UnwokenReconciles = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentrun_unwoken_reconciles_total",
+		Help: "Reconciles that found no wake source for a non-terminal run and requeued it as a safety net (a bug if non-zero).",
+	})
 	// UnpricedCalls counts calls that could not be priced.
 	UnpricedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentrun_unpriced_calls_total",
@@ -75,7 +95,7 @@ var (
 // process) and points the state collector at this manager's cache and pool.
 func Register(reader client.Reader, pool Pool) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, collector)
 	})
 	collector.mu.Lock()
 	defer collector.mu.Unlock()
@@ -175,4 +195,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 func RecordToolCall(server, effect, outcome string, took time.Duration) {
 	ToolCalls.WithLabelValues(server, effect, outcome).Inc()
 	ToolCallSeconds.WithLabelValues(server).Observe(took.Seconds())
+}
+
+// RecordToolListing records one finished tool-catalog listing.
+func RecordToolListing(server, outcome string) {
+	ToolListings.WithLabelValues(server, outcome).Inc()
 }

@@ -31,6 +31,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
@@ -468,8 +469,8 @@ func TestKubectlAgentrunOutputTranscriptDescribe(t *testing.T) {
 	} {
 		if err := k8sClient.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("done-j%06d", seq), Labels: map[string]string{
-				LabelRunUID: string(done.UID), arv1.LabelComponent: ComponentJournal}},
-			Data: map[string]string{JournalKey: data},
+				store.LabelRunUID: string(done.UID), arv1.LabelComponent: store.Component}},
+			Data: map[string]string{"entry": data},
 		}); err != nil {
 			t.Fatal(err)
 		}

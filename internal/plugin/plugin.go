@@ -26,6 +26,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
@@ -492,15 +493,13 @@ func (a *app) transcript(ctx context.Context, c client.Client, ns string, o opti
 	if err != nil {
 		return err
 	}
-	var list corev1.ConfigMapList
-	if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{
-		LabelRunUID: string(run.UID), arv1.LabelComponent: ComponentJournal,
-	}); err != nil {
+	entries, unreadable, err := store.ReadLenient(ctx, c, ns, run.UID)
+	if err != nil {
 		return err
 	}
-	if len(list.Items) == 0 {
+	if len(entries)+len(unreadable) == 0 {
 		fmt.Fprintf(a.stderr, "run %s/%s has no journal entries yet\n", ns, run.Name)
 		return nil
 	}
-	return RenderTranscript(a.stdout, list.Items)
+	return RenderTranscript(a.stdout, entries, unreadable)
 }

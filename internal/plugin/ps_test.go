@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -193,17 +194,21 @@ func TestFooter(t *testing.T) {
 }
 
 func TestRenderTranscript(t *testing.T) {
-	entry := func(name, data string) corev1.ConfigMap {
-		return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{JournalKey: data}}
+	entry := func(_, data string) journal.Entry {
+		var e journal.Entry
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			t.Fatal(err)
+		}
+		return e
 	}
-	cms := []corev1.ConfigMap{
+	cms := []journal.Entry{
 		entry("r-j000002", `{"seq":2,"kind":"ModelCallFailed","at":"2026-03-01T11:02:00Z","stage":"plan","iteration":1,"call":1,"provider":"anthropic","model":"claude","failure":{"class":"AuthFailed","status":401,"message":"invalid x-api-key"}}`),
 		entry("r-j000000", `{"seq":0,"kind":"ModelCallRequested","at":"2026-03-01T11:00:00Z","stage":"plan","provider":"anthropic","model":"claude","requestHash":"h0"}`),
 		entry("r-j000001", `{"seq":1,"kind":"ModelCallCompleted","at":"2026-03-01T11:01:00Z","stage":"plan","call":0,"provider":"anthropic","model":"claude","response":{"text":"Here is\nthe plan.","next":"build"},"usage":{"prompt":1200,"completion":300,"cached":800},"costNanoUSD":4200000,"costExact":true}`),
 		entry("r-j000003", `{"seq":3,"kind":"InteractionAnswered","at":"2026-03-01T11:03:00Z","point":"review-plan","approved":true,"by":"alice"}`),
 		entry("r-j000004", `{"seq":4,"kind":"RunCancelled","at":"2026-03-01T11:04:00Z"}`),
 	}
-	tools := []corev1.ConfigMap{
+	tools := []journal.Entry{
 		entry("t-j000001", `{"seq":1,"kind":"ModelCallCompleted","at":"2026-03-01T11:01:00Z","call":0,"provider":"demo","model":"m","response":{"text":"checking","calls":[{"name":"read_doc","arguments":"{}"},{"name":"create_ticket","arguments":"{\"title\":\"x\"}"}]},"costNanoUSD":0}`),
 		entry("t-j000002", `{"seq":2,"kind":"ToolCallRequested","at":"2026-03-01T11:02:00Z","tool":"read_doc","input":"{}","effect":"read","server":"tracker","idempotencyKey":"u-2"}`),
 		entry("t-j000003", `{"seq":3,"kind":"ToolCallCompleted","at":"2026-03-01T11:03:00Z","call":2,"tool":"read_doc","result":"doc a"}`),
@@ -212,19 +217,19 @@ func TestRenderTranscript(t *testing.T) {
 		entry("t-j000006", `{"seq":6,"kind":"RunAbandoned","at":"2026-03-01T11:06:00Z","by":"bob"}`),
 	}
 	var buf bytes.Buffer
-	if err := RenderTranscript(&buf, cms); err != nil {
+	if err := RenderTranscript(&buf, cms, nil); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "transcript.golden", buf.Bytes())
 	buf.Reset()
-	if err := RenderTranscript(&buf, tools); err != nil {
+	if err := RenderTranscript(&buf, tools, nil); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "transcript-tools.golden", buf.Bytes())
 
 	buf.Reset()
-	err := RenderTranscript(&buf, append(cms, entry("r-j000009", `{not json`)))
-	if err == nil || !strings.Contains(err.Error(), "r-j000009") || !strings.Contains(buf.String(), "r-j000009: unreadable entry") {
+	err := RenderTranscript(&buf, cms, []string{"r-journal 000009: unreadable entry: invalid character"})
+	if err == nil || !strings.Contains(buf.String(), "r-journal 000009: unreadable entry") {
 		t.Errorf("a corrupt entry: err %v, output\n%s", err, buf.String())
 	}
 }

@@ -8,48 +8,18 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 )
 
-// Where a run's journal lives: one ConfigMap per entry, labelled with the
-// run's UID and the journal component, the entry as JSON under JournalKey.
-const (
-	LabelRunUID      = "agentrun.dev/run-uid"
-	ComponentJournal = "journal"
-	JournalKey       = "entry"
-)
-
-// RenderTranscript writes one line per journal entry held in cms, in seq
-// order: "#SEQ  TIME  STAGE[ITERATION]  WHAT  DETAIL". An entry that does
-// not parse is reported in its place (by ConfigMap name) rather than
-// skipped, and makes the command fail after the listing.
-func RenderTranscript(w io.Writer, cms []corev1.ConfigMap) error {
-	type item struct {
-		e   journal.Entry
-		bad string
-	}
-	items := make([]item, 0, len(cms))
-	var corrupt []string
-	for i := range cms {
-		var e journal.Entry
-		if err := json.Unmarshal([]byte(cms[i].Data[JournalKey]), &e); err != nil {
-			items = append(items, item{e: journal.Entry{Seq: -1}, bad: fmt.Sprintf("%s: unreadable entry: %v", cms[i].Name, err)})
-			corrupt = append(corrupt, cms[i].Name)
-			continue
-		}
-		items = append(items, item{e: e})
-	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].e.Seq < items[j].e.Seq })
+// RenderTranscript writes one line per journal entry, in seq order:
+// "#SEQ  TIME  STAGE[ITERATION]  WHAT  DETAIL". Entries that could not be
+// read are listed after, and make the command fail.
+func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string) error {
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
 	tw := newTable(w)
-	for _, it := range items {
-		if it.bad != "" {
-			fmt.Fprintf(tw, "#?\t\t\t%s\n", it.bad)
-			continue
-		}
-		e := it.e
+	for i := range entries {
+		e := &entries[i]
 		where := orDash(e.Stage)
 		if e.Stage != "" {
 			where = fmt.Sprintf("%s[%d]", e.Stage, e.Iteration)
@@ -58,18 +28,21 @@ func RenderTranscript(w io.Writer, cms []corev1.ConfigMap) error {
 		if !e.At.IsZero() {
 			at = e.At.UTC().Format(time.RFC3339)
 		}
-		what, detail := describeEntry(&e)
+		what, detail := describeEntry(e)
 		if detail == "" {
 			fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\n", e.Seq, at, where, what)
 			continue
 		}
 		fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\t%s\n", e.Seq, at, where, what, detail)
 	}
+	for _, bad := range unreadable {
+		fmt.Fprintf(tw, "#?\t\t\t%s\n", bad)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(corrupt) > 0 {
-		return fmt.Errorf("%d journal entr(ies) could not be read: %s", len(corrupt), strings.Join(corrupt, ", "))
+	if len(unreadable) > 0 {
+		return fmt.Errorf("%d journal entr(ies) could not be read", len(unreadable))
 	}
 	return nil
 }

@@ -39,6 +39,9 @@ const (
 	ActRefuseSpawn ActionKind = "RefuseSpawn"
 	// ActWake: a sleep's wake time has passed; journal the wake.
 	ActWake ActionKind = "Wake"
+	// ActWaitCatalog: the tools the next step needs are being listed from
+	// their MCP servers; wait for the listing (which wakes the run).
+	ActWaitCatalog ActionKind = "WaitCatalog"
 )
 
 // Facts are everything Decide looks at. The controller gathers them; Decide
@@ -89,6 +92,9 @@ type Facts struct {
 	// TitleWanted: the run should be titled (top-level runs whose blueprint
 	// does not turn titles off).
 	TitleWanted bool
+	// ToolsPending: the tools to offer the model are not known yet (their
+	// servers are being listed).
+	ToolsPending bool
 }
 
 // Answer is an AgentRunAnswer as Decide sees it, already checked against
@@ -213,8 +219,12 @@ func Decide(f Facts) Action {
 		// (SelectCandidate already failed over where it could).
 		return Action{Kind: ActPark, Markers: Markers{Setup: f.Setup}, RetryAt: f.SetupRetryAt}
 	}
+	if f.ToolsPending {
+		// The offer is not known yet; a listing is under way.
+		return Action{Kind: ActWaitCatalog}
+	}
 	if st.Pending != nil {
-		// Already journaled (and so already within budget when issued).
+		// Already recorded (and so already within budget when issued).
 		return withSpawns(f, Action{Kind: ActDispatch, Reissue: true})
 	}
 	if f.TitleWanted && !st.Titled {

@@ -52,6 +52,9 @@ type ToolFact struct {
 	// Setup is why the tool's server cannot be used now, if it cannot.
 	Setup        *SetupBlock
 	SetupRetryAt *time.Time
+	// Pending: the server is being listed, so whether it offers the tool
+	// (and with what effect) is not known yet.
+	Pending bool
 }
 
 // ToolDecision is a gate's decision to journal.
@@ -117,6 +120,8 @@ func decideTool(f Facts) (Action, bool) {
 	if in := h.Intent; in != nil {
 		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent || f.IntentUnstarted {
 			switch t := f.Tool; {
+			case t != nil && t.Pending:
+				return Action{Kind: ActWaitCatalog}, true
 			case t != nil && t.Setup != nil:
 				return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
 			case t != nil && !t.Known:
@@ -159,6 +164,9 @@ func decideTool(f Facts) (Action, bool) {
 	}
 	if a, ok := decideBuiltin(f, h, point); ok {
 		return a, true
+	}
+	if t != nil && t.Pending {
+		return Action{Kind: ActWaitCatalog}, true
 	}
 	if t == nil || !t.Known {
 		return decided(journal.GateApproval, false, true, false, "policy: unknown tool (tools fail closed)", ""), true

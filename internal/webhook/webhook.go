@@ -17,11 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/retry"
 )
 
 // Headers.
@@ -104,27 +105,17 @@ type Result struct {
 // is final. The same delivery id goes with every attempt; each attempt is
 // signed afresh with its own timestamp.
 func Deliver(ctx context.Context, c *http.Client, p Policy, url, id string, key, body []byte, now func() time.Time) Result {
-	var res Result
-	for attempt := 1; attempt <= p.Attempts; attempt++ {
-		res.Attempts = attempt
-		retry, err := post(ctx, c, p.PerAttempt, url, id, key, body, now())
-		if err == nil {
-			return Result{Attempts: attempt, Delivered: true}
-		}
-		res.Err = err
-		if !retry || attempt == p.Attempts {
-			return res
-		}
-		d := min(p.BaseDelay<<(attempt-1), p.MaxDelay)
-		d += time.Duration(rand.Int64N(int64(d)/4 + 1))
-		select {
-		case <-ctx.Done():
-			res.Err = ctx.Err()
-			return res
-		case <-time.After(d):
-		}
+	b := retry.Backoff{Attempts: p.Attempts, Base: p.BaseDelay, Cap: p.MaxDelay, Jitter: 0.25}
+	n, err := retry.Do(ctx, b, func(int) (bool, error) {
+		return post(ctx, c, p.PerAttempt, url, id, key, body, now())
+	})
+	if err == nil {
+		return Result{Attempts: n, Delivered: true}
 	}
-	return res
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return Result{Attempts: n, Err: err}
 }
 
 func post(ctx context.Context, c *http.Client, timeout time.Duration, url, id string, key, body []byte, t time.Time) (retry bool, err error) {

@@ -1,0 +1,158 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+)
+
+// Retention is how long finished runs are kept when their spec does not
+// say (spec.ttlSecondsAfterFinished).
+type Retention struct {
+	// Default is the manager-wide ttlSecondsAfterFinished; nil keeps runs
+	// forever.
+	Default *time.Duration
+}
+
+// gitOpsMarks are the labels and annotations GitOps tools put on what they
+// apply. A run they manage gets no default retention: deleting it would
+// make the tool apply it again, and the run would run (and bill) again.
+var gitOpsMarks = []string{
+	"argocd.argoproj.io/instance",
+	"argocd.argoproj.io/tracking-id",
+	"kustomize.toolkit.fluxcd.io/name",
+	"helm.toolkit.fluxcd.io/name",
+}
+
+// ttlOf is how long after finishing the run is deleted; false keeps it.
+func (r *AgentRunReconciler) ttlOf(run *arv1.AgentRun) (time.Duration, bool) {
+	if t := run.Spec.TTLSecondsAfterFinished; t != nil {
+		return time.Duration(*t) * time.Second, true
+	}
+	if r.retentionOf.Default == nil {
+		return 0, false
+	}
+	for _, m := range gitOpsMarks {
+		if run.Labels[m] != "" || run.Annotations[m] != "" {
+			return 0, false
+		}
+	}
+	return *r.retentionOf.Default, true
+}
+
+// retention adds to res the requeue that deletes a finished run when its
+// time comes. A run whose webhook is not settled waits for it: the
+// delivery's report wakes it.
+func (r *AgentRunReconciler) retention(run *arv1.AgentRun, now time.Time, res ctrl.Result) ctrl.Result {
+	ttl, ok := r.ttlOf(run)
+	if !ok || callbackDue(run) || run.Status.FinishedAt == nil {
+		return res
+	}
+	left := max(run.Status.FinishedAt.Add(ttl).Sub(now), time.Millisecond)
+	if res.RequeueAfter == 0 || left < res.RequeueAfter {
+		res.RequeueAfter = left
+	}
+	return res
+}
+
+// reconcileFinished settles what a finished run still owes: the fate of
+// answers it never got to record, its webhook, the generation it saw, and
+// its deletion once its retention has passed.
+func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.AgentRun) (ctrl.Result, error) {
+	r.journals.Forget(run.UID) // a finished run is never folded again
+	before := run.DeepCopy()
+	settled, err := r.settleAnswersOfFinishedRun(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recordDelivery(run)
+	if run.Status.ObservedGeneration != run.Generation {
+		run.Status.ObservedGeneration = run.Generation
+		setConditions(run, conditionInputs{})
+	}
+	if err := r.runs.PatchStatus(ctx, before, run); err != nil {
+		if errors.Is(err, errStatusConflict) {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	r.deliverCallback(run)
+	now := r.clock.Now()
+	res := r.retention(run, now, ctrl.Result{})
+	if ttl, ok := r.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
+		return ctrl.Result{}, r.deleteTree(ctx, run)
+	}
+	return res, nil
+}
+
+// deleteTree deletes a finished run with everything it owns: its
+// children (each with what it owns), its journal and output. Owner
+// references would let a cluster's garbage collector do the same; doing
+// it here also holds where none runs, and says exactly what went.
+func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
+	children, err := r.listChildren(ctx, run)
+	if err != nil {
+		return err
+	}
+	for i := range children {
+		if err := r.deleteTree(ctx, &children[i]); err != nil {
+			return err
+		}
+	}
+	if err := r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(run.Namespace),
+		client.MatchingLabels{store.LabelRunUID: string(run.UID)}); err != nil {
+		return fmt.Errorf("deleting the objects of run %s: %w", run.Name, err)
+	}
+	err = r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy("Background"))
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting run %s: %w", run.Name, err)
+	}
+	r.pool.Cancel(run.UID)
+	r.journals.Forget(run.UID)
+	return nil
+}
+
+// deleteChildrenOf deletes the children of a run that is gone, where no
+// garbage collector does it.
+func (r *AgentRunReconciler) deleteChildrenOf(ctx context.Context, ns string, uid types.UID) error {
+	var list arv1.AgentRunList
+	if err := r.client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexOwnerUID: string(uid)}); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		if err := r.client.Delete(ctx, &list.Items[i], client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileDelete finishes the deletion of a run whose deletion waits on
+// the finalizer older versions added: in-flight work is stopped first.
+// Runs are no longer given a finalizer (it cost a write per run); owner
+// references take their objects with them.
+func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.AgentRun) error {
+	r.pool.Cancel(run.UID)
+	if err := r.deleteChildrenOf(ctx, run.Namespace, run.UID); err != nil {
+		return err
+	}
+	r.expect.drop(run.UID)
+	r.journals.Forget(run.UID)
+	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
+		return nil
+	}
+	orig := run.DeepCopy()
+	controllerutil.RemoveFinalizer(run, arv1.Finalizer)
+	return client.IgnoreNotFound(r.client.Patch(ctx, run, client.MergeFrom(orig)))
+}

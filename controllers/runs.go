@@ -1,0 +1,163 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// errStatusConflict: the run changed since it was read (a spec edit, or a
+// write this process has not seen yet); nothing was stored, and the run is
+// reconciled again from what the API server holds now.
+var errStatusConflict = errors.New("the run changed while it was reconciled")
+
+// runCache reads runs and writes their status. A run's status is written
+// by one merge patch per reconcile, computed against the copy the
+// reconcile started from and carrying its resourceVersion, so a stale copy
+// (or a second writer) fails on the conflict instead of overwriting. The
+// copy each write returns is kept until the informer cache has caught up
+// with it, so the next reconcile starts from what was written, not from a
+// cache that lags it.
+type runCache struct {
+	cached client.Client // reads from the informer cache; writes
+	live   client.Reader
+
+	mu sync.Mutex
+	// written holds the copy each run's last status write returned.
+	written map[types.NamespacedName]*arv1.AgentRun
+	// uids remembers each run's UID, so its work can be stopped once it is
+	// gone from the cache.
+	uids map[types.NamespacedName]types.UID
+}
+
+func newRunCache(c client.Client, live client.Reader) *runCache {
+	return &runCache{cached: c, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, uids: map[types.NamespacedName]types.UID{}}
+}
+
+// Get returns the newest copy of the run known here, or nil when it is gone.
+func (c *runCache) Get(ctx context.Context, key types.NamespacedName) (*arv1.AgentRun, error) {
+	run := &arv1.AgentRun{}
+	if err := c.cached.Get(ctx, key, run); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.uids[key] = run.UID
+	if mine, ok := c.written[key]; ok {
+		if mine.UID == run.UID && newer(mine.ResourceVersion, run.ResourceVersion) {
+			return mine.DeepCopy(), nil
+		}
+		delete(c.written, key)
+	}
+	return run, nil
+}
+
+// newer reports whether resourceVersion a is later than b.
+func newer(a, b string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && cmp > 0
+}
+
+// Observed drops the kept copy of a run once the cache has caught up with
+// it (an informer event at or past it).
+func (c *runCache) Observed(run *arv1.AgentRun) {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if mine, ok := c.written[key]; ok && (mine.UID != run.UID || !newer(mine.ResourceVersion, run.ResourceVersion)) {
+		delete(c.written, key)
+	}
+}
+
+// Gone forgets a run that is no longer in the cache and returns its UID,
+// if it was seen.
+func (c *runCache) Gone(key types.NamespacedName) (types.UID, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uid, ok := c.uids[key]
+	delete(c.uids, key)
+	delete(c.written, key)
+	return uid, ok
+}
+
+// PatchStatus writes after's status as a merge patch against before, under
+// before's resourceVersion; nothing is sent when the status is unchanged.
+// On success after holds what the API server stored. On a conflict the run
+// is read live, so the next reconcile starts from the stored version.
+func (c *runCache) PatchStatus(ctx context.Context, before, after *arv1.AgentRun) error {
+	if sameStatus(&before.Status, &after.Status) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	err := c.cached.Status().Patch(ctx, after, patch)
+	key := types.NamespacedName{Namespace: after.Namespace, Name: after.Name}
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.written[key] = after.DeepCopy()
+		c.mu.Unlock()
+		return nil
+	case apierrors.IsConflict(err):
+		c.refresh(ctx, key)
+		return errStatusConflict
+	case apierrors.IsNotFound(err):
+		return nil // deleted meanwhile; its deletion is handled on its own
+	}
+	return fmt.Errorf("writing status: %w", err)
+}
+
+// sameStatus compares statuses as they are stored: two that serialise
+// alike (an empty list and none, a time with and without its nanoseconds)
+// are the same, so no write is made for a difference nobody can see.
+func sameStatus(a, b *arv1.AgentRunStatus) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// refresh keeps the run as the API server holds it now.
+func (c *runCache) refresh(ctx context.Context, key types.NamespacedName) {
+	fresh := &arv1.AgentRun{}
+	c.mu.Lock()
+	delete(c.written, key)
+	c.mu.Unlock()
+	if err := c.live.Get(ctx, key, fresh); err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.written[key] = fresh
+	c.mu.Unlock()
+}
+
+// Kept reports how many written copies are held (tests and metrics).
+func (c *runCache) Kept() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.written)
+}
+
+// cacheHandler tells the run cache what the informer has seen.
+type cacheHandler struct{ runs *runCache }
+
+func (h cacheHandler) OnAdd(obj any, _ bool) { h.seen(obj) }
+func (h cacheHandler) OnUpdate(_, obj any)   { h.seen(obj) }
+func (h cacheHandler) OnDelete(any)          {}
+
+func (h cacheHandler) seen(obj any) {
+	if run, ok := obj.(*arv1.AgentRun); ok {
+		h.runs.Observed(run)
+	}
+}

@@ -1,0 +1,182 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
+	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+)
+
+// maxRounds bounds derive-decide-act rounds in one reconcile. Acting may
+// change the facts (a snapshot taken, an answer journaled); deciding again
+// goes as far as one reconcile can, and status is still written once.
+const maxRounds = 4
+
+// safetyRequeue is how soon a run is looked at again when a reconcile
+// found nothing that would wake it (a bug; counted in
+// agentrun_unwoken_reconciles_total).
+const safetyRequeue = 30 * time.Second
+
+// scope is one reconcile of one non-terminal run.
+type scope struct {
+	// run is the run being reconciled; its status is projected into it.
+	run *arv1.AgentRun
+	// before is the run as read: the base of the status patch.
+	before *arv1.AgentRun
+	now    time.Time
+	// facts, action and out are set once a round has run.
+	facts  *facts
+	action runstate.Action
+	out    actOutcome
+	// tickets are executor slots reserved for steps the status write
+	// records; they start once it succeeded and are released if it failed.
+	tickets []startable
+	// intents are the executor keys of the calls whose intents this
+	// status write records.
+	intents []executor.Key
+	// effects run after the status write succeeded (events, webhooks);
+	// aborts undo what was begun for it if the write failed.
+	effects []func()
+	aborts  []func()
+}
+
+// startable is a reserved step.
+type startable struct {
+	ticket *executor.Ticket
+	fn     func(context.Context)
+}
+
+func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
+	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now()}
+}
+
+// start reserves nothing itself: it records a reserved step to start once
+// status records it.
+func (s *scope) start(t *executor.Ticket, fn func(context.Context)) {
+	s.tickets = append(s.tickets, startable{ticket: t, fn: fn})
+}
+
+// after queues an effect for once status is written.
+func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
+
+// drive derives, decides and acts until acting changes nothing more.
+func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
+	for range maxRounds {
+		f, err := r.derive(ctx, s.run, s.now)
+		if err != nil {
+			return err
+		}
+		s.facts, s.action = f, runstate.Decide(f.Facts)
+		again, err := r.act(ctx, s)
+		if err != nil || !again {
+			return err
+		}
+	}
+	// Still changing after maxRounds: look again at once rather than rely
+	// on an event that may never come.
+	s.out.requeueAfter = time.Millisecond
+	return nil
+}
+
+// finish writes status once, on success and on failure alike (a failure
+// shows in the Reconciling or Stalled condition), then starts what the
+// write recorded and returns when to look at the run again.
+func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
+	if err == nil {
+		project(s)
+		if last, failed := r.failures.take(s.run.UID); failed {
+			retried(s.run, last)
+		}
+	} else {
+		markError(s.run, err, s.now)
+	}
+	if perr := r.runs.PatchStatus(ctx, s.before, s.run); perr != nil {
+		if !errors.Is(perr, errStatusConflict) {
+			r.failures.put(s.run.UID, perr)
+		}
+		for _, t := range s.tickets {
+			t.ticket.Release()
+		}
+		for _, fn := range s.aborts {
+			fn()
+		}
+		r.unstarted.markAll(s)
+		if errors.Is(perr, errStatusConflict) && err == nil {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	if err != nil {
+		r.failures.put(s.run.UID, err)
+		kind := "transient"
+		if errors.Is(err, reconcile.TerminalError(nil)) {
+			kind = "terminal"
+		}
+		metrics.ReconcileErrors.WithLabelValues(kind).Inc()
+		return ctrl.Result{}, err
+	}
+	for _, t := range s.tickets {
+		t.ticket.Start(t.fn)
+	}
+	r.unstarted.clearAll(s)
+	r.emitEvents(s.run, &s.before.Status)
+	for _, fn := range s.effects {
+		fn()
+	}
+	r.deliverCallback(s.run)
+	return r.wakeup(ctx, s), nil
+}
+
+// wakeup returns the reconcile's result, making sure a run that is not
+// finished has something that will wake it again.
+func (r *AgentRunReconciler) wakeup(ctx context.Context, s *scope) ctrl.Result {
+	res := ctrl.Result{RequeueAfter: s.out.requeueAfter}
+	if s.run.Status.Phase.IsTerminal() {
+		return r.retention(s.run, s.now, res)
+	}
+	w := wakeSources(&s.run.Status, s.out, len(s.tickets) > 0 || r.pool.RunInFlight(s.run.UID))
+	if len(w) == 0 {
+		metrics.UnwokenReconciles.Inc()
+		ctrl.LoggerFrom(ctx).Info("No wake source for a run in progress; requeueing as a safety net", "phase", s.run.Status.Phase, "action", s.action.Kind)
+		if res.RequeueAfter == 0 {
+			res.RequeueAfter = safetyRequeue
+		}
+	}
+	if r.onWake != nil {
+		r.onWake(s.run, w)
+	}
+	return res
+}
+
+// failures remembers each run's last failed reconcile, so the next status
+// that can be written shows it (a failed status write cannot show itself).
+type failures struct {
+	mu sync.Mutex
+	m  map[types.UID]string
+}
+
+func newFailures() *failures { return &failures{m: map[types.UID]string{}} }
+
+func (f *failures) put(uid types.UID, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[uid] = err.Error()
+}
+
+func (f *failures) take(uid types.UID) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	msg, ok := f.m[uid]
+	delete(f.m, uid)
+	return msg, ok
+}

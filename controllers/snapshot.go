@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+)
+
+const (
+	// componentSnapshot labels blueprint snapshots.
+	componentSnapshot = "blueprint-snapshot"
+	// annotationBlueprintHash is a snapshot's content hash.
+	annotationBlueprintHash = "agentrun.dev/blueprint-hash"
+	// snapshotPrefix starts every content-addressed snapshot's name.
+	snapshotPrefix = "agentrun-blueprint-"
+)
+
+// snapshotName is the content-addressed name of a blueprint's snapshot:
+// every run of the same blueprint text shares one.
+func snapshotName(hash string) string { return snapshotPrefix + hash[:20] }
+
+// snapshotBlueprint returns the parsed snapshot. perr is a snapshot that
+// is missing or does not parse: the run cannot go on from it.
+func (r *AgentRunReconciler) snapshotBlueprint(ctx context.Context, ns, name string) (bp *blueprint.Blueprint, perr, err error) {
+	key := ns + "/" + name
+	if bp, ok := r.blueprints.Get(key); ok {
+		return bp, nil, nil
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("the snapshot ConfigMap is missing"), nil
+		}
+		return nil, nil, fmt.Errorf("reading the blueprint snapshot %s: %w", name, err)
+	}
+	bp, perr = blueprint.Parse(cm.Data)
+	if perr != nil {
+		return nil, perr, nil
+	}
+	r.blueprints.Put(key, bp)
+	return bp, nil, nil
+}
+
+// ensureSnapshot makes sure the run's blueprint snapshot exists: an
+// immutable ConfigMap named by its content, shared by every run of the
+// same blueprint text, so later edits of the source cannot change a run in
+// flight and a thousand runs of one blueprint cost one object.
+func (r *AgentRunReconciler) ensureSnapshot(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+	key := run.Namespace + "/" + f.snapshot
+	if _, ok := r.blueprints.Get(key); ok {
+		return nil
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: f.snapshot, Namespace: run.Namespace,
+			Labels:      map[string]string{arv1.LabelComponent: componentSnapshot},
+			Annotations: map[string]string{annotationBlueprintHash: blueprint.Hash(f.spawnFiles)},
+		},
+		Immutable: ptr.To(true),
+		Data:      f.spawnFiles,
+	}
+	if err := r.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("snapshotting the blueprint: %w", err)
+	}
+	// The name is the content's hash: an existing snapshot holds this text.
+	r.blueprints.Put(key, f.spawnParsed)
+	return nil
+}

@@ -1,0 +1,122 @@
+package controllers
+
+import (
+	"sync"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+)
+
+// Wake sources: what will reconcile a run again after a reconcile that
+// left it unfinished. Every non-terminal outcome must have at least one,
+// or the run would sit until a resync that may never come.
+const (
+	// wakeStep: a step of the run is running; the executor wakes it when
+	// the step ends.
+	wakeStep = "step"
+	// wakeTimer: the reconcile asked to be requeued at a time (a retry, a
+	// sleep's wake time, a question's expiry).
+	wakeTimer = "timer"
+	// wakeExecutorRoom: the pool was full; the executor wakes the run when
+	// a slot of its lane frees.
+	wakeExecutorRoom = "executor-room"
+	// wakeCatalog: the run waits for a tool listing, which wakes it.
+	wakeCatalog = "tool-catalog"
+	// wakeAdmission: the run is queued; admission wakes it when a slot is
+	// its.
+	wakeAdmission = "admission"
+	// wakeSetupRefs: a Secret or ConfigMap named in status.setupRefs
+	// changing wakes the run (the metadata watches and their index).
+	wakeSetupRefs = "setup-refs"
+	// wakeAnswers: an AgentRunAnswer for the run wakes it.
+	wakeAnswers = "answers"
+	// wakeChildren: a child's phase or wait changing wakes its parent.
+	wakeChildren = "children"
+	// wakeSpec: a change of the run's spec (paused, budgets) wakes it.
+	wakeSpec = "spec"
+)
+
+// wakeSources lists what will wake a run whose status a reconcile just
+// wrote, from that status and what the reconcile did; stepRunning says a
+// step of the run is running or about to start.
+func wakeSources(st *arv1.AgentRunStatus, out actOutcome, stepRunning bool) []string {
+	var w []string
+	if stepRunning {
+		w = append(w, wakeStep)
+	}
+	if out.requeueAfter > 0 {
+		w = append(w, wakeTimer)
+	}
+	if out.backpressure {
+		w = append(w, wakeExecutorRoom)
+	}
+	if out.catalogWait {
+		w = append(w, wakeCatalog)
+	}
+	if out.queued {
+		w = append(w, wakeAdmission)
+	}
+	if st.Phase == arv1.PhasePaused {
+		w = append(w, wakeSpec)
+	}
+	if len(st.SetupRefs) > 0 {
+		w = append(w, wakeSetupRefs)
+	}
+	if wt := st.WaitingOn; wt != nil {
+		switch wt.Reason {
+		case arv1.WaitFanOutWorkers, arv1.WaitChildren:
+			w = append(w, wakeChildren)
+		case arv1.WaitBudgetExceeded:
+			w = append(w, wakeSpec)
+		case arv1.WaitToolApproval, arv1.WaitUserPrompt, arv1.WaitTaintGate, arv1.WaitInteractionPoint,
+			arv1.WaitNeedsReconciliation, arv1.WaitSignal:
+			w = append(w, wakeAnswers)
+		}
+	}
+	return w
+}
+
+// unstartedIntents remembers intents whose status write failed, so they
+// were never started: such an intent, if stored after all (an ambiguous
+// write), is safe to start later whatever its effect, and a model call of
+// it is not counted as lost.
+type unstartedIntents struct {
+	mu sync.Mutex
+	m  map[executor.Key]bool
+}
+
+func newUnstartedIntents() *unstartedIntents {
+	return &unstartedIntents{m: map[executor.Key]bool{}}
+}
+
+func (u *unstartedIntents) markAll(s *scope) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, k := range s.intents {
+		u.m[k] = true
+	}
+}
+
+func (u *unstartedIntents) clearAll(s *scope) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, k := range s.intents {
+		delete(u.m, k)
+	}
+}
+
+func (u *unstartedIntents) has(k executor.Key) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.m[k]
+}
+
+func (u *unstartedIntents) forgetRun(run *arv1.AgentRun) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k := range u.m {
+		if k.Run == run.UID {
+			delete(u.m, k)
+		}
+	}
+}

@@ -1,0 +1,400 @@
+// Package store keeps runs' journals in the API server. A run's journal is
+// a few ConfigMaps ("chunks", usually one), each holding many entries under
+// their zero-padded seq, so a run costs one object, not one per entry.
+// Entries are added by merge patches that carry the chunk's
+// resourceVersion: a writer that no longer owns the run (another replica
+// took it over) fails on the conflict instead of overwriting. An in-memory
+// copy per active run means a reconcile never reads its journal back.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// Labels and names of journal objects.
+const (
+	// Component is the agentrun.dev/component label of journal chunks.
+	Component = "journal"
+	// LabelRunUID ties owned objects to one run (a UID fits a label value;
+	// a run name may not).
+	LabelRunUID = "agentrun.dev/run-uid"
+	// LabelChunk is a chunk's index within its run's journal.
+	LabelChunk = "agentrun.dev/chunk"
+	// legacyKey is the one data key of a journal entry written as its own
+	// ConfigMap by versions before chunks.
+	legacyKey = "entry"
+)
+
+// DefaultChunkBytes bounds a chunk's data. A ConfigMap holds at most 1 MiB;
+// keeping chunks at half that bounds what one append rewrites in etcd and
+// leaves room for one large entry.
+const DefaultChunkBytes = 512 << 10
+
+// ErrSeqTaken is returned when an entry's seq is already journaled with
+// other content: the caller's view of the run is stale (or another writer
+// drives it), so it must derive again from the reloaded journal.
+var ErrSeqTaken = errors.New("journal seq already taken")
+
+// Store keeps journals. The zero value is not usable; use New.
+type Store struct {
+	writer client.Client
+	reader client.Reader
+	// ChunkBytes bounds a chunk's data (DefaultChunkBytes when 0).
+	ChunkBytes int
+
+	mu   sync.Mutex
+	runs map[types.UID]*runLog
+}
+
+// runLog is one run's journal as this process knows it.
+type runLog struct {
+	mu     sync.Mutex // serialises the run's appends
+	loaded bool
+	// mustRead: what is stored is known to differ from what this process
+	// thought, so the journal is read even for a run that looks new.
+	mustRead bool
+	entries []journal.Entry
+	raw     map[int64]string // seq -> stored JSON, to recognise our own retried writes
+	chunks  []chunk
+}
+
+type chunk struct {
+	name  string
+	rv    string
+	bytes int
+}
+
+// New makes a store writing with w and reading uncached with r.
+func New(w client.Client, r client.Reader) *Store {
+	return &Store{writer: w, reader: r, runs: map[types.UID]*runLog{}}
+}
+
+func (s *Store) log(uid types.UID) *runLog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.runs[uid]
+	if !ok {
+		l = &runLog{raw: map[int64]string{}}
+		s.runs[uid] = l
+	}
+	return l
+}
+
+// Load returns the run's entries in seq order. empty says the run cannot
+// have a journal yet (its status was never written), so nothing is read.
+func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
+	l := s.log(run.UID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.ensureLoaded(ctx, run, l, empty); err != nil {
+		return nil, err
+	}
+	return l.entries[:len(l.entries):len(l.entries)], nil
+}
+
+func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog, empty bool) error {
+	if l.loaded {
+		return nil
+	}
+	if !empty || l.mustRead {
+		entries, chunks, raw, err := read(ctx, s.reader, run.Namespace, run.UID)
+		if err != nil {
+			return err
+		}
+		l.entries, l.chunks, l.raw = entries, chunks, raw
+	}
+	l.loaded, l.mustRead = true, false
+	return nil
+}
+
+// Append journals entries in one write, after the run's last entry. A
+// retried append whose earlier attempt was stored is recognised and
+// succeeds; an entry whose seq holds other content is ErrSeqTaken, and the
+// in-memory copy is dropped so the next Load reads the journal afresh.
+func (s *Store) Append(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	l := s.log(run.UID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
+		return err
+	}
+	add := map[string]string{}
+	size := 0
+	var fresh []journal.Entry
+	for _, e := range es {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if have, ok := l.raw[e.Seq]; ok {
+			if have == string(b) {
+				continue // already journaled (a retried append)
+			}
+			return s.stale(run.UID, e)
+		}
+		add[key(e.Seq)] = string(b)
+		size += len(b) + 8
+		fresh = append(fresh, e)
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	c, err := s.write(ctx, run, l, add, size)
+	if err != nil {
+		if errors.Is(err, ErrSeqTaken) {
+			return s.stale(run.UID, fresh[0])
+		}
+		return err
+	}
+	l.chunks[c].bytes += size
+	for _, e := range fresh {
+		l.raw[e.Seq] = add[key(e.Seq)]
+		l.entries = append(l.entries, e)
+	}
+	sort.SliceStable(l.entries, func(i, j int) bool { return l.entries[i].Seq < l.entries[j].Seq })
+	return nil
+}
+
+// stale drops the run's in-memory copy (the caller's state is behind what
+// is stored), so the next Load reads it afresh, and says so.
+func (s *Store) stale(uid types.UID, e journal.Entry) error {
+	s.mu.Lock()
+	s.runs[uid] = &runLog{raw: map[int64]string{}, mustRead: true}
+	s.mu.Unlock()
+	return fmt.Errorf("journaling %s #%d: %w", e.Kind, e.Seq, ErrSeqTaken)
+}
+
+// write stores add in the last chunk, or in a new one when it would
+// overflow, and returns the chunk's index.
+func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, add map[string]string, size int) (int, error) {
+	limit := s.ChunkBytes
+	if limit <= 0 {
+		limit = DefaultChunkBytes
+	}
+	if n := len(l.chunks); n > 0 && (l.chunks[n-1].bytes+size <= limit || l.chunks[n-1].bytes == 0) {
+		c := &l.chunks[n-1]
+		rv, err := s.patch(ctx, run.Namespace, c.name, c.rv, add)
+		if err != nil {
+			return 0, err
+		}
+		c.rv = rv
+		return n - 1, nil
+	}
+	i := len(l.chunks)
+	cm := chunkObject(run, i, add)
+	if err := s.writer.Create(ctx, cm); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return 0, fmt.Errorf("creating journal chunk %s: %w", cm.Name, err)
+		}
+		// A create whose response was lost, or another writer's: ours only
+		// if it holds exactly what we wrote.
+		if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+			return 0, err
+		}
+		if !holds(cm.Data, add) {
+			return 0, ErrSeqTaken
+		}
+	}
+	l.chunks = append(l.chunks, chunk{name: cm.Name, rv: cm.ResourceVersion})
+	return i, nil
+}
+
+// patch adds keys to a chunk under its resourceVersion. On a conflict the
+// chunk is read back: if it already holds exactly these keys an earlier
+// attempt was stored; otherwise somebody else wrote the journal.
+func (s *Store) patch(ctx context.Context, ns, name, rv string, add map[string]string) (string, error) {
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": rv},
+		"data":     add,
+	})
+	if err != nil {
+		return "", err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	err = s.writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, body))
+	if err == nil {
+		return cm.ResourceVersion, nil
+	}
+	if !apierrors.IsConflict(err) {
+		return "", fmt.Errorf("appending to journal chunk %s: %w", name, err)
+	}
+	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+		return "", err
+	}
+	if holds(cm.Data, add) {
+		return cm.ResourceVersion, nil
+	}
+	return "", ErrSeqTaken
+}
+
+func holds(data, add map[string]string) bool {
+	for k, v := range add {
+		if data[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Forget drops the in-memory copy of a run (finished, deleted, or stale).
+func (s *Store) Forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, uid)
+}
+
+// Cached reports how many runs' journals are held in memory.
+func (s *Store) Cached() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.runs)
+}
+
+// ChunkName names chunk i of a run's journal.
+func ChunkName(run *arv1.AgentRun, i int) string {
+	if i == 0 {
+		return run.OwnedName(Component)
+	}
+	return run.OwnedName(fmt.Sprintf("%s-%d", Component, i))
+}
+
+func chunkObject(run *arv1.AgentRun, i int, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      ChunkName(run, i),
+			Namespace: run.Namespace,
+			Labels: map[string]string{
+				LabelRunUID:         string(run.UID),
+				arv1.LabelComponent: Component,
+				LabelChunk:          strconv.Itoa(i),
+			},
+			OwnerReferences: []metav1.OwnerReference{run.OwnerReference()},
+		},
+		Data: data,
+	}
+}
+
+func key(seq int64) string { return fmt.Sprintf("%06d", seq) }
+
+// Read returns a run's journal as stored, in seq order, for readers other
+// than the controller (the kubectl plugin, tests). It reads chunks and the
+// one-entry objects of older versions alike.
+func Read(ctx context.Context, r client.Reader, namespace string, uid types.UID) ([]journal.Entry, error) {
+	entries, _, _, err := read(ctx, r, namespace, uid)
+	return entries, err
+}
+
+// ReadLenient is Read for people: an entry that does not decode is
+// reported ("<object> <key>: <why>") instead of failing the whole read.
+func ReadLenient(ctx context.Context, r client.Reader, namespace string, uid types.UID) ([]journal.Entry, []string, error) {
+	list, err := list(ctx, r, namespace, uid)
+	if err != nil {
+		return nil, nil, err
+	}
+	var entries []journal.Entry
+	var bad []string
+	for i := range list.Items {
+		cm := &list.Items[i]
+		for _, k := range sortedKeys(cm.Data) {
+			e, err := decode(cm.Name, cm.Data[k])
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s %s: unreadable entry: %v", cm.Name, k, err))
+				continue
+			}
+			entries = append(entries, e)
+		}
+	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
+	return entries, bad, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func list(ctx context.Context, r client.Reader, ns string, uid types.UID) (*corev1.ConfigMapList, error) {
+	var list corev1.ConfigMapList
+	if err := r.List(ctx, &list, client.InNamespace(ns),
+		client.MatchingLabels{LabelRunUID: string(uid), arv1.LabelComponent: Component}); err != nil {
+		return nil, fmt.Errorf("reading the journal: %w", err)
+	}
+	return &list, nil
+}
+
+func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]journal.Entry, []chunk, map[int64]string, error) {
+	list, err := list(ctx, r, ns, uid)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var entries []journal.Entry
+	raw := map[int64]string{}
+	byIndex := map[int]chunk{}
+	for i := range list.Items {
+		cm := &list.Items[i]
+		if v, ok := cm.Data[legacyKey]; ok && len(cm.Data) == 1 {
+			e, err := decode(cm.Name, v)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			entries = append(entries, e)
+			raw[e.Seq] = v
+			continue
+		}
+		idx, err := strconv.Atoi(cm.Labels[LabelChunk])
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("journal chunk %s has no valid %s label", cm.Name, LabelChunk)
+		}
+		c := chunk{name: cm.Name, rv: cm.ResourceVersion}
+		for _, v := range cm.Data {
+			e, err := decode(cm.Name, v)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			entries = append(entries, e)
+			raw[e.Seq] = v
+			c.bytes += len(v) + 8
+		}
+		byIndex[idx] = c
+	}
+	chunks := make([]chunk, len(byIndex))
+	for i := range chunks {
+		c, ok := byIndex[i]
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("journal chunk %d of run %s is missing", i, uid)
+		}
+		chunks[i] = c
+	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
+	return entries, chunks, raw, nil
+}
+
+func decode(name, v string) (journal.Entry, error) {
+	var e journal.Entry
+	if err := json.Unmarshal([]byte(v), &e); err != nil {
+		return e, fmt.Errorf("journal %s is corrupt: %w", name, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,159 @@
+// Package steps is the step runtime: the bodies of the work a reconcile
+// hands to the executor (a model call, a tool call, a webhook delivery, a
+// tool-catalog listing). A step makes its network call with the shared
+// retry helper, records what happened (the journal for calls, the catalog
+// for listings, a report for deliveries) and returns; the executor then
+// wakes the run. Steps never write an AgentRun: its reconcile is the only
+// writer of status.
+package steps
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/retry"
+	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
+	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
+)
+
+// DefaultStepTimeout bounds one attempt of a model or tool call.
+const DefaultStepTimeout = 5 * time.Minute
+
+// Runtime holds what steps share. Build it with New.
+type Runtime struct {
+	// Journal records calls' intents and completions.
+	Journal *store.Store
+	// Catalog records tool-server listings.
+	Catalog *toolcatalog.Catalog
+	// Breakers are the providers' circuit breakers.
+	Breakers *circuit.Breakers
+	// Deliveries hold webhook outcomes for the reconcile to record.
+	Deliveries *Deliveries
+	// Providers are provider clients by type (the scripted one, a test's);
+	// other types get an SDK client for their base URL.
+	Providers map[string]providers.Provider
+	// HTTP returns the client for calls made on behalf of runs in a
+	// namespace (providers, MCP servers, webhooks).
+	HTTP func(namespace string) *http.Client
+	// Reader reads Secrets a step needs (a webhook's signing key) uncached.
+	Reader client.Reader
+	// Wake re-queues runs (the waiters of a listing).
+	Wake func(runs ...types.NamespacedName)
+
+	Clock          clock.PassiveClock
+	StepTimeout    time.Duration
+	ListTimeout    time.Duration
+	CallbackPolicy webhook.Policy
+	Log            logr.Logger
+}
+
+// Options are the runtime's dependencies.
+type Options struct {
+	Journal    *store.Store
+	Catalog    *toolcatalog.Catalog
+	Breakers   *circuit.Breakers
+	Providers  map[string]providers.Provider
+	HTTP       func(namespace string) *http.Client
+	Reader     client.Reader
+	Wake       func(runs ...types.NamespacedName)
+	Clock      clock.PassiveClock
+	Log        logr.Logger
+	Callback   webhook.Policy
+	StepTimout time.Duration
+}
+
+// New builds a runtime; nil dependencies get working defaults where one
+// exists and are refused where none does.
+func New(o Options) (*Runtime, error) {
+	if o.Journal == nil || o.Reader == nil || o.Wake == nil {
+		return nil, errors.New("steps: a Journal, a Reader and a Wake function are required")
+	}
+	rt := &Runtime{
+		Journal: o.Journal, Catalog: o.Catalog, Breakers: o.Breakers, Deliveries: NewDeliveries(),
+		Providers: o.Providers, HTTP: o.HTTP, Reader: o.Reader, Wake: o.Wake,
+		Clock: o.Clock, StepTimeout: o.StepTimout, ListTimeout: 20 * time.Second,
+		CallbackPolicy: o.Callback, Log: o.Log,
+	}
+	if rt.Catalog == nil {
+		rt.Catalog = toolcatalog.New(0, 0)
+	}
+	if rt.Breakers == nil {
+		rt.Breakers = circuit.New()
+	}
+	if rt.HTTP == nil {
+		shared := &http.Client{}
+		rt.HTTP = func(string) *http.Client { return shared }
+	}
+	if rt.Clock == nil {
+		rt.Clock = clock.RealClock{}
+	}
+	if rt.StepTimeout <= 0 {
+		rt.StepTimeout = DefaultStepTimeout
+	}
+	if rt.CallbackPolicy.Attempts == 0 {
+		rt.CallbackPolicy = webhook.DefaultPolicy
+	}
+	if rt.Log.GetSink() == nil {
+		rt.Log = logr.Discard()
+	}
+	return rt, nil
+}
+
+// record journals a call's intent and its outcome in one write, retrying a
+// few times so an API server blip does not cost the result. A cancelled
+// step journals nothing and returns nil: its intent stays pending by
+// design. Another writer holding the seq (the run changed hands) is final.
+func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
+	b := retry.Backoff{Attempts: 5, Base: 200 * time.Millisecond, Cap: 2 * time.Second, Jitter: 0.5}
+	_, err := retry.Do(ctx, b, func(int) (bool, error) {
+		err := rt.Journal.Append(ctx, run, es...)
+		return !errors.Is(err, store.ErrSeqTaken), err
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// providerFor returns the client for a provider entry: the registered one
+// for its type, else an SDK client for its base URL.
+func (rt *Runtime) providerFor(p *providerconfig.Provider, namespace string) (providers.Provider, bool) {
+	if c, ok := rt.Providers[p.Type]; ok {
+		return c, true
+	}
+	switch p.Type {
+	case providerconfig.TypeOpenAI:
+		return providers.NewOpenAI(p.BaseURL, rt.HTTP(namespace)), true
+	case providerconfig.TypeAnthropic:
+		return providers.NewAnthropic(p.BaseURL, rt.HTTP(namespace)), true
+	}
+	return nil, false
+}
+
+// runRef is the part of a run a step needs: enough to name and own its
+// journal, never its spec or status.
+func runRef(run *arv1.AgentRun) *arv1.AgentRun {
+	r := &arv1.AgentRun{}
+	r.Name, r.Namespace, r.UID = run.Name, run.Namespace, run.UID
+	return r
+}
+
+// RunRef is runRef for callers that build steps.
+func RunRef(run *arv1.AgentRun) *arv1.AgentRun { return runRef(run) }
+
+func logFor(l logr.Logger, run *arv1.AgentRun, kv ...any) logr.Logger {
+	return l.WithValues(append([]any{"AgentRun", run.Namespace + "/" + run.Name}, kv...)...)
+}
