@@ -56,7 +56,9 @@ func (c *chaos) through(in <-chan event.GenericEvent) <-chan event.GenericEvent 
 // unfinished run must leave it something that will wake it again (the
 // controller reports its wake sources), and every run must finish.
 func TestNoInterleavingLeavesARunUnwoken(t *testing.T) {
-	srv := mcptest.New(t, mcptest.Options{})
+	// A slow tool server: runs starting together find its listing under way
+	// and must be woken by it.
+	srv := mcptest.New(t, mcptest.Options{RequestDelay: 150 * time.Millisecond})
 	c := &chaos{rng: rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))}
 	var mu sync.Mutex
 	unwoken := map[string]string{}
@@ -97,7 +99,7 @@ func TestNoInterleavingLeavesARunUnwoken(t *testing.T) {
 	for i := range 4 {
 		want[fmt.Sprintf("triple-%d", i)] = "triple"
 	}
-	for name, agent := range map[string]string{"fan-0": "fan", "nap-0": "napper", "gate-0": "gated", "gate-1": "gated", "tools-0": "tooling", "tools-1": "tooling", "keyed-0": "keyed"} {
+	for name, agent := range map[string]string{"fan-0": "fan", "nap-0": "napper", "gate-0": "gated", "gate-1": "gated", "tools-0": "tooling", "tools-1": "tooling", "tools-2": "tooling", "keyed-0": "keyed"} {
 		want[name] = agent
 	}
 	for name, agent := range want {

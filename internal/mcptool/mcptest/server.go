@@ -23,6 +23,10 @@ type Options struct {
 	// PageSize caps tools/list pages (0: the SDK default), so a test can make
 	// the client follow pagination.
 	PageSize int
+	// RequestDelay holds every HTTP request (initialize, list, call) this
+	// long before serving it: a slow server, so a test can catch runs
+	// waiting on a listing another run started.
+	RequestDelay time.Duration
 }
 
 // Server is a running MCP test server. Its counters are safe for concurrent
@@ -64,6 +68,19 @@ func New(t testing.TB, opts Options) *Server {
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	if opts.Token != "" {
 		h = requireBearer(opts.Token, h)
+	}
+	if d := opts.RequestDelay; d > 0 {
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			case <-s.closing:
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
 	}
 	mux := http.NewServeMux()
 	mux.Handle(endpoint, h)
