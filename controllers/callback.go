@@ -30,23 +30,24 @@ func callbackDue(run *arv1.AgentRun) bool {
 // reconcile path) unless one is already under way. Its outcome comes back
 // as a report that the run's reconcile records.
 func (r *AgentRunReconciler) deliverCallback(run *arv1.AgentRun) {
-	if !callbackDue(run) {
-		return
+	if !callbackDue(run) || r.steps.Deliveries.Has(run.UID) {
+		return // nothing owed, or an outcome waits to be recorded
 	}
 	d := steps.Delivery{Run: steps.RunRef(run), Body: func(run *arv1.AgentRun) ([]byte, error) { return callbackBody(run, r.clock.Now()) }}
 	r.pool.Submit(stepOf(run, steps.CallbackSeq, ""), func(ctx context.Context) { r.steps.RunDelivery(ctx, d) })
 }
 
-// recordDelivery puts a finished delivery's report in the run's status; it
-// reports whether there was one.
-func (r *AgentRunReconciler) recordDelivery(run *arv1.AgentRun) bool {
+// recordDelivery puts a finished delivery's report in the run's status.
+// It returns a function that puts the report back, for when the status
+// write fails: the delivery is then recorded later, never sent again.
+func (r *AgentRunReconciler) recordDelivery(run *arv1.AgentRun) (undo func()) {
 	rep, ok := r.steps.Deliveries.Take(run.UID)
 	if !ok {
-		return false
+		return func() {}
 	}
 	cb := rep.Callback
 	run.Status.Callback, run.Status.SetupRefs = &cb, rep.SetupRefs
-	return true
+	return func() { r.steps.Deliveries.Restore(run.UID, rep) }
 }
 
 // callbackBody is the delivery's JSON: the run's identity, its status in

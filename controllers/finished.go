@@ -76,12 +76,13 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.recordDelivery(run)
+	undo := r.recordDelivery(run)
 	if run.Status.ObservedGeneration != run.Generation {
 		run.Status.ObservedGeneration = run.Generation
 		setConditions(run, conditionInputs{})
 	}
 	if err := r.runs.PatchStatus(ctx, before, run); err != nil {
+		undo()
 		if errors.Is(err, errStatusConflict) {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}

@@ -55,6 +55,24 @@ func (d *Deliveries) Take(uid types.UID) (DeliveryReport, bool) {
 	return r, ok
 }
 
+// Has reports whether a report waits to be recorded.
+func (d *Deliveries) Has(uid types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.m[uid]
+	return ok
+}
+
+// Restore puts back a report whose recording failed, so the next
+// reconcile records it instead of sending the webhook again.
+func (d *Deliveries) Restore(uid types.UID, r DeliveryReport) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, newer := d.m[uid]; !newer {
+		d.m[uid] = r
+	}
+}
+
 func (d *Deliveries) put(uid types.UID, r DeliveryReport) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
