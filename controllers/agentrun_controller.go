@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
@@ -64,6 +66,9 @@ type Deps struct {
 	StepTimeout time.Duration
 	// Retention is how long finished runs are kept by default.
 	Retention Retention
+	// MaxActiveRuns bounds the runs driven at once; the rest wait in line,
+	// admitted in creation order (0: no bound).
+	MaxActiveRuns int
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
 	// OnWake, when set, observes the wake sources every reconcile of an
@@ -92,6 +97,8 @@ type AgentRunReconciler struct {
 	expect      *expectations
 	unstarted   *unstartedIntents
 	failures    *failures
+	admission   *admission.Controller
+	seedOnce    sync.Once
 	retentionOf Retention
 	onReconcile func(types.NamespacedName)
 	onWake      func(*arv1.AgentRun, []string)
@@ -117,6 +124,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(),
 		retentionOf: d.Retention, onReconcile: d.OnReconcile, onWake: d.OnWake,
 	}
+	r.admission = admission.New(d.MaxActiveRuns, nil, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, Callback: d.CallbackPolicy, StepTimout: d.StepTimeout,
@@ -236,6 +244,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 	r.pool.Cancel(uid)
 	r.journals.Forget(uid)
 	r.expect.drop(uid)
+	r.admission.Forget(uid)
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}

@@ -113,11 +113,13 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: run.Namespace,
 			Labels: map[string]string{
-				arv1.LabelParent:    labelValue(run.Name),
-				arv1.LabelParentUID: string(run.UID),
-				arv1.LabelItem:      strconv.Itoa(req.Index),
-				arv1.LabelAttempt:   strconv.Itoa(req.Attempt),
-				arv1.LabelChildKind: string(req.Kind),
+				arv1.LabelParent:      labelValue(run.Name),
+				arv1.LabelParentUID:   string(run.UID),
+				arv1.LabelRootCreated: strconv.FormatInt(placeOf(run).Root.UnixNano(), 10),
+				arv1.LabelRoot:        labelValue(placeOf(run).RootName),
+				arv1.LabelItem:        strconv.Itoa(req.Index),
+				arv1.LabelAttempt:     strconv.Itoa(req.Attempt),
+				arv1.LabelChildKind:   string(req.Kind),
 			},
 			OwnerReferences: []metav1.OwnerReference{run.OwnerReference()},
 		},

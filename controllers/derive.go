@@ -45,7 +45,7 @@ type facts struct {
 // status holds, and, only when a call is due, the provider and its
 // credentials. Nothing here waits on anything but the API server, and most
 // of it is read from memory.
-func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time) (*facts, error) {
+func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,
 		Budgets: run.Spec.Budgets,
@@ -57,13 +57,13 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 		return nil, err
 	}
 	if !f.Spawned {
-		return f, r.unspawnedFacts(ctx, run, f)
+		return f, r.unspawnedFacts(ctx, run, f, fresh)
 	}
 	// Which steps run now is read before the journal: a step finishing in
 	// between then shows either as still running or as completed in the
 	// journal, never as neither (which would look like an interrupted call).
 	inFlight := r.pool.InFlightSeqs(run.UID)
-	entries, err := r.journals.Load(ctx, run, neverWritten(run))
+	entries, err := r.journals.Load(ctx, run, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -88,18 +88,20 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 
 // unspawnedFacts folds the journal of a run that never spawned: it may
 // hold only its cancellation.
-func (r *AgentRunReconciler) unspawnedFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
-	entries, err := r.journals.Load(ctx, run, neverWritten(run))
+func (r *AgentRunReconciler) unspawnedFacts(ctx context.Context, run *arv1.AgentRun, f *facts, fresh bool) error {
+	entries, err := r.journals.Load(ctx, run, fresh)
 	if err == nil && len(entries) > 0 {
 		f.State = journal.Fold(&blueprint.Blueprint{}, entries)
 	}
 	return err
 }
 
-// neverWritten says the run's status was never written, so it has no
-// journal yet (the first status write precedes every journal write).
-func neverWritten(run *arv1.AgentRun) bool {
-	return run.Status.StartedAt == nil && run.Status.ObservedGeneration == 0
+// neverDriven says the run has no journal yet: the status write that
+// records its snapshot precedes every journal write, but for a
+// cancellation before it ever started, which ends it (and a stale guess is
+// caught by the journal store, which then reads what is stored).
+func neverDriven(run *arv1.AgentRun) bool {
+	return run.Status.BlueprintSnapshot == "" && run.Status.PendingCall == nil && !run.Status.Phase.IsTerminal()
 }
 
 // withPendingIntent adds the intent status records, when the journal has

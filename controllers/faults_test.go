@@ -93,8 +93,8 @@ func TestStatusWriteFaultsShowAndHeal(t *testing.T) {
 		"hooked": createRun(t, ns, "hooked", "triple", func(r *arv1.AgentRun) {
 			r.Spec.Callback = &arv1.CallbackSpec{URL: hook.URL, SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
 		}),
-		"gate":   createRun(t, ns, "gate", "gated"),
-		"write":  createRun(t, ns, "write", "writer"),
+		"gate":  createRun(t, ns, "gate", "gated"),
+		"write": createRun(t, ns, "write", "writer"),
 	}
 	w := waitFor(t, ns, "gate", 30*time.Second, "InteractionPoint", waitingOn(arv1.WaitInteractionPoint)).Status.WaitingOn
 	a := &arv1.AgentRunAnswer{ObjectMeta: metav1.ObjectMeta{Name: "gate-ok", Namespace: ns},
@@ -193,4 +193,3 @@ func watchReasons(t *testing.T, ns string) func() map[string]bool {
 		return out
 	}
 }
-

@@ -34,6 +34,9 @@ type scope struct {
 	// before is the run as read: the base of the status patch.
 	before *arv1.AgentRun
 	now    time.Time
+	// fresh: the run was never driven (no snapshot, no intent), so it has
+	// no journal to read.
+	fresh bool
 	// facts, action and out are set once a round has run.
 	facts  *facts
 	action runstate.Action
@@ -57,7 +60,7 @@ type startable struct {
 }
 
 func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
-	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now()}
+	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: neverDriven(run)}
 }
 
 // start reserves nothing itself: it records a reserved step to start once
@@ -69,10 +72,15 @@ func (s *scope) start(t *executor.Ticket, fn func(context.Context)) {
 // after queues an effect for once status is written.
 func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 
-// drive derives, decides and acts until acting changes nothing more.
+// drive derives, decides and acts until acting changes nothing more. A
+// run without an active-run slot waits in line instead, visibly.
 func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
+	if !r.admit(ctx, s.run) {
+		s.out.queued = true
+		return nil
+	}
 	for range maxRounds {
-		f, err := r.derive(ctx, s.run, s.now)
+		f, err := r.derive(ctx, s.run, s.now, s.fresh)
 		if err != nil {
 			return err
 		}
@@ -92,12 +100,15 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 // shows in the Reconciling or Stalled condition), then starts what the
 // write recorded and returns when to look at the run again.
 func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
-	if err == nil {
+	switch {
+	case err == nil && s.out.queued:
+		projectQueued(s)
+	case err == nil:
 		project(s)
 		if last, failed := r.failures.take(s.run.UID); failed {
 			retried(s.run, last)
 		}
-	} else {
+	default:
 		markError(s.run, err, s.now)
 	}
 	if perr := r.runs.PatchStatus(ctx, s.before, s.run); perr != nil {
@@ -129,6 +140,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		t.ticket.Start(t.fn)
 	}
 	r.unstarted.clearAll(s)
+	r.releaseIfIdle(s.run)
 	r.emitEvents(s.run, &s.before.Status)
 	for _, fn := range s.effects {
 		fn()

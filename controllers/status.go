@@ -85,6 +85,24 @@ func project(s *scope) {
 	}
 }
 
+// projectQueued is the record of a run waiting for an active-run slot:
+// accepted, in line, nothing else changed.
+func projectQueued(s *scope) {
+	st, t := &s.run.Status, metav1.NewTime(s.now)
+	prev := s.before.Status.DeepCopy()
+	st.ObservedGeneration = s.run.Generation
+	if st.StartedAt == nil {
+		st.StartedAt = &t
+	}
+	if st.Phase == "" {
+		st.Phase, st.LastProgressAt = arv1.PhaseStarting, &t
+	}
+	setConditions(s.run, conditionInputs{queued: true})
+	if !sameStatus(prev, st) {
+		st.UpdatedAt = &t
+	}
+}
+
 // phaseOf is the run's phase (and error) from its journal and decision.
 func phaseOf(f *facts, a runstate.Action) (arv1.Phase, string) {
 	state := f.State
@@ -224,12 +242,12 @@ func setConditions(run *arv1.AgentRun, in conditionInputs) {
 // progressReason is the reason and message of an unfinished run.
 func progressReason(st *arv1.AgentRunStatus, in conditionInputs) (string, string) {
 	switch {
+	case in.queued:
+		return arv1.ReasonQueued, "The run waits for an active-run slot (--max-active-runs); runs are admitted in creation order"
 	case st.Phase == arv1.PhasePaused:
 		return arv1.ReasonPaused, "The run is paused (spec.paused)"
 	case st.WaitingOn != nil:
 		return string(st.WaitingOn.Reason), waitMessage(st.WaitingOn)
-	case in.queued:
-		return arv1.ReasonQueued, "The run waits for an active-run slot (--max-active-runs); runs are admitted in creation order"
 	case in.backpressure:
 		return arv1.ReasonWaitingForExecutor, "A step is ready; every executor slot is busy (backpressure, not a setup problem)"
 	case in.catalogWait:

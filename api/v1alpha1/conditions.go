@@ -80,4 +80,9 @@ const (
 	// LabelComponent says what an owned object is (blueprint-snapshot,
 	// journal, output).
 	LabelComponent = "agentrun.dev/component"
+	// LabelRootCreated is, on a child, when its tree's root run was created
+	// (Unix nanoseconds), and LabelRoot the root's name: a child queues for
+	// admission with its tree's place in line.
+	LabelRootCreated = "agentrun.dev/root-created"
+	LabelRoot        = "agentrun.dev/root"
 )

@@ -20,6 +20,7 @@ func main() {
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time.")
 	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentRuns reconciled in parallel.")
+	flag.IntVar(&o.MaxActiveRuns, "max-active-runs", 64, "Runs driven at once; the rest wait in line (status says Queued) and are admitted first come, first served, sharing slots fairly across namespaces. A parked run gives its slot back. 0: no bound.")
 	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
 	ttl := flag.Int("ttl-seconds-after-finished", 3600, "Seconds a finished run is kept when its spec sets no ttlSecondsAfterFinished; the run is then deleted with its journal, output and children. Negative keeps finished runs forever. Runs applied by Argo CD or Flux get no default (deleting them would re-apply them).")
 	zo := zap.Options{}

@@ -39,6 +39,9 @@ type Options struct {
 	MaxConcurrentSteps int
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// MaxActiveRuns bounds the runs driven at once; the rest wait in line
+	// and are admitted in creation order (0: no bound).
+	MaxActiveRuns int
 	// MaxStepsPerServer bounds the steps calling one MCP server at once, so
 	// a hung server cannot take every slot (0: a quarter of the pool).
 	MaxStepsPerServer int
@@ -102,16 +105,17 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	retention := controllers.Retention{Default: o.TTLAfterFinished}
 	r, err := controllers.NewAgentRunReconciler(controllers.Deps{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Recorder:    mgr.GetEventRecorder("agentrun-operator"),
-		Clock:       o.Clock,
-		Pool:        executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
-		Providers:   map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
-		Retention:   retention,
-		OnReconcile: o.OnReconcile,
-		OnWake:      o.OnWake,
-		WakeThrough: o.WakeThrough,
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("agentrun-operator"),
+		Clock:         o.Clock,
+		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
+		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
+		Retention:     retention,
+		MaxActiveRuns: o.MaxActiveRuns,
+		OnReconcile:   o.OnReconcile,
+		OnWake:        o.OnWake,
+		WakeThrough:   o.WakeThrough,
 	})
 	if err != nil {
 		return nil, err

@@ -68,9 +68,9 @@ type runLog struct {
 	// mustRead: what is stored is known to differ from what this process
 	// thought, so the journal is read even for a run that looks new.
 	mustRead bool
-	entries []journal.Entry
-	raw     map[int64]string // seq -> stored JSON, to recognise our own retried writes
-	chunks  []chunk
+	entries  []journal.Entry
+	raw      map[int64]string // seq -> stored JSON, to recognise our own retried writes
+	chunks   []chunk
 }
 
 type chunk struct {

@@ -1,0 +1,63 @@
+package controllers
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+)
+
+// placeOf is a run's place in line: its tree root's creation, then its own.
+// A child carries its root's in labels set when it was created.
+func placeOf(run *arv1.AgentRun) admission.Place {
+	p := admission.Place{Root: run.CreationTimestamp.Time, RootName: run.Name, Created: run.CreationTimestamp.Time, Name: run.Name}
+	if ns, err := strconv.ParseInt(run.Labels[arv1.LabelRootCreated], 10, 64); err == nil {
+		p.Root, p.RootName = time.Unix(0, ns), run.Labels[arv1.LabelRoot]
+	}
+	return p
+}
+
+func admissionRun(run *arv1.AgentRun) admission.Run {
+	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: placeOf(run)}
+}
+
+// admit reports whether the run may be driven now. The first call in a
+// process first puts every run that was working in line, in order, so
+// after a restart runs are taken up first come, first served rather than
+// in the order the cache happens to list them.
+func (r *AgentRunReconciler) admit(ctx context.Context, run *arv1.AgentRun) bool {
+	r.seedOnce.Do(func() { r.seedAdmission(ctx) })
+	return r.admission.Admit(admissionRun(run))
+}
+
+func (r *AgentRunReconciler) seedAdmission(ctx context.Context) {
+	var list arv1.AgentRunList
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing runs to admit in order; admitting as they come")
+		return
+	}
+	var line []admission.Run
+	for i := range list.Items {
+		run := &list.Items[i]
+		switch run.Status.Phase {
+		case "", arv1.PhaseStarting, arv1.PhaseRunning:
+			line = append(line, admissionRun(run))
+		}
+	}
+	r.admission.Enqueue(line...)
+}
+
+// releaseIfIdle gives the run's slot back when it no longer works: it
+// finished, parked or is paused. Something waking it queues it again.
+func (r *AgentRunReconciler) releaseIfIdle(run *arv1.AgentRun) {
+	switch run.Status.Phase {
+	case arv1.PhaseStarting, arv1.PhaseRunning:
+		return
+	}
+	r.admission.Release(run.UID)
+}

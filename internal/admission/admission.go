@@ -1,0 +1,279 @@
+// Package admission bounds how many runs are active (driven by the
+// manager) at once and admits the rest first come, first served, so a
+// burst of runs finishes in order instead of everybody progressing a
+// little and nobody finishing (a breadth-first convoy). Order is by the
+// run tree's root: a fan-out worker or sub-agent queues with its parent's
+// place, so a tree started early finishes early. Across namespaces the
+// budget is shared fairly: the next slot goes to the namespace with the
+// fewest active runs, so one tenant's thousand queued runs cannot hold back
+// another's ten. A parked run gives its slot back; when something wakes it,
+// it queues again with its original place.
+package admission
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Run is what admission knows of a run.
+type Run struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+	// Place orders runs: earlier places are admitted first.
+	Place Place
+}
+
+// Place is a run's position in line.
+type Place struct {
+	// Root is when the run's tree root was created; RootName breaks ties.
+	Root     time.Time
+	RootName string
+	// Created is when the run itself was created; Name breaks ties.
+	Created time.Time
+	Name    string
+}
+
+// Before reports whether p goes ahead of q.
+func (p Place) Before(q Place) bool {
+	switch {
+	case !p.Root.Equal(q.Root):
+		return p.Root.Before(q.Root)
+	case p.RootName != q.RootName:
+		return p.RootName < q.RootName
+	case !p.Created.Equal(q.Created):
+		return p.Created.Before(q.Created)
+	}
+	return p.Name < q.Name
+}
+
+// Controller is safe for concurrent use. Build it with New.
+type Controller struct {
+	limit int
+	// nsLimit bounds one namespace's active runs (0: no bound).
+	nsLimit func(namespace string) int
+	// wake re-queues a run admission picked.
+	wake func(namespace, name string)
+
+	mu      sync.Mutex
+	active  map[types.UID]string // uid -> namespace
+	byNS    map[string]int       // namespace -> active runs
+	queues  map[string]*queue    // namespace -> waiting runs
+	waiting map[types.UID]*item
+	// promised runs were given a slot and woken (and left the line); they
+	// hold it until their reconcile takes it.
+	promised   map[types.UID]Run
+	promisedBy map[string]int
+}
+
+// New makes a controller admitting at most limit runs at once (limit <= 0:
+// no bound), at most nsLimit(ns) of one namespace, waking picked runs
+// through wake.
+func New(limit int, nsLimit func(string) int, wake func(namespace, name string)) *Controller {
+	if nsLimit == nil {
+		nsLimit = func(string) int { return 0 }
+	}
+	return &Controller{
+		limit: limit, nsLimit: nsLimit, wake: wake,
+		active: map[types.UID]string{}, byNS: map[string]int{}, queues: map[string]*queue{},
+		waiting: map[types.UID]*item{}, promised: map[types.UID]Run{}, promisedBy: map[string]int{},
+	}
+}
+
+// Admit reports whether the run may be driven now. A run already active
+// stays so; a run whose turn came (it was woken for a slot) takes it.
+// Otherwise the run waits in line and free slots go to the runs whose turn
+// it is (they are woken).
+func (c *Controller) Admit(r Run) bool {
+	c.mu.Lock()
+	if _, ok := c.active[r.UID]; ok {
+		c.mu.Unlock()
+		return true
+	}
+	if _, ok := c.promised[r.UID]; !ok {
+		c.enqueue(r)
+	}
+	woken := c.fill()
+	_, admitted := c.promised[r.UID]
+	if admitted {
+		c.unpromise(r.UID)
+		c.active[r.UID] = r.Namespace
+		c.byNS[r.Namespace]++
+		woken = without(woken, r.UID)
+	}
+	c.mu.Unlock()
+	c.wakeAll(woken)
+	return admitted
+}
+
+// Enqueue puts runs in line without admitting any (a restarted manager
+// lines up the runs that were working before their reconciles come).
+func (c *Controller) Enqueue(runs ...Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range runs {
+		if _, ok := c.active[r.UID]; !ok {
+			if _, ok := c.promised[r.UID]; !ok {
+				c.enqueue(r)
+			}
+		}
+	}
+}
+
+// Release gives a run's slot back (it finished, parked, or went away) and
+// wakes the runs the free slots go to.
+func (c *Controller) Release(uid types.UID) {
+	c.mu.Lock()
+	if ns, ok := c.active[uid]; ok {
+		delete(c.active, uid)
+		if c.byNS[ns]--; c.byNS[ns] <= 0 {
+			delete(c.byNS, ns)
+		}
+	}
+	woken := c.fill()
+	c.mu.Unlock()
+	c.wakeAll(woken)
+}
+
+// Forget drops a run entirely (deleted): its slot, its promise and its
+// place in line.
+func (c *Controller) Forget(uid types.UID) {
+	c.mu.Lock()
+	if it, ok := c.waiting[uid]; ok {
+		c.dequeue(it)
+	}
+	c.unpromise(uid)
+	c.mu.Unlock()
+	c.Release(uid)
+}
+
+// Active is how many runs are active.
+func (c *Controller) Active() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.active)
+}
+
+// Waiting is how many runs wait in line.
+func (c *Controller) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}
+
+// fill gives free slots to the runs whose turn it is, moving them from the
+// line to the promised (their slot is held until they come), and returns
+// them to be woken. Called with mu held.
+func (c *Controller) fill() []Run {
+	var woken []Run
+	for c.limit <= 0 || len(c.active)+len(c.promised) < c.limit {
+		next := c.pick()
+		if next == nil {
+			break
+		}
+		c.dequeue(next)
+		c.promised[next.UID] = next.Run
+		c.promisedBy[next.Namespace]++
+		woken = append(woken, next.Run)
+	}
+	return woken
+}
+
+func (c *Controller) unpromise(uid types.UID) {
+	r, ok := c.promised[uid]
+	if !ok {
+		return
+	}
+	delete(c.promised, uid)
+	if c.promisedBy[r.Namespace]--; c.promisedBy[r.Namespace] <= 0 {
+		delete(c.promisedBy, r.Namespace)
+	}
+}
+
+// pick is the run the next slot goes to: the head of the line of the
+// namespace with the fewest active (and promised) runs, among namespaces
+// under their own bound; the earliest place among equals.
+func (c *Controller) pick() *item {
+	var best *item
+	bestLoad := 0
+	for ns, q := range c.queues {
+		load := c.byNS[ns] + c.promisedBy[ns]
+		if l := c.nsLimit(ns); l > 0 && load >= l {
+			continue
+		}
+		head := (*q)[0]
+		if best == nil || load < bestLoad || (load == bestLoad && head.Place.Before(best.Place)) {
+			best, bestLoad = head, load
+		}
+	}
+	return best
+}
+
+func (c *Controller) wakeAll(runs []Run) {
+	if c.wake == nil {
+		return
+	}
+	for _, r := range runs {
+		c.wake(r.Namespace, r.Name)
+	}
+}
+
+func (c *Controller) enqueue(r Run) {
+	if it, ok := c.waiting[r.UID]; ok {
+		it.Place = r.Place
+		heap.Fix(c.queues[r.Namespace], it.index)
+		return
+	}
+	q := c.queues[r.Namespace]
+	if q == nil {
+		q = &queue{}
+		c.queues[r.Namespace] = q
+	}
+	it := &item{Run: r}
+	heap.Push(q, it)
+	c.waiting[r.UID] = it
+}
+
+func (c *Controller) dequeue(it *item) {
+	q := c.queues[it.Namespace]
+	heap.Remove(q, it.index)
+	if q.Len() == 0 {
+		delete(c.queues, it.Namespace)
+	}
+	delete(c.waiting, it.UID)
+}
+
+func without(runs []Run, uid types.UID) []Run {
+	out := runs[:0]
+	for _, r := range runs {
+		if r.UID != uid {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+type item struct {
+	Run
+	index int
+}
+
+// queue is a min-heap of waiting runs by place.
+type queue []*item
+
+func (q queue) Len() int           { return len(q) }
+func (q queue) Less(i, j int) bool { return q[i].Place.Before(q[j].Place) }
+func (q queue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *queue) Push(x any) { it := x.(*item); it.index = len(*q); *q = append(*q, it) }
+func (q *queue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}
