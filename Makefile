@@ -23,8 +23,9 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the API reference (docs/api-reference.md).
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	go run ./hack/gen-api-docs -o docs/api-reference.md
 
 .PHONY: fmt
 fmt: ## go fmt.
@@ -44,7 +45,7 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail if generated files are not committed.
-	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+	@git diff --exit-code -- api config docs/api-reference.md || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
 
 .PHONY: bench
 bench: controlplane ## Run benchmarks.

@@ -8,24 +8,18 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
 // maxOutputBytes is the seeds' cap on a stored final output.
 const maxOutputBytes = output.MaxBytes
-
-// componentOutput labels a run's final-output object.
-const componentOutput = "output"
 
 // actOutcome is what acting changed that status must show, and how the
 // run will be woken again.
@@ -190,28 +184,21 @@ func (r *AgentRunReconciler) finalOutput(ctx context.Context, s *scope) error {
 	return err
 }
 
-// storeOutput writes the final output into a ConfigMap the run owns,
-// capped at 256 KiB, and returns its descriptor.
+// storeOutput keeps the final output, capped at 256 KiB, in the run's
+// journal object (one object per finished run, not two), and returns its
+// descriptor.
 func (r *AgentRunReconciler) storeOutput(ctx context.Context, run *arv1.AgentRun, o *journal.SubmittedOutput, bp *blueprint.Blueprint) (*arv1.FinalOutputDescriptor, error) {
 	text, truncated := o.Text, false
 	if len(text) > maxOutputBytes {
 		text, truncated = strings.ToValidUTF8(text[:maxOutputBytes], ""), true
 	}
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: run.OwnedName(componentOutput), Namespace: run.Namespace,
-			Labels:          map[string]string{store.LabelRunUID: string(run.UID), arv1.LabelComponent: componentOutput},
-			OwnerReferences: []metav1.OwnerReference{run.OwnerReference()},
-		},
-		Immutable: ptr.To(true),
-		Data:      map[string]string{"output": text},
-	}
-	if err := r.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("storing the final output: %w", err)
+	name, err := r.journals.PutOutput(ctx, run, text)
+	if err != nil {
+		return nil, err
 	}
 	d := &arv1.FinalOutputDescriptor{
 		Stage: o.Stage, SubmittedAt: ptr.To(metav1.NewTime(r.clock.Now())), Bytes: int64(len(o.Text)),
-		Truncated: truncated, ObjectName: cm.Name,
+		Truncated: truncated, ObjectName: name,
 	}
 	format := run.Spec.Output
 	switch {

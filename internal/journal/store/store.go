@@ -38,6 +38,9 @@ const (
 	// legacyKey is the one data key of a journal entry written as its own
 	// ConfigMap by versions before chunks.
 	legacyKey = "entry"
+	// OutputKey holds a finished run's final output in its first chunk, so
+	// a finished run leaves one object behind, not two.
+	OutputKey = "output"
 )
 
 // DefaultChunkBytes bounds a chunk's data. A ConfigMap holds at most 1 MiB;
@@ -254,6 +257,34 @@ func holds(data, add map[string]string) bool {
 	return true
 }
 
+// PutOutput stores a finished run's final output in its journal's first
+// chunk and returns that object's name. A retried write of the same text
+// succeeds.
+func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
+	l := s.log(run.UID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
+		return "", err
+	}
+	add := map[string]string{OutputKey: text}
+	if len(l.chunks) == 0 {
+		cm := chunkObject(run, 0, add)
+		if err := s.writer.Create(ctx, cm); client.IgnoreAlreadyExists(err) != nil {
+			return "", fmt.Errorf("storing the final output: %w", err)
+		}
+		s.Forget(run.UID) // read back whatever is there next time
+		return cm.Name, nil
+	}
+	c := &l.chunks[0]
+	rv, err := s.patch(ctx, run.Namespace, c.name, c.rv, add)
+	if err != nil {
+		return "", fmt.Errorf("storing the final output: %w", err)
+	}
+	c.rv = rv
+	return c.name, nil
+}
+
 // Forget drops the in-memory copy of a run (finished, deleted, or stale).
 func (s *Store) Forget(uid types.UID) {
 	s.mu.Lock()
@@ -314,6 +345,9 @@ func ReadLenient(ctx context.Context, r client.Reader, namespace string, uid typ
 	for i := range list.Items {
 		cm := &list.Items[i]
 		for _, k := range sortedKeys(cm.Data) {
+			if k == OutputKey {
+				continue
+			}
 			e, err := decode(cm.Name, cm.Data[k])
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("%s %s: unreadable entry: %v", cm.Name, k, err))
@@ -354,7 +388,7 @@ func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]jou
 	byIndex := map[int]chunk{}
 	for i := range list.Items {
 		cm := &list.Items[i]
-		if v, ok := cm.Data[legacyKey]; ok && len(cm.Data) == 1 {
+		if v, ok := cm.Data[legacyKey]; ok && cm.Labels[LabelChunk] == "" {
 			e, err := decode(cm.Name, v)
 			if err != nil {
 				return nil, nil, nil, err
@@ -368,7 +402,10 @@ func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]jou
 			return nil, nil, nil, fmt.Errorf("journal chunk %s has no valid %s label", cm.Name, LabelChunk)
 		}
 		c := chunk{name: cm.Name, rv: cm.ResourceVersion}
-		for _, v := range cm.Data {
+		for k, v := range cm.Data {
+			if k == OutputKey {
+				continue
+			}
 			e, err := decode(cm.Name, v)
 			if err != nil {
 				return nil, nil, nil, err
