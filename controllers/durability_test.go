@@ -80,6 +80,12 @@ func TestManagerRestartMidRun(t *testing.T) {
 	if c1 != 2 || c2 != 2 {
 		t.Errorf("calls before/after restart = %d/%d, want 2/2: the interrupted call re-issued once, no completed call again", c1, c2)
 	}
+	// The interrupted call reached the provider (which may bill it) and its
+	// answer was lost: it is counted, and the cost is no longer exact.
+	u := done.Status.Usage
+	if u.LostCalls != 1 || u.ModelCalls+u.LostCalls != int64(c1+c2) || u.CostIsExact || u.CostUSD != "unknown" {
+		t.Errorf("usage = %+v, want 1 lost call (the provider served %d), cost unknown and not exact", u, c1+c2)
+	}
 }
 
 // TestSecretValueNeverLeaks runs with a canary API key and a provider that

@@ -135,10 +135,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 }
 
 // cacheOptions keep the manager's memory to what it reads: managed fields
-// are dropped from every cached object, and the ConfigMap metadata cache
-// (the watch that wakes runs when a provider config or blueprint changes)
-// leaves out the operator's own ConfigMaps (journals, outputs, snapshots),
-// which no run waits on and which would otherwise grow it by two per run.
+// are dropped from every cached object, finished runs are kept as stubs
+// (controllers.FinishedRunTransform), and the ConfigMap metadata cache (the
+// watch that wakes runs when a provider config or blueprint changes)
+// leaves out the operator's own ConfigMaps (journals, snapshots), which no
+// run waits on.
 func cacheOptions() cache.Options {
 	notOurs, err := labels.Parse("!" + arv1.LabelComponent)
 	if err != nil {
@@ -148,6 +149,7 @@ func cacheOptions() cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},
+			&arv1.AgentRun{}:    {Transform: controllers.FinishedRunTransform()},
 		},
 	}
 }

@@ -1,0 +1,268 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+)
+
+// startManagerWith runs a manager with the given options (tests that need
+// admission or retention settings).
+func startManagerWith(t *testing.T, o manager.Options) *providers.Scripted {
+	t.Helper()
+	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation = "0", "0", true
+	if o.Scripted == nil {
+		o.Scripted = providers.NewScripted()
+	}
+	mgr, err := manager.New(env.Config, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return o.Scripted
+}
+
+// TestFinishedRunsLeaveOneObject: a finished run leaves its journal
+// ConfigMap (holding its output too) and one event, and every run of the
+// same blueprint shares one snapshot.
+func TestFinishedRunsLeaveOneObject(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "three", map[string]string{"agent.toml": stages(3)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	const n = 5
+	for i := range n {
+		createRun(t, ns, fmt.Sprintf("r%d", i), "three")
+	}
+	for i := range n {
+		waitFor(t, ns, fmt.Sprintf("r%d", i), 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	}
+	time.Sleep(500 * time.Millisecond)
+	var cms corev1.ConfigMapList
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var evs eventsv1.EventList
+	if err := k8s.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	owned, snapshots := map[string]int{}, 0
+	for _, cm := range cms.Items {
+		switch {
+		case cm.Labels[store.LabelRunUID] != "":
+			owned[cm.Labels[store.LabelRunUID]]++
+		case strings.HasPrefix(cm.Name, "agentrun-blueprint-"):
+			snapshots++
+		}
+	}
+	events := map[string]int{}
+	for _, e := range evs.Items {
+		events[e.Regarding.Name]++
+	}
+	for i := range n {
+		run := getRun(t, ns, fmt.Sprintf("r%d", i))
+		objs, evN := owned[string(run.UID)], events[run.Name]
+		if objs != 1 || objs+evN > 2 {
+			t.Errorf("%s left %d objects and %d events, want its journal and at most one event", run.Name, objs, evN)
+		}
+		if fo := run.Status.FinalOutput; fo == nil || fo.ObjectName != run.Name+"-journal" {
+			t.Errorf("%s: output descriptor %+v, want it in the journal object", run.Name, fo)
+		}
+	}
+	if snapshots != 1 {
+		t.Errorf("%d blueprint snapshots for %d runs of one blueprint, want 1", snapshots, n)
+	}
+	out := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "r0-journal"}, out); err != nil || out.Data[store.OutputKey] != "all done" {
+		t.Errorf("output in the journal object: %q (%v)", out.Data[store.OutputKey], err)
+	}
+}
+
+// TestRetentionDeletesAfterTheWebhook: a run with ttlSecondsAfterFinished
+// is deleted with its journal once its webhook is delivered, never before;
+// a fan-out parent goes with its workers and theirs; a run without a TTL is
+// kept when the manager has no default.
+func TestRetentionDeletesAfterTheWebhook(t *testing.T) {
+	rc := &webhookReceiver{key: []byte("k"), accepted: map[string]int{}, hold: make(chan struct{})}
+	hook := httptest.NewServer(rc)
+	defer hook.Close()
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "three", map[string]string{"agent.toml": stages(3)})
+	createConfigMap(t, ns, "fan", map[string]string{"agent.toml": fanOutBlueprint(3, 3, "continue", 1, 0)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	createSecret(t, ns, "hook-key", map[string]string{"key": "k"})
+	hooked := createRun(t, ns, "hooked", "three", func(r *arv1.AgentRun) {
+		r.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
+		r.Spec.Callback = &arv1.CallbackSpec{URL: hook.URL, SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
+	})
+	parent := createRun(t, ns, "parent", "fan", func(r *arv1.AgentRun) { r.Spec.TTLSecondsAfterFinished = ptr.To[int32](1) })
+	createRun(t, ns, "kept", "three")
+
+	waitFor(t, ns, "hooked", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	time.Sleep(2500 * time.Millisecond) // past its TTL, while the receiver holds the delivery
+	if r := getRun(t, ns, "hooked"); r.Status.Callback == nil || r.Status.Callback.State != arv1.CallbackPending {
+		t.Fatalf("callback %+v, want the delivery still pending", r.Status.Callback)
+	}
+	close(rc.hold)
+	gone(t, ns, "hooked", 15*time.Second)
+	if accepted, _, _ := rc.counts(); accepted["agent_completed:"+string(hooked.UID)] != 1 {
+		t.Errorf("deliveries %v: the run went before its webhook was delivered once", accepted)
+	}
+	gone(t, ns, "parent", 30*time.Second)
+	var left arv1.AgentRunList
+	if err := k8s.List(context.Background(), &left, client.InNamespace(ns), client.MatchingLabels{arv1.LabelParentUID: string(parent.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) != 0 {
+		t.Errorf("%d workers outlived their deleted parent", len(left.Items))
+	}
+	var cms corev1.ConfigMapList
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.HasLabels{store.LabelRunUID}); err != nil {
+		t.Fatal(err)
+	}
+	kept := getRun(t, ns, "kept")
+	for _, cm := range cms.Items {
+		if cm.Labels[store.LabelRunUID] != string(kept.UID) {
+			t.Errorf("%s outlived its deleted run", cm.Name)
+		}
+	}
+	if kept.Status.Phase != arv1.PhaseComplete {
+		t.Errorf("the run without a TTL is %s", kept.Status.Phase)
+	}
+}
+
+// TestDefaultRetentionSparesGitOpsRuns: the manager's default TTL deletes
+// finished runs, but not one an Argo CD or Flux application manages (it
+// would be applied again and run again).
+func TestDefaultRetentionSparesGitOpsRuns(t *testing.T) {
+	startManagerWith(t, manager.Options{TTLAfterFinished: ptr.To(time.Second)})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "three", map[string]string{"agent.toml": stages(3)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	createRun(t, ns, "plain", "three")
+	createRun(t, ns, "argo", "three", func(r *arv1.AgentRun) {
+		r.Labels = map[string]string{"argocd.argoproj.io/instance": "agents"}
+	})
+	createRun(t, ns, "flux", "three", func(r *arv1.AgentRun) {
+		r.Labels = map[string]string{"kustomize.toolkit.fluxcd.io/name": "agents"}
+	})
+	gone(t, ns, "plain", 30*time.Second)
+	for _, name := range []string{"argo", "flux"} {
+		waitFor(t, ns, name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	}
+	time.Sleep(2 * time.Second)
+	for _, name := range []string{"argo", "flux"} {
+		getRun(t, ns, name) // fails the test if it went
+	}
+}
+
+// gone waits for a run to be deleted.
+func gone(t *testing.T, ns, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &arv1.AgentRun{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s still exists after %s (err %v)", ns, name, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAdmissionIsFirstComeFirstServed: with 3 active-run slots, 24 runs
+// created in order finish roughly in that order (the first created all
+// finish before the last created), and runs waiting for a slot say so.
+func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
+	startManagerWith(t, manager.Options{MaxActiveRuns: 3, MaxConcurrentSteps: 3})
+	ns := newNamespace(t)
+	paced := strings.ReplaceAll(stages(3), "text = ", "delay_ms = 60\ntext = ")
+	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": paced})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	reasons := watchReasons(t, ns)
+	var mu sync.Mutex
+	var order []string
+	w, err := watchClient(t).Watch(context.Background(), &arv1.AgentRunList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	go func() {
+		for ev := range w.ResultChan() {
+			if r, ok := ev.Object.(*arv1.AgentRun); ok && r.Status.Phase == arv1.PhaseComplete {
+				mu.Lock()
+				if !slices.Contains(order, r.Name) {
+					order = append(order, r.Name)
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	const n = 24
+	for i := range n {
+		createRun(t, ns, fmt.Sprintf("r%02d", i), "paced")
+		if i%8 == 7 {
+			time.Sleep(1100 * time.Millisecond) // creation times have whole seconds
+		}
+	}
+	for i := range n {
+		waitFor(t, ns, fmt.Sprintf("r%02d", i), 90*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	pos := map[string]int{}
+	for i, name := range order {
+		pos[name] = i
+	}
+	lastOfFirst, firstOfLast := 0, n
+	for i := range 8 {
+		lastOfFirst = max(lastOfFirst, pos[fmt.Sprintf("r%02d", i)])
+		firstOfLast = min(firstOfLast, pos[fmt.Sprintf("r%02d", n-8+i)])
+	}
+	t.Logf("completion order: %v", order)
+	if lastOfFirst >= firstOfLast {
+		t.Errorf("the first 8 created finished as late as position %d, the last 8 as early as %d: not first come, first served", lastOfFirst, firstOfLast)
+	}
+	if !reasons()[arv1.ReasonQueued] {
+		t.Errorf("no run waiting for a slot showed %s; reasons seen %v", arv1.ReasonQueued, reasons())
+	}
+	for i := range n {
+		r := getRun(t, ns, fmt.Sprintf("r%02d", i))
+		if c := meta.FindStatusCondition(r.Status.Conditions, arv1.ConditionReady); c == nil || c.Status != "True" {
+			t.Errorf("%s: Ready %+v", r.Name, c)
+		}
+	}
+}
+
+func watchClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wc
+}
