@@ -69,6 +69,8 @@ type Deps struct {
 	// MaxActiveRuns bounds the runs driven at once; the rest wait in line,
 	// admitted in creation order (0: no bound).
 	MaxActiveRuns int
+	// Sweep says how often unused blueprint snapshots are deleted.
+	Sweep Sweep
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
 	// OnWake, when set, observes the wake sources every reconcile of an
@@ -98,6 +100,7 @@ type AgentRunReconciler struct {
 	unstarted   *unstartedIntents
 	failures    *failures
 	admission   *admission.Controller
+	sweep       Sweep
 	seedOnce    sync.Once
 	retentionOf Retention
 	onReconcile func(types.NamespacedName)
@@ -122,7 +125,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, 0), breakers: d.Breakers,
 		providers: d.Providers, runs: newRunCache(d.Client, d.APIReader), refs: newRefCache(d.Client, d.APIReader),
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(),
-		retentionOf: d.Retention, onReconcile: d.OnReconcile, onWake: d.OnWake,
+		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake,
 	}
 	r.admission = admission.New(d.MaxActiveRuns, nil, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
@@ -181,6 +184,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		return err
 	}
 	if err := mgr.Add(r.pool); err != nil {
+		return err
+	}
+	if err := mgr.Add(&snapshotSweeper{cached: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace}); err != nil {
 		return err
 	}
 	metrics.Register(mgr.GetClient(), r.pool)

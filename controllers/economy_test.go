@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
@@ -265,4 +266,37 @@ func watchClient(t *testing.T) client.WithWatch {
 		t.Fatal(err)
 	}
 	return wc
+}
+
+// TestUnusedSnapshotsAreSwept: a blueprint snapshot no run refers to any
+// more is deleted by the sweeper; one a run refers to stays.
+func TestUnusedSnapshotsAreSwept(t *testing.T) {
+	startManagerWith(t, manager.Options{SnapshotSweep: controllers.Sweep{Every: 200 * time.Millisecond, Grace: time.Millisecond}})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	createConfigMap(t, ns, "bp", map[string]string{"agent.toml": stages(1)})
+	a := waitFor(t, ns, createRun(t, ns, "a", "bp").Name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	setConfigMapData(t, ns, "bp", map[string]string{"agent.toml": stages(2)})
+	b := waitFor(t, ns, createRun(t, ns, "b", "bp").Name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if a.Status.BlueprintSnapshot == b.Status.BlueprintSnapshot {
+		t.Fatalf("two blueprint texts share snapshot %s", a.Status.BlueprintSnapshot)
+	}
+	if err := k8s.Delete(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: a.Status.BlueprintSnapshot}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unused snapshot %s is still there (%v)", a.Status.BlueprintSnapshot, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // more sweeps
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: b.Status.BlueprintSnapshot}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the snapshot run b refers to was swept: %v", err)
+	}
 }

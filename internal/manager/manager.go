@@ -42,6 +42,9 @@ type Options struct {
 	// MaxActiveRuns bounds the runs driven at once; the rest wait in line
 	// and are admitted in creation order (0: no bound).
 	MaxActiveRuns int
+	// SnapshotSweep says how often unused blueprint snapshots are deleted
+	// (tests shorten it).
+	SnapshotSweep controllers.Sweep
 	// MaxStepsPerServer bounds the steps calling one MCP server at once, so
 	// a hung server cannot take every slot (0: a quarter of the pool).
 	MaxStepsPerServer int
@@ -113,6 +116,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
 		Retention:     retention,
 		MaxActiveRuns: o.MaxActiveRuns,
+		Sweep:         o.SnapshotSweep,
 		OnReconcile:   o.OnReconcile,
 		OnWake:        o.OnWake,
 		WakeThrough:   o.WakeThrough,

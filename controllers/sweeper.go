@@ -1,0 +1,100 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// Snapshot sweeping: a content-addressed blueprint snapshot is shared by
+// every run of its text, so no run owns it; once no run refers to it any
+// more (they finished and were deleted, or moved to an edited blueprint),
+// the sweeper deletes it. A snapshot younger than snapshotGrace is kept:
+// a run may have created it and not yet recorded it in its status.
+const (
+	sweepEvery    = 10 * time.Minute
+	snapshotGrace = 10 * time.Minute
+)
+
+// Sweep says how often snapshots are swept and how old an unused one must
+// be to go (zero: sweepEvery, snapshotGrace).
+type Sweep struct {
+	Every, Grace time.Duration
+}
+
+func (s Sweep) withDefaults() Sweep {
+	if s.Every <= 0 {
+		s.Every = sweepEvery
+	}
+	if s.Grace <= 0 {
+		s.Grace = snapshotGrace
+	}
+	return s
+}
+
+// snapshotSweeper deletes blueprint snapshots no run refers to.
+type snapshotSweeper struct {
+	cached client.Reader // runs, from the informer cache
+	live   client.Reader // snapshots, listed on the API server
+	writer client.Writer
+	clock  clock.PassiveClock
+	every  time.Duration
+	grace  time.Duration
+}
+
+// NeedLeaderElection: one replica sweeps.
+func (s *snapshotSweeper) NeedLeaderElection() bool { return true }
+
+// Start sweeps every sweepEvery until ctx ends.
+func (s *snapshotSweeper) Start(ctx context.Context) error {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if n, err := s.sweep(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Sweeping unused blueprint snapshots")
+			} else if n > 0 {
+				ctrl.LoggerFrom(ctx).Info("Deleted unused blueprint snapshots", "count", n)
+			}
+		}
+	}
+}
+
+// sweep deletes the snapshots no run refers to and returns how many.
+func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
+	var runs arv1.AgentRunList
+	if err := s.cached.List(ctx, &runs, client.UnsafeDisableDeepCopy); err != nil {
+		return 0, err
+	}
+	used := map[string]bool{}
+	for i := range runs.Items {
+		r := &runs.Items[i]
+		used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
+		used[r.Namespace+"/"+r.Spec.Agent] = true // a worker runs from its parent's
+	}
+	snaps := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
+	if err := s.live.List(ctx, snaps, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {
+		return 0, err
+	}
+	deleted := 0
+	for i := range snaps.Items {
+		m := &snaps.Items[i]
+		if used[m.Namespace+"/"+m.Name] || s.clock.Since(m.CreationTimestamp.Time) < s.grace {
+			continue
+		}
+		rv, uid := m.ResourceVersion, m.UID
+		if err := s.writer.Delete(ctx, m, client.Preconditions{ResourceVersion: &rv, UID: &uid}); client.IgnoreNotFound(err) == nil {
+			deleted++
+		}
+	}
+	return deleted, nil
+}
