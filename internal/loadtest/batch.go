@@ -61,8 +61,10 @@ type BatchResult struct {
 	// window's length.
 	Writes int64
 	Window time.Duration
-	// Phases counts the runs' last phase seen through the watch.
-	Phases map[arv1.Phase]int
+	// Phases counts the runs' last phase seen through the watch, and
+	// ModelCalls their last status.usage.modelCalls.
+	Phases     map[arv1.Phase]int
+	ModelCalls map[int64]int
 	// Left is the objects in the namespace at the end minus those before
 	// the first create (the batch's own AgentRuns not counted).
 	Left ObjectCounts
@@ -236,9 +238,10 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 			return nil, err
 		}
 	}
-	res.Phases = map[arv1.Phase]int{}
+	res.Phases, res.ModelCalls = map[arv1.Phase]int{}, map[int64]int{}
 	for _, r := range w.last {
 		res.Phases[r.Status.Phase]++
+		res.ModelCalls[int64(r.Status.Usage.ModelCalls)]++
 	}
 	after, err := c.CountObjects(ctx, b.Namespace, w.want)
 	if err != nil {

@@ -306,9 +306,10 @@ func ReconcileTime(sc Scrape) Histogram {
 	return h
 }
 
-// WaitIdle waits until the manager's AgentRun work queue has been empty in
-// two scrapes in a row, 200ms apart: a new manager has reconciled what it
-// found at start (finished runs of earlier batches) and is quiet.
+// WaitIdle waits until the manager's AgentRun work queue has been empty and
+// no worker busy in two scrapes in a row, 200ms apart: a new manager has
+// reconciled what it found at start (finished runs of earlier batches) and
+// is quiet.
 func (m *Manager) WaitIdle(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	quiet := 0
@@ -317,14 +318,17 @@ func (m *Manager) WaitIdle(ctx context.Context, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		depth, ok := sc.Value("workqueue_depth", map[string]string{"controller": "agentrun"})
-		if ok && depth == 0 {
+		// The depth gauge appears with the queue's first item: none yet is
+		// an empty queue.
+		depth, _ := sc.Value("workqueue_depth", map[string]string{"controller": "agentrun"})
+		active, _ := sc.Value("controller_runtime_active_workers", map[string]string{"controller": "agentrun"})
+		if depth == 0 && active == 0 {
 			quiet++
 		} else {
 			quiet = 0
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager's work queue did not drain within %v (depth %v)", timeout, depth)
+			return fmt.Errorf("the manager's work queue did not drain within %v (depth %v, %v workers busy)", timeout, depth, active)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
