@@ -375,6 +375,11 @@ func BenchmarkHungToolServer(b *testing.B) {
 	scenario(b, func(b *testing.B, ctx context.Context, r *report) {
 		const n, hung = 200, 50
 		c := startCluster(b)
+		idle, err := c.IdleRate(ctx, idleWindow)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.row("idle API server", "%.2f writes/s over %v (its own lease renewals)", idle, idleWindow)
 		srv, err := loadtest.NewHungServer()
 		if err != nil {
 			b.Fatal(err)
@@ -416,7 +421,7 @@ func BenchmarkHungToolServer(b *testing.B) {
 
 		r.row("A: alone", "%.2f runs/s, all Complete at %.1fs, reconcile p99 %.0fms", alone.RunsPerSec(), secs(alone.All()), ms(alone.Reconcile.Quantile(0.99)))
 		r.row("hung server", "%d connections accepted before B, %d in all, none answered; the %d hung runs ended B as %v", heldBefore, srv.Accepted(), hung, hungPhases)
-		describeBatch(r, "B: beside hung runs", beside, 0)
+		describeBatch(r, "B: beside hung runs", beside, idle)
 		r.row("ratio", "%.3f (B runs/s / A runs/s)", ratio)
 		r.row("second manager's stop", "%v after SIGTERM (%v)", time.Since(stopStart).Round(time.Millisecond), errOr(stopErr, "exited by itself"))
 
