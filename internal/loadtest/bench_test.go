@@ -62,9 +62,11 @@ func (r *report) table() string {
 	return sb.String()
 }
 
-// ran keeps each benchmark's report, so a second call with a larger b.N
-// (a -benchtime longer than the scenario) reports it again instead of
-// running minutes of it once more.
+// ran keeps each benchmark's last report. The testing package calls a
+// benchmark with b.N = 1 first (for every -count), then again with a larger
+// b.N if the first call was shorter than -benchtime: that second call
+// reports the first call's numbers again instead of running minutes of the
+// scenario once more.
 var ran = map[string]*report{}
 
 func scenario(b *testing.B, run func(b *testing.B, ctx context.Context, r *report)) {
@@ -73,7 +75,7 @@ func scenario(b *testing.B, run func(b *testing.B, ctx context.Context, r *repor
 		b.Skip("a load benchmark; skipped with -short")
 	}
 	r, ok := ran[b.Name()]
-	if !ok {
+	if !ok || b.N == 1 {
 		r = &report{}
 		run(b, context.Background(), r)
 		ran[b.Name()] = r
@@ -106,8 +108,9 @@ func startCluster(b *testing.B) *loadtest.Cluster {
 	return c
 }
 
-// startManager starts the manager process and stops it (SIGTERM, 30s
-// grace) at the benchmark's end; stop stops it earlier and says how it went.
+// startManager starts the manager process, waits until it is idle, and
+// stops it (SIGTERM, 30s grace) at the benchmark's end unless it was
+// stopped before.
 func startManager(b *testing.B, ctx context.Context, c *loadtest.Cluster) *loadtest.Manager {
 	b.Helper()
 	m, err := c.StartManager(ctx, b.TempDir(), managerFlags()...)

@@ -103,6 +103,9 @@ func (c *Cluster) StartManager(ctx context.Context, logDir string, extra ...stri
 	}
 	m.cmd = exec.Command(bin, m.Args...)
 	m.cmd.Stdout, m.cmd.Stderr = log, log
+	// If the test binary dies without stopping it (a -timeout panic), the
+	// kernel kills the manager rather than leaving it running.
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// KUBECONFIG from the environment must not win over the flag.
 	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
 	if err := m.cmd.Start(); err != nil {
