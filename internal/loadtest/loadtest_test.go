@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
 )
@@ -36,6 +38,10 @@ func sharedCluster(t *testing.T) *loadtest.Cluster {
 }
 
 func TestMain(m *testing.M) {
+	// envtest logs through controller-runtime's logger, which complains
+	// (with a stack) when nothing was set; the harness has nothing to say
+	// there.
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	if shared.c != nil {
 		_ = shared.c.Stop()
