@@ -47,9 +47,15 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 verify-generated: manifests generate ## Fail if generated files are not committed.
 	@git diff --exit-code -- api config docs/api-reference.md || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
 
+# BENCH picks benchmarks by name (a go test -bench pattern), e.g.
+# `make bench BENCH=RunEconomy300`; the default runs them all. The load
+# benchmarks of internal/loadtest take minutes each (docs/benchmarks.md).
+BENCH ?= .
+BENCH_TIMEOUT ?= 240m
+
 .PHONY: bench
-bench: controlplane ## Run benchmarks.
-	go test -run '^$$' -bench . -benchmem ./...
+bench: controlplane ## Run benchmarks (BENCH=pattern selects some; see docs/benchmarks.md).
+	go test -run '^$$' -bench '$(BENCH)' -benchmem -timeout $(BENCH_TIMEOUT) ./...
 
 ##@ Build
 

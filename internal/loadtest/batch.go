@@ -1,0 +1,358 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// Batch describes one batch of AgentRuns for RunBatch.
+type Batch struct {
+	// Namespace must hold the blueprint ConfigMap and the provider config
+	// (SetupNamespace does both).
+	Namespace string
+	// Agent is the blueprint ConfigMap the runs name.
+	Agent string
+	// Prefix names the runs Prefix-00000, Prefix-00001, ...
+	Prefix string
+	// N runs are created by Concurrency goroutines (default 32).
+	N, Concurrency int
+	// Until is the state a run must reach (default: phase Complete) and
+	// UntilName says it in reports. A run that ends in a terminal phase
+	// before reaching it fails the batch.
+	Until     func(*arv1.AgentRun) bool
+	UntilName string
+	// Timeout bounds the whole batch (default 10 minutes).
+	Timeout time.Duration
+	// Settle is how long after the last run reached Until the writes, the
+	// reconcile histogram and the objects left are still counted (default
+	// 1s), so trailing writes (events, a last status) land in the window.
+	Settle time.Duration
+	// Manager, if set, is scraped before and after for the reconcile
+	// histogram and read for its memory at the end.
+	Manager *Manager
+}
+
+// BatchResult is what RunBatch measured.
+type BatchResult struct {
+	Batch
+	// FirstCreate is when the first create was sent; every duration below
+	// is measured from it.
+	FirstCreate time.Time
+	// CreatesDone is when the last create returned.
+	CreatesDone time.Duration
+	// Reached holds each run's time to reach Until, ascending, as first
+	// seen through the watch.
+	Reached []time.Duration
+	// Writes is the etcd revision's movement from just before the first
+	// create to Settle after the last run reached Until; Window is that
+	// window's length.
+	Writes int64
+	Window time.Duration
+	// Phases counts the runs' last phase seen through the watch, and
+	// ModelCalls their last status.usage.modelCalls.
+	Phases     map[arv1.Phase]int
+	ModelCalls map[int64]int
+	// Left is the objects in the namespace at the end minus those before
+	// the first create (the batch's own AgentRuns not counted).
+	Left ObjectCounts
+	// Reconcile is the AgentRun controller's reconcile-time histogram over
+	// the window (zero without Manager), and Memory the manager's at its
+	// end.
+	Reconcile Histogram
+	Memory    Memory
+	// Size is the first run's size once it reached Until.
+	Size RunSize
+}
+
+// RunName is the i-th run's name in a batch with prefix.
+func RunName(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
+
+// SetupNamespace creates a namespace with the blueprint ConfigMap agent
+// (key agent.toml) and the scripted provider config.
+func (c *Cluster) SetupNamespace(ctx context.Context, prefix, agent, manifest string) (string, error) {
+	ns, err := c.NewNamespace(ctx, prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := c.CreateConfigMap(ctx, ns, agent, map[string]string{"agent.toml": manifest}); err != nil {
+		return "", err
+	}
+	if err := c.CreateConfigMap(ctx, ns, ProvidersConfigMap, map[string]string{"providers.toml": ProvidersTOML}); err != nil {
+		return "", err
+	}
+	return ns, nil
+}
+
+// CreateRuns creates n AgentRuns named RunName(prefix, i) of blueprint agent
+// in ns from concurrency goroutines.
+func (c *Cluster) CreateRuns(ctx context.Context, ns, agent, prefix string, n, concurrency int) error {
+	return Parallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
+		name := RunName(prefix, i)
+		run := &arv1.AgentRun{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       arv1.AgentRunSpec{Agent: agent, Task: "load test task " + name},
+		}
+		if err := c.Client.Create(ctx, run); err != nil {
+			return fmt.Errorf("creating AgentRun %s/%s: %w", ns, name, err)
+		}
+		return nil
+	})
+}
+
+// IsComplete is the default Until: phase Complete.
+func IsComplete(r *arv1.AgentRun) bool { return r.Status.Phase == arv1.PhaseComplete }
+
+// IsWaitingForAPerson: phase WaitingInput on an interaction point.
+func IsWaitingForAPerson(r *arv1.AgentRun) bool {
+	return r.Status.Phase == arv1.PhaseWaitingInput && r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitInteractionPoint
+}
+
+// runWatch follows the namespace's AgentRuns from a resourceVersion taken
+// before the batch, and records when each of the batch's runs first reached
+// the target.
+type runWatch struct {
+	want    map[string]bool
+	until   func(*arv1.AgentRun) bool
+	reached map[string]time.Time
+	last    map[string]*arv1.AgentRun
+	failed  *arv1.AgentRun
+}
+
+// RunBatch creates the batch's runs and follows them through a watch of
+// the namespace's AgentRuns started before the first create, until every
+// run reached Until (see BatchResult for what is measured). It fails when a
+// run ends in another terminal phase, or at Timeout, naming the phases seen.
+func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
+	if b.Concurrency <= 0 {
+		b.Concurrency = 32
+	}
+	if b.Until == nil {
+		b.Until, b.UntilName = IsComplete, "Complete"
+	}
+	if b.Timeout <= 0 {
+		b.Timeout = 10 * time.Minute
+	}
+	if b.Settle <= 0 {
+		b.Settle = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.Timeout)
+	defer cancel()
+	res := &BatchResult{Batch: b}
+
+	w := &runWatch{want: map[string]bool{}, until: b.Until, reached: map[string]time.Time{}, last: map[string]*arv1.AgentRun{}}
+	for i := range b.N {
+		w.want[RunName(b.Prefix, i)] = true
+	}
+	before, err := c.CountObjects(ctx, b.Namespace, w.want)
+	if err != nil {
+		return nil, err
+	}
+	events, stopWatch, err := c.watchRuns(ctx, b.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer stopWatch()
+
+	var hist0 Histogram
+	if b.Manager != nil {
+		sc, err := b.Manager.Scrape(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scraping the manager before the batch: %w", err)
+		}
+		hist0 = ReconcileTime(sc)
+	}
+	rev0, err := c.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.FirstCreate = time.Now()
+	created := make(chan error, 1)
+	go func() {
+		err := c.CreateRuns(ctx, b.Namespace, b.Agent, b.Prefix, b.N, b.Concurrency)
+		res.CreatesDone = time.Since(res.FirstCreate)
+		created <- err
+	}()
+
+	creating := true
+	for creating || len(w.reached) < b.N {
+		select {
+		case err := <-created:
+			creating = false
+			if err != nil {
+				return nil, err
+			}
+		case ev, ok := <-events:
+			if !ok {
+				return nil, fmt.Errorf("the watch of AgentRuns in %s ended early; %s", b.Namespace, w.summary(b))
+			}
+			if err := w.observe(ev, time.Now()); err != nil {
+				return nil, fmt.Errorf("%w; %s", err, w.summary(b))
+			}
+			if w.failed != nil {
+				r := w.failed
+				return nil, fmt.Errorf("run %s/%s ended %s (error %q) before reaching %s; %s", r.Namespace, r.Name, r.Status.Phase, r.Status.Error, b.UntilName, w.summary(b))
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("batch timed out after %v: %d of %d runs reached %s; %s", b.Timeout, len(w.reached), b.N, b.UntilName, w.summary(b))
+		}
+	}
+	var lastAt time.Time
+	for _, t := range w.reached {
+		res.Reached = append(res.Reached, t.Sub(res.FirstCreate))
+		if t.After(lastAt) {
+			lastAt = t
+		}
+	}
+	sort.Slice(res.Reached, func(i, j int) bool { return res.Reached[i] < res.Reached[j] })
+
+	select {
+	case <-time.After(time.Until(lastAt.Add(b.Settle))):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	rev1, err := c.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Writes, res.Window = rev1-rev0, time.Since(res.FirstCreate)
+	if b.Manager != nil {
+		sc, err := b.Manager.Scrape(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scraping the manager after the batch: %w", err)
+		}
+		res.Reconcile = ReconcileTime(sc).Sub(hist0)
+		if res.Memory, err = b.Manager.Memory(); err != nil {
+			return nil, err
+		}
+	}
+	res.Phases, res.ModelCalls = map[arv1.Phase]int{}, map[int64]int{}
+	for _, r := range w.last {
+		res.Phases[r.Status.Phase]++
+		res.ModelCalls[int64(r.Status.Usage.ModelCalls)]++
+	}
+	after, err := c.CountObjects(ctx, b.Namespace, w.want)
+	if err != nil {
+		return nil, err
+	}
+	res.Left = after.Sub(before)
+	if res.Size, err = c.AgentRunSize(ctx, b.Namespace, RunName(b.Prefix, 0)); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// watchRuns watches the AgentRuns of ns from the current resourceVersion,
+// resuming on its own when the API server closes the watch.
+func (c *Cluster) watchRuns(ctx context.Context, ns string) (<-chan watch.Event, func(), error) {
+	var list arv1.AgentRunList
+	if err := c.Client.List(ctx, &list, client.InNamespace(ns), client.Limit(1)); err != nil {
+		return nil, nil, fmt.Errorf("listing AgentRuns in %s: %w", ns, err)
+	}
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.AllowWatchBookmarks = true
+		return c.Client.Watch(ctx, &arv1.AgentRunList{}, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+	}}
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, lw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("watching AgentRuns in %s: %w", ns, err)
+	}
+	return rw.ResultChan(), rw.Stop, nil
+}
+
+func (w *runWatch) observe(ev watch.Event, at time.Time) error {
+	switch ev.Type {
+	case watch.Added, watch.Modified:
+	case watch.Error:
+		return fmt.Errorf("the AgentRun watch failed: %v", apierrors.FromObject(ev.Object))
+	default: // bookmarks, deletions
+		return nil
+	}
+	r, ok := ev.Object.(*arv1.AgentRun)
+	if !ok {
+		return fmt.Errorf("the AgentRun watch sent a %T", ev.Object)
+	}
+	if !w.want[r.Name] {
+		return nil
+	}
+	w.last[r.Name] = r
+	if _, done := w.reached[r.Name]; done {
+		return nil
+	}
+	if w.until(r) {
+		w.reached[r.Name] = at
+		return nil
+	}
+	if r.Status.Phase.IsTerminal() && w.failed == nil {
+		w.failed = r
+	}
+	return nil
+}
+
+// summary says which phases the runs were last seen in.
+func (w *runWatch) summary(b Batch) string {
+	counts := map[string]int{}
+	for name := range w.want {
+		if r, ok := w.last[name]; ok {
+			p := string(r.Status.Phase)
+			if p == "" {
+				p = "(no phase yet)"
+			}
+			if r.Status.WaitingOn != nil {
+				p += "/" + string(r.Status.WaitingOn.Reason)
+			}
+			counts[p]++
+		} else {
+			counts["(never seen)"]++
+		}
+	}
+	var parts []string
+	for _, k := range sortedKeys(counts) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, counts[k]))
+	}
+	return fmt.Sprintf("last phases seen of the %d runs: %s", b.N, strings.Join(parts, " "))
+}
+
+// At is the time by which the fraction frac (0 < frac <= 1) of the runs had
+// reached Until: the ceil(frac*N)-th arrival.
+func (r *BatchResult) At(frac float64) time.Duration {
+	if len(r.Reached) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(frac*float64(len(r.Reached)))) - 1
+	return r.Reached[min(max(k, 0), len(r.Reached)-1)]
+}
+
+// First, P1, Half and All are At(0), At(1%), At(50%) and At(100%).
+func (r *BatchResult) First() time.Duration { return r.At(0) }
+func (r *BatchResult) P1() time.Duration    { return r.At(0.01) }
+func (r *BatchResult) Half() time.Duration  { return r.At(0.5) }
+func (r *BatchResult) All() time.Duration   { return r.At(1) }
+
+// RunsPerSec is N / (last arrival - first create).
+func (r *BatchResult) RunsPerSec() float64 { return float64(r.N) / r.All().Seconds() }
+
+// WritesPerRun is the revision delta over the window per run (the run's
+// own create included, the background noise too; see Noise).
+func (r *BatchResult) WritesPerRun() float64 { return float64(r.Writes) / float64(r.N) }
+
+// WritesPerRunLessNoise subtracts idleRate's expected background writes over
+// the window.
+func (r *BatchResult) WritesPerRunLessNoise(idleRate float64) float64 {
+	return (float64(r.Writes) - Noise(idleRate, r.Window)) / float64(r.N)
+}
+
+// LeftPerRun is Left[kind] / N.
+func (r *BatchResult) LeftPerRun(kind string) float64 { return float64(r.Left[kind]) / float64(r.N) }
