@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,9 +17,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
-// maxOutputBytes is the seeds' cap on a stored final output.
-const maxOutputBytes = output.MaxBytes
-
 // actOutcome is what acting changed that status must show, and how the
 // run will be woken again.
 type actOutcome struct {
@@ -29,8 +25,10 @@ type actOutcome struct {
 	backpressure bool
 	// catalogWait: the step waits for a tool listing, which wakes the run.
 	catalogWait bool
-	// queued: the run waits for an active-run slot.
+	// queued: the run waits for an active-run slot; quietQueue: not long
+	// enough yet for status to say so.
 	queued       bool
+	quietQueue   bool
 	requeueAfter time.Duration
 	finalOutput  *arv1.FinalOutputDescriptor
 }
@@ -188,10 +186,7 @@ func (r *AgentRunReconciler) finalOutput(ctx context.Context, s *scope) error {
 // journal object (one object per finished run, not two), and returns its
 // descriptor.
 func (r *AgentRunReconciler) storeOutput(ctx context.Context, run *arv1.AgentRun, o *journal.SubmittedOutput, bp *blueprint.Blueprint) (*arv1.FinalOutputDescriptor, error) {
-	text, truncated := o.Text, false
-	if len(text) > maxOutputBytes {
-		text, truncated = strings.ToValidUTF8(text[:maxOutputBytes], ""), true
-	}
+	text, truncated := output.Stored(o.Text)
 	name, err := r.journals.PutOutput(ctx, run, text)
 	if err != nil {
 		return nil, err

@@ -26,13 +26,19 @@ func admissionRun(run *arv1.AgentRun) admission.Run {
 	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: placeOf(run)}
 }
 
-// admit reports whether the run may be driven now. The first call in a
-// process first puts every run that was working in line, in order, so
-// after a restart runs are taken up first come, first served rather than
-// in the order the cache happens to list them.
-func (r *AgentRunReconciler) admit(ctx context.Context, run *arv1.AgentRun) bool {
+// queuedShownAfter is how long a run waits in line before its status says
+// Queued: most runs of a burst get their turn within it, and writing
+// Queued (then clearing it) would cost every one of them a status write.
+const queuedShownAfter = 5 * time.Second
+
+// admit reports whether the run may be driven now, and if not, how long it
+// has waited. The first call in a process first puts every run that was
+// working in line, in order, so after a restart runs are taken up first
+// come, first served rather than in the order the cache lists them.
+func (r *AgentRunReconciler) admit(ctx context.Context, run *arv1.AgentRun, now time.Time) (bool, time.Duration) {
 	r.seedOnce.Do(func() { r.seedAdmission(ctx) })
-	return r.admission.Admit(admissionRun(run))
+	ok, since := r.admission.Admit(admissionRun(run), now)
+	return ok, now.Sub(since)
 }
 
 func (r *AgentRunReconciler) seedAdmission(ctx context.Context) {

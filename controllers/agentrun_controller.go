@@ -99,6 +99,7 @@ type AgentRunReconciler struct {
 	expect      *expectations
 	unstarted   *unstartedIntents
 	failures    *failures
+	pressure    *pressure
 	admission   *admission.Controller
 	sweep       Sweep
 	seedOnce    sync.Once
@@ -124,7 +125,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, 0), breakers: d.Breakers,
 		providers: d.Providers, runs: newRunCache(d.Client, d.APIReader), refs: newRefCache(d.Client, d.APIReader),
-		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(),
+		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake,
 	}
 	r.admission = admission.New(d.MaxActiveRuns, nil, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
@@ -251,6 +252,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 	r.journals.Forget(uid)
 	r.expect.drop(uid)
 	r.admission.Forget(uid)
+	r.pressure.lasted(uid, false, time.Time{})
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}

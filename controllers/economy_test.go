@@ -196,11 +196,12 @@ func gone(t *testing.T, ns, name string, within time.Duration) {
 
 // TestAdmissionIsFirstComeFirstServed: with 3 active-run slots, 24 runs
 // created in order finish roughly in that order (the first created all
-// finish before the last created), and runs waiting for a slot say so.
+// finish before the last created), and runs waiting for a slot longer than
+// a moment say so.
 func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
 	startManagerWith(t, manager.Options{MaxActiveRuns: 3, MaxConcurrentSteps: 3})
 	ns := newNamespace(t)
-	paced := strings.ReplaceAll(stages(3), "text = ", "delay_ms = 60\ntext = ")
+	paced := strings.ReplaceAll(stages(3), "text = ", "delay_ms = 400\ntext = ")
 	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": paced})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	reasons := watchReasons(t, ns)

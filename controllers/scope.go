@@ -37,6 +37,8 @@ type scope struct {
 	// fresh: the run was never driven (no snapshot, no intent), so it has
 	// no journal to read.
 	fresh bool
+	// showPressure: backpressure has lasted long enough to show.
+	showPressure bool
 	// facts, action and out are set once a round has run.
 	facts  *facts
 	action runstate.Action
@@ -75,8 +77,12 @@ func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 // drive derives, decides and acts until acting changes nothing more. A
 // run without an active-run slot waits in line instead, visibly.
 func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
-	if !r.admit(ctx, s.run) {
+	if ok, waited := r.admit(ctx, s.run, s.now); !ok {
 		s.out.queued = true
+		if waited < queuedShownAfter {
+			// Not shown yet: look again when it would be.
+			s.out.quietQueue, s.out.requeueAfter = true, queuedShownAfter-waited
+		}
 		return nil
 	}
 	for range maxRounds {
@@ -101,9 +107,12 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 // write recorded and returns when to look at the run again.
 func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
 	switch {
+	case err == nil && s.out.quietQueue:
+		// In line for a moment only: status unchanged.
 	case err == nil && s.out.queued:
 		projectQueued(s)
 	case err == nil:
+		s.showPressure = r.pressure.lasted(s.run.UID, s.out.backpressure, s.now)
 		project(s)
 		if last, failed := r.failures.take(s.run.UID); failed {
 			retried(s.run, last)
@@ -191,4 +200,34 @@ func (f *failures) take(uid types.UID) (string, bool) {
 	msg, ok := f.m[uid]
 	delete(f.m, uid)
 	return msg, ok
+}
+
+// pressureShownAfter is how long a run must have found the executor full
+// before its status says so: a moment's backpressure is normal and would
+// cost two status writes to show and clear.
+const pressureShownAfter = 5 * time.Second
+
+// pressure remembers since when each run has found the executor full.
+type pressure struct {
+	mu    sync.Mutex
+	since map[types.UID]time.Time
+}
+
+func newPressure() *pressure { return &pressure{since: map[types.UID]time.Time{}} }
+
+// lasted records whether the run found backpressure now and reports
+// whether it has lasted pressureShownAfter.
+func (p *pressure) lasted(uid types.UID, now bool, at time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !now {
+		delete(p.since, uid)
+		return false
+	}
+	since, ok := p.since[uid]
+	if !ok {
+		p.since[uid] = at
+		return false
+	}
+	return at.Sub(since) >= pressureShownAfter
 }

@@ -79,7 +79,7 @@ func project(s *scope) {
 	}
 	observeClock(st, now)
 	markCallbackDue(run)
-	setConditions(run, conditionInputs{backpressure: o.backpressure, catalogWait: o.catalogWait, queued: o.queued})
+	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued})
 	if !sameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}

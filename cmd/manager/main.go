@@ -17,15 +17,22 @@ func main() {
 	var o manager.Options
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "", "Address Go's profiles (/debug/pprof) are served on; off when empty. For profiling the manager, never expose it.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time.")
 	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentRuns reconciled in parallel.")
-	flag.IntVar(&o.MaxActiveRuns, "max-active-runs", 64, "Runs driven at once; the rest wait in line (status says Queued) and are admitted first come, first served, sharing slots fairly across namespaces. A parked run gives its slot back. 0: no bound.")
+	flag.IntVar(&o.MaxActiveRuns, "max-active-runs", 0, "Runs driven at once; the rest wait in line (status says Queued) and are admitted first come, first served, sharing slots fairly across namespaces. A parked run gives its slot back. 0: as many as --max-concurrent-steps; negative: no bound.")
 	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
 	ttl := flag.Int("ttl-seconds-after-finished", 3600, "Seconds a finished run is kept when its spec sets no ttlSecondsAfterFinished; the run is then deleted with its journal, output and children. Negative keeps finished runs forever. Runs applied by Argo CD or Flux get no default (deleting them would re-apply them).")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	switch {
+	case o.MaxActiveRuns == 0:
+		o.MaxActiveRuns = o.MaxConcurrentSteps
+	case o.MaxActiveRuns < 0:
+		o.MaxActiveRuns = 0
+	}
 	if *ttl >= 0 {
 		d := time.Duration(*ttl) * time.Second
 		o.TTLAfterFinished = &d

@@ -85,28 +85,31 @@ func New(limit int, nsLimit func(string) int, wake func(namespace, name string))
 
 // Admit reports whether the run may be driven now. A run already active
 // stays so; a run whose turn came (it was woken for a slot) takes it.
-// Otherwise the run waits in line and free slots go to the runs whose turn
-// it is (they are woken).
-func (c *Controller) Admit(r Run) bool {
+// Otherwise the run waits in line (since says from when; now is the time
+// it first asked) and free slots go to the runs whose turn it is (they are
+// woken).
+func (c *Controller) Admit(r Run, now time.Time) (admitted bool, since time.Time) {
 	c.mu.Lock()
 	if _, ok := c.active[r.UID]; ok {
 		c.mu.Unlock()
-		return true
+		return true, time.Time{}
 	}
 	if _, ok := c.promised[r.UID]; !ok {
-		c.enqueue(r)
+		c.enqueue(r, now)
 	}
 	woken := c.fill()
-	_, admitted := c.promised[r.UID]
+	_, admitted = c.promised[r.UID]
 	if admitted {
 		c.unpromise(r.UID)
 		c.active[r.UID] = r.Namespace
 		c.byNS[r.Namespace]++
 		woken = without(woken, r.UID)
+	} else if it, ok := c.waiting[r.UID]; ok {
+		since = it.since
 	}
 	c.mu.Unlock()
 	c.wakeAll(woken)
-	return admitted
+	return admitted, since
 }
 
 // Enqueue puts runs in line without admitting any (a restarted manager
@@ -117,7 +120,7 @@ func (c *Controller) Enqueue(runs ...Run) {
 	for _, r := range runs {
 		if _, ok := c.active[r.UID]; !ok {
 			if _, ok := c.promised[r.UID]; !ok {
-				c.enqueue(r)
+				c.enqueue(r, time.Now())
 			}
 		}
 	}
@@ -221,7 +224,7 @@ func (c *Controller) wakeAll(runs []Run) {
 	}
 }
 
-func (c *Controller) enqueue(r Run) {
+func (c *Controller) enqueue(r Run, now time.Time) {
 	if it, ok := c.waiting[r.UID]; ok {
 		it.Place = r.Place
 		heap.Fix(c.queues[r.Namespace], it.index)
@@ -232,7 +235,7 @@ func (c *Controller) enqueue(r Run) {
 		q = &queue{}
 		c.queues[r.Namespace] = q
 	}
-	it := &item{Run: r}
+	it := &item{Run: r, since: now}
 	heap.Push(q, it)
 	c.waiting[r.UID] = it
 }
@@ -259,6 +262,7 @@ func without(runs []Run, uid types.UID) []Run {
 type item struct {
 	Run
 	index int
+	since time.Time
 }
 
 // queue is a min-heap of waiting runs by place.

@@ -30,7 +30,7 @@ func TestFirstComeFirstServed(t *testing.T) {
 		runs[i] = run("ns", fmt.Sprintf("r%d", i), t0.Add(time.Duration(i)*time.Second))
 	}
 	for _, i := range []int{3, 1, 4, 0, 2} {
-		c.Admit(runs[i])
+		admit(c, runs[i])
 	}
 	// r3 and r1 asked first and took the free slots; the rest wait.
 	if c.Active() != 2 || c.Waiting() != 3 {
@@ -41,10 +41,10 @@ func TestFirstComeFirstServed(t *testing.T) {
 		t.Fatalf("a freed slot woke %v, want the earliest waiting run ns/r0", w)
 	}
 	// r2 comes before r0 does: r0's slot is held for it.
-	if c.Admit(runs[2]) {
+	if admit(c, runs[2]) {
 		t.Fatal("a later run took the slot held for the earliest")
 	}
-	if !c.Admit(runs[0]) {
+	if !admit(c, runs[0]) {
 		t.Fatal("the woken run did not get its slot")
 	}
 	c.Release(runs[1].UID)
@@ -59,14 +59,14 @@ func TestAParkedRunQueuesWithItsPlace(t *testing.T) {
 	var w woken
 	c := New(1, nil, w.wake)
 	old, newer := run("ns", "old", t0), run("ns", "new", t0.Add(time.Minute))
-	if !c.Admit(old) {
+	if !admit(c, old) {
 		t.Fatal("an empty controller refused a run")
 	}
 	c.Release(old.UID) // parked
-	if !c.Admit(newer) {
+	if !admit(c, newer) {
 		t.Fatal("the free slot was not given")
 	}
-	if c.Admit(old) {
+	if admit(c, old) {
 		t.Fatal("no slot is free, yet the woken parked run got one")
 	}
 	c.Release(newer.UID)
@@ -85,11 +85,11 @@ func TestNamespacesShareTheBudget(t *testing.T) {
 	for i := range 1000 {
 		r := run("a", fmt.Sprintf("a%04d", i), t0.Add(time.Duration(i)*time.Millisecond))
 		big = append(big, r)
-		c.Admit(r)
+		admit(c, r)
 	}
 	small := []Run{run("b", "b0", t0.Add(time.Hour)), run("b", "b1", t0.Add(time.Hour+time.Second))}
 	for _, r := range small {
-		if c.Admit(r) {
+		if admit(c, r) {
 			t.Fatal("a slot was free with four of a's runs active")
 		}
 	}
@@ -98,12 +98,12 @@ func TestNamespacesShareTheBudget(t *testing.T) {
 	if len(w) != 1 || w[0] != "b/b0" {
 		t.Fatalf("the freed slot woke %v, want b's first run (b has none active)", w)
 	}
-	c.Admit(small[0])
+	admit(c, small[0])
 	c.Release(big[1].UID)
 	if w[len(w)-1] != "b/b1" {
 		t.Fatalf("woke %v, want b/b1: b has 1 active against a's 2", w)
 	}
-	c.Admit(small[1])
+	admit(c, small[1])
 	c.Release(big[2].UID)
 	if w[len(w)-1] != "a/a0004" {
 		t.Fatalf("woke %v, want a's next run once b's line is empty", w)
@@ -122,14 +122,14 @@ func TestNamespaceBound(t *testing.T) {
 	}, w.wake)
 	admitted := 0
 	for i := range 5 {
-		if c.Admit(run("capped", fmt.Sprintf("c%d", i), t0.Add(time.Duration(i)*time.Second))) {
+		if admit(c, run("capped", fmt.Sprintf("c%d", i), t0.Add(time.Duration(i)*time.Second))) {
 			admitted++
 		}
 	}
 	if admitted != 2 || c.Waiting() != 3 {
 		t.Fatalf("admitted %d (waiting %d), want the bound of 2", admitted, c.Waiting())
 	}
-	if !c.Admit(run("other", "o", t0)) {
+	if !admit(c, run("other", "o", t0)) {
 		t.Fatal("another namespace was held back by the capped one")
 	}
 }
@@ -139,12 +139,12 @@ func TestForgetFreesEverything(t *testing.T) {
 	var w woken
 	c := New(1, nil, w.wake)
 	a, b, d := run("ns", "a", t0), run("ns", "b", t0.Add(time.Second)), run("ns", "d", t0.Add(2*time.Second))
-	c.Admit(a)
-	c.Admit(b)
-	c.Admit(d)
+	admit(c, a)
+	admit(c, b)
+	admit(c, d)
 	c.Release(a.UID) // b is promised the slot
 	c.Forget(b.UID)  // and deleted before it came
-	if w[len(w)-1] != "ns/d" || !c.Admit(d) {
+	if w[len(w)-1] != "ns/d" || !admit(c, d) {
 		t.Fatalf("woke %v; the deleted run's promised slot must go to the next", w)
 	}
 	c.Forget(d.UID)
@@ -157,8 +157,27 @@ func TestForgetFreesEverything(t *testing.T) {
 func TestUnbounded(t *testing.T) {
 	c := New(0, nil, nil)
 	for i := range 100 {
-		if !c.Admit(run("ns", fmt.Sprintf("r%d", i), t0)) {
+		if !admit(c, run("ns", fmt.Sprintf("r%d", i), t0)) {
 			t.Fatal("an unbounded controller refused a run")
 		}
+	}
+}
+
+func admit(c *Controller, r Run) bool {
+	ok, _ := c.Admit(r, t0)
+	return ok
+}
+
+// TestAdmitSaysSinceWhenARunWaits: the time a run first asked is kept
+// while it waits, however often it asks again.
+func TestAdmitSaysSinceWhenARunWaits(t *testing.T) {
+	c := New(1, nil, nil)
+	admit(c, run("ns", "a", t0))
+	b := run("ns", "b", t0.Add(time.Second))
+	if ok, since := c.Admit(b, t0.Add(time.Minute)); ok || !since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("admitted %v since %v, want waiting since its first ask", ok, since)
+	}
+	if _, since := c.Admit(b, t0.Add(time.Hour)); !since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("since %v after asking again, want the first ask", since)
 	}
 }

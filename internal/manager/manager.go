@@ -32,8 +32,10 @@ import (
 
 // Options are the manager's knobs, one per command-line flag.
 type Options struct {
-	MetricsAddr    string
-	ProbeAddr      string
+	MetricsAddr string
+	ProbeAddr   string
+	// PprofAddr serves Go's profiles (/debug/pprof) when set.
+	PprofAddr      string
 	LeaderElection bool
 	// MaxConcurrentSteps bounds model and tool calls in flight at once.
 	MaxConcurrentSteps int
@@ -91,6 +93,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Cache:                  cacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress: o.ProbeAddr,
+		PprofBindAddress:       o.PprofAddr,
 		LeaderElection:         o.LeaderElection,
 		LeaderElectionID:       "agentrun-operator.agentrun.dev",
 	})

@@ -61,3 +61,12 @@ func Check(spec Spec, text string) string {
 	}
 	return ""
 }
+
+// Stored is the part of an output that is kept: at most MaxBytes, cut on a
+// character boundary; truncated says whether anything was cut.
+func Stored(text string) (stored string, truncated bool) {
+	if len(text) <= MaxBytes {
+		return text, false
+	}
+	return strings.ToValidUTF8(text[:MaxBytes], ""), true
+}

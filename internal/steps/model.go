@@ -74,7 +74,7 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 	metrics.RecordCall(c.Run.Namespace, c.Agent, c.Provider.Name, outcome, time.Since(started), u.Prompt, u.Completion, u.Cached, u.CacheWrite, done.CostNanoUSD)
 	// A manager that dies before this write leaves the intent pending in
 	// status; the call is issued again once, counted as lost.
-	if err := rt.record(ctx, c.Run, c.Intent, done); err != nil {
+	if err := rt.record(ctx, c.Run, finalOutput(done.Response), c.Intent, done); err != nil {
 		log.Error(err, "Journaling the step's completion failed; the call will be issued again")
 	}
 }
@@ -152,6 +152,16 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 	if cost, priced := c.Provider.Price(c.Request.Model, providerconfig.Usage{Prompt: u.Prompt, Completion: u.Completion, Cached: u.Cached, CacheWrite: u.CacheWrite}); priced {
 		done.CostNanoUSD = ptr.To(int64(cost))
 	}
+}
+
+// finalOutput is the output an answer submits with the run's completion,
+// as it is stored; nil when it submits none.
+func finalOutput(r *journal.Response) *string {
+	if r == nil || !r.Complete || r.Output == "" {
+		return nil
+	}
+	text, _ := output.Stored(r.Output)
+	return &text
 }
 
 // clip bounds text to n bytes, marking the cut.

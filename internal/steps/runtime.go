@@ -113,13 +113,19 @@ func New(o Options) (*Runtime, error) {
 }
 
 // record journals a call's intent and its outcome in one write, retrying a
-// few times so an API server blip does not cost the result. A cancelled
+// few times so an API server blip does not cost the result. final, when
+// set, is the output the answer submits, stored in the same write. A cancelled
 // step journals nothing and returns nil: its intent stays pending by
 // design. Another writer holding the seq (the run changed hands) is final.
-func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
+func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, final *string, es ...journal.Entry) error {
 	b := retry.Backoff{Attempts: 5, Base: 200 * time.Millisecond, Cap: 2 * time.Second, Jitter: 0.5}
 	_, err := retry.Do(ctx, b, func(int) (bool, error) {
-		err := rt.Journal.Append(ctx, run, es...)
+		var err error
+		if final != nil {
+			err = rt.Journal.AppendWithOutput(ctx, run, *final, es...)
+		} else {
+			err = rt.Journal.Append(ctx, run, es...)
+		}
 		return !errors.Is(err, store.ErrSeqTaken), err
 	})
 	if ctx.Err() != nil {

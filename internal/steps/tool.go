@@ -75,7 +75,7 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 		}
 	}
 	metrics.RecordToolCall(c.Server.Name, in.Effect, outcome, time.Since(started))
-	if err := rt.record(ctx, c.Run, in, done); err != nil {
+	if err := rt.record(ctx, c.Run, nil, in, done); err != nil {
 		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
 	}
 }

@@ -68,6 +68,11 @@ func Start() (*Env, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
+	if os.Getenv("AGENTRUN_TESTENV_PROFILING") != "" {
+		// Serve the API server's /debug/pprof, to profile what a benchmark
+		// costs it.
+		e.ControlPlane.GetAPIServer().Configure().Set("profiling", "true")
+	}
 	cfg, err := e.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting the test control plane from %s: %w", BinDir(), err)

@@ -74,6 +74,11 @@ type runLog struct {
 	entries  []journal.Entry
 	raw      map[int64]string // seq -> stored JSON, to recognise our own retried writes
 	chunks   []chunk
+	// output is the final output stored with the journal, and the chunk
+	// holding it.
+	output      string
+	outputChunk int
+	hasOutput   bool
 }
 
 type chunk struct {
@@ -115,11 +120,12 @@ func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog,
 		return nil
 	}
 	if !empty || l.mustRead {
-		entries, chunks, raw, err := read(ctx, s.reader, run.Namespace, run.UID)
+		entries, chunks, raw, out, err := readAll(ctx, s.reader, run.Namespace, run.UID)
 		if err != nil {
 			return err
 		}
 		l.entries, l.chunks, l.raw = entries, chunks, raw
+		l.output, l.outputChunk, l.hasOutput = out.text, out.chunk, out.ok
 	}
 	l.loaded, l.mustRead = true, false
 	return nil
@@ -130,6 +136,18 @@ func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog,
 // succeeds; an entry whose seq holds other content is ErrSeqTaken, and the
 // in-memory copy is dropped so the next Load reads the journal afresh.
 func (s *Store) Append(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
+	return s.append(ctx, run, nil, es)
+}
+
+// AppendWithOutput is Append that also stores output as the run's final
+// output in the same write: a call whose answer completes the run carries
+// the output that would otherwise cost a write of its own (PutOutput then
+// finds it stored).
+func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output string, es ...journal.Entry) error {
+	return s.append(ctx, run, &output, es)
+}
+
+func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
@@ -160,12 +178,18 @@ func (s *Store) Append(ctx context.Context, run *arv1.AgentRun, es ...journal.En
 	if len(fresh) == 0 {
 		return nil
 	}
+	if output != nil {
+		add[OutputKey] = *output
+	}
 	c, err := s.write(ctx, run, l, add, size)
 	if err != nil {
 		if errors.Is(err, ErrSeqTaken) {
 			return s.stale(run.UID, fresh[0])
 		}
 		return err
+	}
+	if output != nil {
+		l.output, l.outputChunk, l.hasOutput = *output, c, true
 	}
 	l.chunks[c].bytes += size
 	for _, e := range fresh {
@@ -267,6 +291,9 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
 		return "", err
 	}
+	if l.hasOutput && l.output == text {
+		return l.chunks[l.outputChunk].name, nil // stored with the answer
+	}
 	add := map[string]string{OutputKey: text}
 	if len(l.chunks) == 0 {
 		cm := chunkObject(run, 0, add)
@@ -276,12 +303,17 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 		s.Forget(run.UID) // read back whatever is there next time
 		return cm.Name, nil
 	}
-	c := &l.chunks[0]
+	i := len(l.chunks) - 1
+	if l.hasOutput {
+		i = l.outputChunk // one output per journal
+	}
+	c := &l.chunks[i]
 	rv, err := s.patch(ctx, run.Namespace, c.name, c.rv, add)
 	if err != nil {
 		return "", fmt.Errorf("storing the final output: %w", err)
 	}
 	c.rv = rv
+	l.output, l.outputChunk, l.hasOutput = text, i, true
 	return c.name, nil
 }
 
@@ -379,9 +411,22 @@ func list(ctx context.Context, r client.Reader, ns string, uid types.UID) (*core
 }
 
 func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]journal.Entry, []chunk, map[int64]string, error) {
+	entries, chunks, raw, _, err := readAll(ctx, r, ns, uid)
+	return entries, chunks, raw, err
+}
+
+// stored is a final output found in a chunk.
+type stored struct {
+	text  string
+	chunk int
+	ok    bool
+}
+
+func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]journal.Entry, []chunk, map[int64]string, stored, error) {
+	var out stored
 	list, err := list(ctx, r, ns, uid)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, out, err
 	}
 	var entries []journal.Entry
 	raw := map[int64]string{}
@@ -391,7 +436,7 @@ func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]jou
 		if v, ok := cm.Data[legacyKey]; ok && cm.Labels[LabelChunk] == "" {
 			e, err := decode(cm.Name, v)
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, out, err
 			}
 			entries = append(entries, e)
 			raw[e.Seq] = v
@@ -399,16 +444,17 @@ func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]jou
 		}
 		idx, err := strconv.Atoi(cm.Labels[LabelChunk])
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("journal chunk %s has no valid %s label", cm.Name, LabelChunk)
+			return nil, nil, nil, out, fmt.Errorf("journal chunk %s has no valid %s label", cm.Name, LabelChunk)
 		}
 		c := chunk{name: cm.Name, rv: cm.ResourceVersion}
 		for k, v := range cm.Data {
 			if k == OutputKey {
+				out = stored{text: v, chunk: idx, ok: true}
 				continue
 			}
 			e, err := decode(cm.Name, v)
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, out, err
 			}
 			entries = append(entries, e)
 			raw[e.Seq] = v
@@ -420,12 +466,12 @@ func read(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]jou
 	for i := range chunks {
 		c, ok := byIndex[i]
 		if !ok {
-			return nil, nil, nil, fmt.Errorf("journal chunk %d of run %s is missing", i, uid)
+			return nil, nil, nil, out, fmt.Errorf("journal chunk %d of run %s is missing", i, uid)
 		}
 		chunks[i] = c
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
-	return entries, chunks, raw, nil
+	return entries, chunks, raw, out, nil
 }
 
 func decode(name, v string) (journal.Entry, error) {
