@@ -25,8 +25,8 @@ func FinishedRunTransform() toolscache.TransformFunc {
 		}
 		st := run.Status
 		run.Spec = arv1.AgentRunSpec{
-			Agent: run.Spec.Agent, Callback: run.Spec.Callback, TTLSecondsAfterFinished: run.Spec.TTLSecondsAfterFinished,
-			Depth: run.Spec.Depth,
+			Agent: run.Spec.Agent, BlueprintSnapshot: run.Spec.BlueprintSnapshot, Callback: run.Spec.Callback,
+			TTLSecondsAfterFinished: run.Spec.TTLSecondsAfterFinished, Depth: run.Spec.Depth,
 		}
 		run.Status = arv1.AgentRunStatus{
 			ObservedGeneration: st.ObservedGeneration, Phase: st.Phase, Error: st.Error, Conditions: st.Conditions,

@@ -99,7 +99,10 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 		if stage.FanOut.WorkerAgent != "" {
 			spec.Agent = stage.FanOut.WorkerAgent
 		} else {
-			spec.Agent, spec.EntryStage = run.Status.BlueprintSnapshot, stage.FanOut.WorkerStage
+			// The agent is the parent's; the blueprint it runs from is the
+			// parent's snapshot, so the worker runs exactly what its parent
+			// runs.
+			spec.Agent, spec.BlueprintSnapshot, spec.EntryStage = run.Spec.Agent, run.Status.BlueprintSnapshot, stage.FanOut.WorkerStage
 		}
 		name = childName(run, fmt.Sprintf("w%d", req.Index), req.Attempt)
 	case runstate.ChildSubagent:

@@ -164,24 +164,43 @@ func (r *AgentRunReconciler) providerFacts(ctx context.Context, run *arv1.AgentR
 }
 
 // loadBlueprint reads the run's snapshot, or before spawn the blueprint
-// ConfigMap the spec names. A missing blueprint is a setup wait (GitOps
-// applies objects in any order); one that does not parse is an error.
+// it is to start from: the snapshot its spec names (a fan-out worker runs
+// its parent's), else the ConfigMap spec.agent names. A missing blueprint
+// ConfigMap is a setup wait (GitOps applies objects in any order); a
+// blueprint that does not parse is an error.
 func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentRun, f *facts) error {
-	if name := run.Status.BlueprintSnapshot; name != "" {
-		bp, perr, err := r.snapshotBlueprint(ctx, run.Namespace, name)
-		if err != nil {
-			return err
-		}
-		if perr == nil {
-			bp, perr = withEntryStage(bp, run.Spec.EntryStage)
-		}
-		if perr != nil {
-			f.BlueprintError = fmt.Sprintf("blueprint snapshot %s: %v", name, perr)
-			return nil
-		}
-		f.Spawned, f.Blueprint = true, bp
+	switch {
+	case run.Status.BlueprintSnapshot != "":
+		return r.loadSnapshot(ctx, run, f, run.Status.BlueprintSnapshot, true)
+	case run.Spec.BlueprintSnapshot != "":
+		return r.loadSnapshot(ctx, run, f, run.Spec.BlueprintSnapshot, false)
+	}
+	return r.loadSource(ctx, run, f)
+}
+
+// loadSnapshot reads a snapshot: the run's own (spawned), or the one its
+// spec names, which spawning records as its own.
+func (r *AgentRunReconciler) loadSnapshot(ctx context.Context, run *arv1.AgentRun, f *facts, name string, spawned bool) error {
+	bp, perr, err := r.snapshotBlueprint(ctx, run.Namespace, name)
+	if err != nil {
+		return err
+	}
+	if perr == nil {
+		bp, perr = withEntryStage(bp, run.Spec.EntryStage)
+	}
+	if perr != nil {
+		f.BlueprintError = fmt.Sprintf("blueprint snapshot %s: %v", name, perr)
 		return nil
 	}
+	f.Blueprint, f.Spawned = bp, spawned
+	if !spawned {
+		f.snapshot = name
+	}
+	return nil
+}
+
+// loadSource reads and parses the blueprint ConfigMap spec.agent names.
+func (r *AgentRunReconciler) loadSource(ctx context.Context, run *arv1.AgentRun, f *facts) error {
 	data, rv, found, err := r.refs.ConfigMap(ctx, run.Namespace, run.Spec.Agent)
 	switch {
 	case err != nil:

@@ -66,6 +66,18 @@ func (r *AgentRunReconciler) retention(run *arv1.AgentRun, now time.Time, res ct
 	return res
 }
 
+// forgetFinished drops what this process kept in memory for a run while it
+// was driven: a finished run is never folded again, so its journal,
+// expected children and error notes would only grow the manager's memory
+// with history.
+func (r *AgentRunReconciler) forgetFinished(run *arv1.AgentRun) {
+	r.journals.Forget(run.UID)
+	r.expect.drop(run.UID)
+	r.unstarted.forgetRun(run)
+	r.failures.take(run.UID)
+	r.pressure.lasted(run.UID, false, time.Time{})
+}
+
 // reconcileFinished settles what a finished run still owes: the fate of
 // answers it never got to record, its webhook, the generation it saw, and
 // its deletion once its retention has passed.

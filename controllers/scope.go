@@ -150,6 +150,9 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	}
 	r.unstarted.clearAll(s)
 	r.releaseIfIdle(s.run)
+	if s.run.Status.Phase.IsTerminal() {
+		r.forgetFinished(s.run)
+	}
 	r.emitEvents(s.run, &s.before.Status)
 	for _, fn := range s.effects {
 		fn()

@@ -23,6 +23,8 @@ type resolved struct {
 	// secretVersion is the credentials Secret's resourceVersion ("" with none).
 	secretVersion string
 	credential    runstate.Credential
+	// skipped are the stage's models failover passed over to reach this one.
+	skipped []runstate.Skipped
 }
 
 // resolveProvider reads the provider ConfigMap and the credentials of each
@@ -82,6 +84,7 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		}
 		return nil, sel.Block, nil, nil
 	}
+	res[sel.Index].skipped = sel.Skipped
 	return res[sel.Index], nil, nil, nil
 }
 

@@ -79,7 +79,7 @@ func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
 	for i := range runs.Items {
 		r := &runs.Items[i]
 		used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
-		used[r.Namespace+"/"+r.Spec.Agent] = true // a worker runs from its parent's
+		used[r.Namespace+"/"+r.Spec.BlueprintSnapshot] = true // a worker runs from its parent's
 	}
 	snaps := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
 	if err := s.live.List(ctx, snaps, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {

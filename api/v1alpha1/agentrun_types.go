@@ -24,6 +24,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)",message="model is fixed at creation"
 // +kubebuilder:validation:XValidation:rule="has(self.budgets) || !has(oldSelf.budgets)",message="budgets cannot be removed once set; raise them instead"
 // +kubebuilder:validation:XValidation:rule="has(self.entryStage) == has(oldSelf.entryStage)",message="entryStage is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.blueprintSnapshot) == has(oldSelf.blueprintSnapshot)",message="blueprintSnapshot is immutable"
 type AgentRunSpec struct {
 	// agent names the ConfigMap in this namespace that holds the blueprint
 	// (agent.toml plus any prompt files, one key per file). It replaces
@@ -92,6 +93,17 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="entryStage is immutable"
 	EntryStage string `json:"entryStage,omitempty"`
+
+	// blueprintSnapshot runs the agent from this blueprint snapshot (an
+	// immutable ConfigMap the operator made) instead of the ConfigMap agent
+	// names; agent still names the agent. A fan-out parent sets it on workers
+	// that run one of its own stages, so they run exactly the blueprint it
+	// runs. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="blueprintSnapshot is immutable"
+	BlueprintSnapshot string `json:"blueprintSnapshot,omitempty"`
 
 	// maxChildDepth caps how deep this run's own sub-agent tree may grow
 	// (0: no sub-agents). When unset the blueprint's max_child_depth applies.

@@ -56,6 +56,10 @@ const (
 	// ReasonWaitingForToolCatalog: the tools the next step needs are being
 	// listed from their MCP servers; the run goes on once they are known.
 	ReasonWaitingForToolCatalog = "WaitingForToolCatalog"
+	// ReasonModelFailover (an Event's reason): a stage's model was passed
+	// over for the next in its list; the message names each one skipped and
+	// why.
+	ReasonModelFailover = "ModelFailover"
 	// ReasonQueued: the run waits for one of the manager's active-run slots
 	// (--max-active-runs); runs are admitted in creation order.
 	ReasonQueued = "Queued"

@@ -132,6 +132,7 @@ type rawScriptError struct {
 	Times   int    `toml:"times"`
 	// WhenTask makes the error fire only for runs whose task contains it.
 	WhenTask string `toml:"when_task"`
+	Type     string `toml:"type"`
 }
 
 type rawToolCall struct {
@@ -545,7 +546,7 @@ func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
 			if e.Times == 0 && e.WhenTask == "" && (r.Next != "" || r.Complete || r.Output != "" || len(r.ToolCalls) > 0 || len(r.Items) > 0) {
 				return fail(at("error"), "an error step that always fails (no times) cannot also set next, complete, output, tool_calls or items")
 			}
-			step.Error = &ScriptError{Status: e.Status, Message: e.Message, Times: e.Times, WhenTask: e.WhenTask}
+			step.Error = &ScriptError{Status: e.Status, Type: e.Type, Message: e.Message, Times: e.Times, WhenTask: e.WhenTask}
 		}
 		for j, tc := range r.ToolCalls {
 			if tc.Name == "" {

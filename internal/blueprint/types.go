@@ -254,7 +254,11 @@ type ScriptUsage struct {
 // ScriptError is a simulated provider error, e.g. status 401 to exercise
 // the NeedsSetup path without a network.
 type ScriptError struct {
-	Status  int
+	Status int
+	// Type is the provider's machine-readable error type or code (OpenAI's
+	// "insufficient_quota", Anthropic's "billing_error"), classified as a
+	// real provider's would be.
+	Type    string
 	Message string
 	// Times makes the error fire only on the first Times attempts of the
 	// call (0: every attempt), so a test can fix the cause and see the run

@@ -19,6 +19,9 @@ type Spec struct {
 	Schema string
 }
 
+// schemaURL names the output schema in validation messages.
+const schemaURL = "https://agentrun.dev/schemas/output.json"
+
 // MaxBytes is the stored output's cap (the seeds' 256 KiB); longer output
 // is stored truncated and flagged.
 const MaxBytes = 256 << 10
@@ -44,10 +47,13 @@ func Check(spec Spec, text string) string {
 		return fmt.Sprintf("the output schema itself is not valid JSON: %v", err)
 	}
 	c := jsonschema.NewCompiler()
-	if err := c.AddResource("output.json", schemaDoc); err != nil {
+	// An absolute name of our own: a relative one would be resolved against
+	// the manager's working directory, which would then show in the message
+	// a model, a status or an event gets.
+	if err := c.AddResource(schemaURL, schemaDoc); err != nil {
 		return fmt.Sprintf("the output schema cannot be used: %v", err)
 	}
-	sch, err := c.Compile("output.json")
+	sch, err := c.Compile(schemaURL)
 	if err != nil {
 		return fmt.Sprintf("the output schema cannot be used: %v", err)
 	}

@@ -9,11 +9,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
-// RenderDescribe writes the run record of run at now, for a person.
-func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time) error {
+// RenderDescribe writes the run record of run at now, for a person;
+// failovers are the lines Failovers makes of its journal.
+func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, failovers ...string) error {
 	st := &run.Status
 	tw := newTable(w)
 	line := func(label, format string, a ...any) {
@@ -50,6 +52,9 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time) error {
 		model = run.Spec.Model + " (override)"
 	}
 	opt("Model", model)
+	for _, f := range failovers {
+		line("Failover", "%s", f)
+	}
 	if p := wire.ParentOf(run); p != "" {
 		line("Parent", "%s (depth %d)", p, run.Spec.Depth)
 	}
@@ -282,4 +287,54 @@ func totalTokens(u arv1.Usage) int64 {
 		return u.TotalTokens
 	}
 	return u.PromptTokens + u.CompletionTokens
+}
+
+// Failovers says, from a run's journal, where a stage's model failed and
+// another of its list answered instead: "stage plan: anthropic/a failed
+// (AuthFailed, HTTP 401), answered by openai/b".
+func Failovers(entries []journal.Entry) []string {
+	var out []string
+	intents := map[int64]*journal.Entry{}
+	type failure struct{ ref, text string }
+	var failed []failure // since the stage's last answer
+	stage := ""
+	for i := range entries {
+		e := &entries[i]
+		switch e.Kind {
+		case journal.ModelCallRequested:
+			if e.Purpose != journal.PurposeTitle {
+				intents[e.Seq] = e
+			}
+		case journal.ModelCallFailed:
+			in, ok := intents[e.Call]
+			if !ok || e.Failure == nil {
+				continue
+			}
+			if in.Stage != stage {
+				stage, failed = in.Stage, nil
+			}
+			why := string(e.Failure.Class)
+			if e.Failure.Status != 0 {
+				why += fmt.Sprintf(", HTTP %d", e.Failure.Status)
+			}
+			ref := in.Provider + "/" + in.Model
+			failed = append(failed, failure{ref, fmt.Sprintf("%s failed (%s)", ref, why)})
+		case journal.ModelCallCompleted:
+			in, ok := intents[e.Call]
+			if !ok {
+				continue
+			}
+			var others []string
+			for _, f := range failed {
+				if f.ref != in.Provider+"/"+in.Model {
+					others = append(others, f.text)
+				}
+			}
+			if in.Stage == stage && len(others) > 0 {
+				out = append(out, fmt.Sprintf("stage %s: %s, answered by %s/%s", stage, strings.Join(others, ", "), in.Provider, in.Model))
+			}
+			stage, failed = in.Stage, nil
+		}
+	}
+	return out
 }

@@ -398,7 +398,11 @@ func (a *app) describe(ctx context.Context, c client.Client, ns string, o option
 	if err != nil {
 		return err
 	}
-	return RenderDescribe(a.stdout, run, a.now())
+	entries, _, err := store.ReadLenient(ctx, c, ns, run.UID)
+	if err != nil {
+		return err
+	}
+	return RenderDescribe(a.stdout, run, a.now(), Failovers(entries)...)
 }
 
 func (a *app) status(ctx context.Context, c client.Client, ns string, o options) error {

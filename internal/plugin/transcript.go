@@ -18,12 +18,10 @@ import (
 func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string) error {
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
 	tw := newTable(w)
+	turns := turnsOf(entries)
 	for i := range entries {
 		e := &entries[i]
-		where := orDash(e.Stage)
-		if e.Stage != "" {
-			where = fmt.Sprintf("%s[%d]", e.Stage, e.Iteration)
-		}
+		where := orDash(turns[i])
 		at := orDash("")
 		if !e.At.IsZero() {
 			at = e.At.UTC().Format(time.RFC3339)
@@ -45,6 +43,36 @@ func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string)
 		return fmt.Errorf("%d journal entr(ies) could not be read", len(unreadable))
 	}
 	return nil
+}
+
+// turnsOf says which turn of which stage each entry belongs to, as
+// "stage[iteration]": a call's outcome belongs to its intent's turn (older
+// journals did not record it on the outcome), and the tool calls, gates
+// and questions after an answer belong to that answer's turn.
+func turnsOf(entries []journal.Entry) []string {
+	out := make([]string, len(entries))
+	intents := map[int64]*journal.Entry{}
+	turn := ""
+	for i := range entries {
+		e := &entries[i]
+		switch e.Kind {
+		case journal.ModelCallRequested:
+			intents[e.Seq] = e
+			turn = fmt.Sprintf("%s[%d]", e.Stage, e.Iteration)
+		case journal.ModelCallCompleted, journal.ModelCallFailed:
+			if in, ok := intents[e.Call]; ok {
+				turn = fmt.Sprintf("%s[%d]", in.Stage, in.Iteration)
+			} else if e.Stage != "" {
+				turn = fmt.Sprintf("%s[%d]", e.Stage, e.Iteration)
+			}
+		}
+		if e.Kind == journal.ModelCallRequested && e.Purpose == journal.PurposeTitle {
+			out[i] = "title"
+			continue
+		}
+		out[i] = turn
+	}
+	return out
 }
 
 // describeEntry is an entry's kind in words and its details.
@@ -99,6 +127,12 @@ func describeEntry(e *journal.Entry) (string, string) {
 			}
 			for _, c := range r.Calls {
 				d = append(d, "calls "+c.Name)
+			}
+			if r.OutputRejected != "" {
+				// The output was not accepted: say so and why, so a run refused
+				// once does not read like one accepted.
+				d = append(d, fmt.Sprintf("refused: %s", oneLine(r.OutputRejected, 200)))
+				return "output refused", strings.Join(d, ", ")
 			}
 		}
 		return "model answered", strings.Join(d, ", ")

@@ -82,8 +82,9 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	if e := step.Error; e != nil && (e.Times == 0 || req.Attempt < e.Times) && strings.Contains(req.Task, e.WhenTask) {
-		class, _ := ClassifyStatus(e.Status)
-		return Result{}, &Error{Class: class, Status: e.Status, Message: e.Message}
+		// Classified as a real provider's answer would be (a 429 saying
+		// insufficient_quota is out of credits, not a rate limit).
+		return Result{}, apiFailure{status: e.Status, kind: e.Type, message: e.Message}.classify("")
 	}
 	res := Result{
 		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: strings.ReplaceAll(step.Output, "{task}", req.Task), Items: step.Items},

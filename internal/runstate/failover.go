@@ -33,6 +33,16 @@ type Selection struct {
 	// RetryAt is when an out-of-service candidate may be tried again by
 	// itself (nil: only a Secret change helps).
 	RetryAt *time.Time
+	// Skipped are the candidates before the chosen one that were passed
+	// over, and why: where failover happened.
+	Skipped []Skipped
+}
+
+// Skipped is a candidate failover passed over.
+type Skipped struct {
+	Ref string
+	// Why is the failure class (AuthFailed, ...) or "circuit open".
+	Why string
 }
 
 // SelectCandidate walks the ordered model list and picks the first
@@ -43,6 +53,7 @@ type Selection struct {
 // ProvidersUnavailable when they failed for different reasons.
 func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, now time.Time) Selection {
 	var (
+		skipped  []Skipped
 		classes  = map[arv1.SetupBlocker]bool{}
 		last     *SetupBlock
 		retryAt  *time.Time
@@ -60,6 +71,7 @@ func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, no
 			if fl.Class != journal.FailAuth && fl.Class != journal.FailForbidden {
 				earliest(fc.At.Add(RetryCooldown))
 			}
+			skipped = append(skipped, Skipped{Ref: c.Ref, Why: string(fl.Class)})
 			continue
 		}
 		if c.CircuitOpenUntil != nil && now.Before(*c.CircuitOpenUntil) {
@@ -71,9 +83,10 @@ func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, no
 			fl := journal.Failure{Class: journal.FailureClass(blocker), Message: "the provider failed repeatedly; its circuit is open"}
 			last = &SetupBlock{Blocker: blocker, Remedy: ProviderRemedy(&fl, c.Credential), Refs: credentialRefs(c.Credential)}
 			earliest(*c.CircuitOpenUntil)
+			skipped = append(skipped, Skipped{Ref: c.Ref, Why: "circuit open (" + string(blocker) + ")"})
 			continue
 		}
-		return Selection{Index: i, Block: c.Block}
+		return Selection{Index: i, Block: c.Block, Skipped: skipped}
 	}
 	if last == nil {
 		return Selection{Index: -1, Block: &SetupBlock{Blocker: arv1.BlockerProviderMissing, Remedy: "The stage lists no model to call."}}

@@ -58,7 +58,8 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 		log.V(1).Info("Step cancelled before completion; its intent stays pending")
 		return
 	}
-	done := journal.Entry{Seq: c.Intent.Seq + 1, Call: c.Intent.Seq, At: rt.Clock.Now(), Provider: c.Intent.Provider, Model: c.Intent.Model, Stage: c.Intent.Stage}
+	done := journal.Entry{Seq: c.Intent.Seq + 1, Call: c.Intent.Seq, At: rt.Clock.Now(), Provider: c.Intent.Provider, Model: c.Intent.Model,
+		Stage: c.Intent.Stage, Iteration: c.Intent.Iteration}
 	if callErr != nil {
 		rt.failed(&done, c, callErr)
 	} else {
