@@ -127,6 +127,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := mgr.Add(memoryReleaser{interval: 30 * time.Second, threshold: 16 << 20}); err != nil {
+		return nil, err
+	}
 	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
 	}
