@@ -8,8 +8,9 @@ import (
 
 // FinishedRunTransform keeps a finished run in the informer cache as a
 // stub: what the controller still reads of it (its identity and labels,
-// phase, conditions, webhook, retention, output descriptor and usage for
-// its parent's roll-up) and nothing else. The manager's memory then
+// phase, webhook, retention, output descriptor and usage for its parent's
+// roll-up) and nothing else; the rare reconcile that needs more (a spec
+// edited after the end) reads the run from the API server. The manager's memory then
 // follows the runs in flight, not history: a finished run's task, record
 // and flags are never read from the cache again (the kubectl plugin and
 // webhook bodies read the API server). Managed fields go from every run.
@@ -29,7 +30,7 @@ func FinishedRunTransform() toolscache.TransformFunc {
 			TTLSecondsAfterFinished: run.Spec.TTLSecondsAfterFinished, Depth: run.Spec.Depth,
 		}
 		run.Status = arv1.AgentRunStatus{
-			ObservedGeneration: st.ObservedGeneration, Phase: st.Phase, Error: st.Error, Conditions: st.Conditions,
+			ObservedGeneration: st.ObservedGeneration, Phase: st.Phase,
 			AgentName: st.AgentName, BlueprintSnapshot: st.BlueprintSnapshot, FinishedAt: st.FinishedAt,
 			Usage: st.Usage, TreeUsage: st.TreeUsage, FinalOutput: st.FinalOutput, Callback: st.Callback,
 			SetupRefs: st.SetupRefs, ParentRun: st.ParentRun,

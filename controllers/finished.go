@@ -88,11 +88,17 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	undo := r.recordDelivery(run)
 	if run.Status.ObservedGeneration != run.Generation {
+		// Its spec was edited after the end: observed, never acted on. The
+		// cache keeps only a stub of a finished run; stamp the full record.
+		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(run), run); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		before = run.DeepCopy()
 		run.Status.ObservedGeneration = run.Generation
 		setConditions(run, conditionInputs{})
 	}
+	undo := r.recordDelivery(run)
 	if err := r.runs.PatchStatus(ctx, before, run); err != nil {
 		undo()
 		if errors.Is(err, errStatusConflict) {

@@ -106,8 +106,10 @@ func (c *runCache) PatchStatus(ctx context.Context, before, after *arv1.AgentRun
 	key := types.NamespacedName{Namespace: after.Namespace, Name: after.Name}
 	switch {
 	case err == nil:
+		kept := after.DeepCopy()
+		kept.ManagedFields = nil // never read; they would double the copy
 		c.mu.Lock()
-		c.written[key] = after.DeepCopy()
+		c.written[key] = kept
 		c.mu.Unlock()
 		return nil
 	case apierrors.IsConflict(err):

@@ -25,6 +25,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
@@ -110,10 +111,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		o.MaxConcurrentReconciles = 16
 	}
 	retention := controllers.Retention{Default: o.TTLAfterFinished}
+	sink := eventsink.New(mgr.GetClient(), mgr.GetScheme(), "agentrun-operator")
+	if err := mgr.Add(sink); err != nil {
+		return nil, err
+	}
 	r, err := controllers.NewAgentRunReconciler(controllers.Deps{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
-		Recorder:      mgr.GetEventRecorder("agentrun-operator"),
+		Recorder:      sink,
 		Clock:         o.Clock,
 		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},

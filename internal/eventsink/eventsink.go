@@ -1,0 +1,161 @@
+// Package eventsink records Kubernetes Events (events.k8s.io/v1) for the
+// operator's runs with one create each and nothing kept afterwards. The
+// client-go broadcaster keeps every event it sent for several minutes to
+// build series, which for a burst of ten thousand runs is tens of
+// megabytes of the manager's memory; the operator's events are few per run
+// and rarely repeat, so a repeat of the same event about the same object
+// within a window is simply dropped instead.
+package eventsink
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// Sink is an events.EventRecorder. Build it with New and add it to the
+// manager (it sends from its own goroutine, so recording never waits on
+// the API server).
+type Sink struct {
+	client     client.Client
+	scheme     *runtime.Scheme
+	controller string
+	instance   string
+	// repeat is how long an identical event about the same object is not
+	// sent again.
+	repeat time.Duration
+
+	queue chan *eventsv1.Event
+	mu    sync.Mutex
+	seen  map[string]time.Time
+}
+
+// queueSize bounds events waiting to be sent; past it they are dropped
+// (and counted in the log) rather than blocking a reconcile.
+const queueSize = 1024
+
+// seenSize bounds the repeats remembered.
+const seenSize = 4096
+
+// New makes a sink creating events as controller (reportingController)
+// from this process (reportingInstance: the host name).
+func New(c client.Client, scheme *runtime.Scheme, controller string) *Sink {
+	host, _ := os.Hostname()
+	return &Sink{client: c, scheme: scheme, controller: controller, instance: host, repeat: 5 * time.Minute,
+		queue: make(chan *eventsv1.Event, queueSize), seen: map[string]time.Time{}}
+}
+
+// Eventf implements events.EventRecorder.
+func (s *Sink) Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
+	ref, ok := s.reference(regarding)
+	if !ok {
+		return
+	}
+	msg := fmt.Sprintf(note, args...)
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	if !s.first(digest(string(ref.UID), eventtype, reason, msg), time.Now()) {
+		return
+	}
+	now := metav1.NowMicro()
+	e := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: ref.Name + "." + suffix(), Namespace: ref.Namespace},
+		EventTime:  now, ReportingController: s.controller, ReportingInstance: s.instance,
+		Action: action, Reason: reason, Regarding: ref, Note: msg, Type: eventtype,
+	}
+	if related != nil {
+		if r, ok := s.reference(related); ok {
+			e.Related = &r
+		}
+	}
+	select {
+	case s.queue <- e:
+	default:
+		// Full: the API server is far behind. Events are best effort.
+	}
+}
+
+// first reports whether key was not recorded within the repeat window,
+// and remembers it.
+func (s *Sink) first(key string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at, ok := s.seen[key]; ok && now.Sub(at) < s.repeat {
+		return false
+	}
+	if len(s.seen) >= seenSize {
+		for k, at := range s.seen {
+			if now.Sub(at) >= s.repeat || len(s.seen) >= seenSize {
+				delete(s.seen, k)
+			}
+			if len(s.seen) < seenSize/2 {
+				break
+			}
+		}
+	}
+	s.seen[key] = now
+	return true
+}
+
+func (s *Sink) reference(obj runtime.Object) (corev1.ObjectReference, bool) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return corev1.ObjectReference{}, false
+	}
+	gvk, err := apiutil.GVKForObject(obj, s.scheme)
+	if err != nil {
+		return corev1.ObjectReference{}, false
+	}
+	return corev1.ObjectReference{
+		APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: m.GetNamespace(), Name: m.GetName(),
+		UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(),
+	}, true
+}
+
+// Start sends queued events until ctx ends.
+func (s *Sink) Start(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-s.queue:
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_ = s.client.Create(sctx, e)
+			cancel()
+		}
+	}
+}
+
+// NeedLeaderElection: every replica records its own runs' events.
+func (s *Sink) NeedLeaderElection() bool { return false }
+
+// digest keys a repeat by a short hash, so remembering thousands costs
+// little.
+func digest(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return string(h.Sum(nil)[:12])
+}
+
+func suffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
