@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -30,10 +31,12 @@ func FinishedRunTransform() toolscache.TransformFunc {
 			TTLSecondsAfterFinished: run.Spec.TTLSecondsAfterFinished, Depth: run.Spec.Depth,
 		}
 		run.Status = arv1.AgentRunStatus{
-			ObservedGeneration: st.ObservedGeneration, Phase: st.Phase,
-			AgentName: st.AgentName, BlueprintSnapshot: st.BlueprintSnapshot, FinishedAt: st.FinishedAt,
-			Usage: st.Usage, TreeUsage: st.TreeUsage, FinalOutput: st.FinalOutput, Callback: st.Callback,
-			SetupRefs: st.SetupRefs, ParentRun: st.ParentRun,
+			ObservedGeneration: st.ObservedGeneration, Phase: st.Phase, BlueprintSnapshot: st.BlueprintSnapshot,
+			FinishedAt: st.FinishedAt, Callback: st.Callback, SetupRefs: st.SetupRefs,
+		}
+		if metav1.GetControllerOf(run) != nil {
+			// A child: its parent's roll-up and merge read these.
+			run.Status.Usage, run.Status.TreeUsage, run.Status.FinalOutput = st.Usage, st.TreeUsage, st.FinalOutput
 		}
 		// Annotations only matter for the GitOps marks retention reads.
 		if len(run.Annotations) > 0 {
