@@ -157,7 +157,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		}
 	}
 	intent.RequestHash = requestHash(run, &intent)
-	ticket, ok := r.pool.Reserve(stepOf(run, intent.Seq, ""))
+	ticket, ok := r.pool.Reserve(r.stepOf(run, intent.Seq, ""))
 	if !ok {
 		s.out.backpressure = true
 		return nil

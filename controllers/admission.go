@@ -43,19 +43,24 @@ func (r *AgentRunReconciler) admit(ctx context.Context, run *arv1.AgentRun, now 
 
 func (r *AgentRunReconciler) seedAdmission(ctx context.Context) {
 	var list arv1.AgentRunList
-	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.runsReader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing runs to admit in order; admitting as they come")
 		return
 	}
+	r.admission.Enqueue(working(list.Items)...)
+}
+
+// working is the runs that were being driven (not parked, not finished),
+// as admission sees them.
+func working(runs []arv1.AgentRun) []admission.Run {
 	var line []admission.Run
-	for i := range list.Items {
-		run := &list.Items[i]
-		switch run.Status.Phase {
+	for i := range runs {
+		switch runs[i].Status.Phase {
 		case "", arv1.PhaseStarting, arv1.PhaseRunning:
-			line = append(line, admissionRun(run))
+			line = append(line, admissionRun(&runs[i]))
 		}
 	}
-	r.admission.Enqueue(line...)
+	return line
 }
 
 // releaseIfIdle gives the run's slot back when it no longer works: it

@@ -10,13 +10,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,6 +85,13 @@ type Deps struct {
 	// WakeThrough, when set, is the path the executor's wake events take
 	// to the controller (tests delay, duplicate and reorder them).
 	WakeThrough func(<-chan event.GenericEvent) <-chan event.GenericEvent
+	// Identity names this replica in status.driver.
+	Identity string
+	// Sharding divides the runs among replicas (zero: one shard, all here).
+	// With more than one shard RestConfig is required: each shard this
+	// replica drives gets a cache of its own runs.
+	Sharding   Sharding
+	RestConfig *rest.Config
 }
 
 // AgentRunReconciler drives AgentRuns. Build it with NewAgentRunReconciler.
@@ -107,6 +120,17 @@ type AgentRunReconciler struct {
 	onReconcile func(types.NamespacedName)
 	onWake      func(*arv1.AgentRun, []string)
 	wakes       <-chan event.GenericEvent
+	identity    string
+	// runsReader reads AgentRuns: the manager's cache, or with several
+	// shards the caches of the shards this replica drives.
+	runsReader  client.Reader
+	shards      Sharding
+	shardCaches *shardCaches
+	labels      *labeler
+	restConfig  *rest.Config
+	scheme      *runtime.Scheme
+	mapper      meta.RESTMapper
+	ctrl        controller.Controller
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -121,13 +145,25 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	if d.Breakers == nil {
 		d.Breakers = circuit.New()
 	}
+	if d.Identity == "" {
+		d.Identity, _ = os.Hostname()
+	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, 0), breakers: d.Breakers,
-		providers: d.Providers, runs: newRunCache(d.Client, d.APIReader), refs: newRefCache(d.Client, d.APIReader),
+		providers: d.Providers, refs: newRefCache(d.Client, d.APIReader),
+		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, shardCaches: newShardCaches(), restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake,
 	}
+	if r.sharded() {
+		if d.RestConfig == nil || d.Sharding.Owns == nil {
+			return nil, errors.New("sharding needs a RestConfig and an Owns function")
+		}
+		r.runsReader = r.shardCaches
+		r.labels = newLabeler(r)
+	}
+	r.runs = newRunCache(r.runsReader, d.Client, d.APIReader)
 	r.admission = admission.New(d.MaxActiveRuns, nil, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
@@ -162,6 +198,8 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return ctrl.Result{}, err
 	case run == nil:
 		return ctrl.Result{}, r.forgetGone(ctx, req.NamespacedName)
+	case !r.drives(run):
+		return ctrl.Result{}, nil // another replica's shard now
 	case !run.DeletionTimestamp.IsZero():
 		return ctrl.Result{}, r.reconcileDelete(ctx, run)
 	case run.Status.Phase.IsTerminal():
@@ -187,15 +225,21 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	if err := mgr.Add(r.pool); err != nil {
 		return err
 	}
-	if err := mgr.Add(&snapshotSweeper{cached: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace}); err != nil {
+	if err := mgr.Add(r.sweeper()); err != nil {
 		return err
 	}
-	metrics.Register(mgr.GetClient(), r.pool)
+	metrics.Register(r.runsReader, r.pool)
 	if err := r.observeWrites(mgr); err != nil {
 		return err
 	}
+	r.scheme, r.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	o.MaxConcurrentReconciles = max(o.MaxConcurrentReconciles, 1)
-	return ctrl.NewControllerManagedBy(mgr).
+	if r.sharded() {
+		// Every replica reconciles the runs of the shards it holds; the
+		// manager's leader election, if on, only picks who sweeps.
+		o.NeedLeaderElection = ptr.To(false)
+	}
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&arv1.AgentRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
@@ -209,15 +253,37 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		WatchesRawSource(source.Channel(r.wakes, wakeHandler{})).
 		WithOptions(o).
 		Named("agentrun").
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.ctrl = c
+	if r.sharded() {
+		return mgr.Add(r.labels)
+	}
+	return nil
 }
+
+// sweeper deletes unused snapshots. With runs divided among replicas no
+// cache holds them all, so it lists them on the API server, in pages.
+func (r *AgentRunReconciler) sweeper() *snapshotSweeper {
+	s := &snapshotSweeper{runs: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace}
+	if r.sharded() {
+		s.runs, s.pageSize = r.reader, 500
+	}
+	return s
+}
+
+// DriveShard is the shards.Coordinator's Drive: it runs while this replica
+// holds the shard's Lease.
+func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) { r.driveShard(ctx, shard) }
 
 // runsWaitingOn maps a Secret or ConfigMap to exactly the runs whose
 // setupRefs name it.
 func (r *AgentRunReconciler) runsWaitingOn(kind string) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []ctrl.Request {
 		var runs arv1.AgentRunList
-		if err := r.client.List(ctx, &runs, client.InNamespace(obj.GetNamespace()),
+		if err := r.runsReader.List(ctx, &runs, client.InNamespace(obj.GetNamespace()),
 			client.MatchingFields{IndexSetupRefs: kind + "/" + obj.GetName()}); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing runs waiting on object", "kind", kind, "name", obj.GetName())
 			return nil
@@ -240,21 +306,36 @@ func (r *AgentRunReconciler) wake(runs ...types.NamespacedName) {
 	r.pool.Notify(evs...)
 }
 
-// forgetGone stops what a deleted run left behind in this process: its
-// steps, its in-memory journal and blueprint, and (where no garbage
-// collector runs) its children.
+// forgetGone stops what a run no longer in the cache left behind in this
+// process: its steps and what was kept of it. A run that was deleted also
+// takes its children (where no garbage collector runs); one that is still
+// there belongs to a shard another replica drives now, and its children
+// stay.
 func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.NamespacedName) error {
 	uid, ok := r.runs.Gone(key)
 	if !ok {
 		return nil
 	}
 	r.pool.Cancel(uid)
-	r.journals.Forget(uid)
-	r.expect.drop(uid)
-	r.admission.Forget(uid)
-	r.pressure.lasted(uid, false, time.Time{})
+	r.forgetLocal(key, uid)
+	if r.sharded() {
+		err := r.reader.Get(ctx, key, &arv1.AgentRun{})
+		if err == nil || !apierrors.IsNotFound(err) {
+			return client.IgnoreNotFound(err)
+		}
+	}
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}
 	return nil
+}
+
+// forgetLocal drops what this process kept of a run it no longer drives.
+func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID) {
+	r.runs.Gone(key)
+	r.journals.Forget(uid)
+	r.expect.drop(uid)
+	r.admission.Forget(uid)
+	r.pressure.lasted(uid, false, time.Time{})
+	r.failures.take(uid)
 }

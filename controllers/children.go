@@ -18,6 +18,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
 // defaultMaxChildDepth caps descendants when neither the spec nor the
@@ -29,7 +30,7 @@ const defaultMaxChildDepth = 4
 // same name adopts nothing).
 func (r *AgentRunReconciler) listChildren(ctx context.Context, run *arv1.AgentRun) ([]arv1.AgentRun, error) {
 	var list arv1.AgentRunList
-	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexOwnerUID: string(run.UID)}); err != nil {
+	if err := r.runsReader.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexOwnerUID: string(run.UID)}); err != nil {
 		return nil, fmt.Errorf("listing children: %w", err)
 	}
 	return list.Items, nil
@@ -112,7 +113,7 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 	default:
 		return nil, fmt.Errorf("unknown child kind %q", req.Kind)
 	}
-	return &arv1.AgentRun{
+	child := &arv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: run.Namespace,
 			Labels: map[string]string{
@@ -127,7 +128,11 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 			OwnerReferences: []metav1.OwnerReference{run.OwnerReference()},
 		},
 		Spec: spec,
-	}, nil
+	}
+	if s, ok := run.Labels[shards.LabelShard]; ok {
+		child.Labels[shards.LabelShard] = s // a run tree stays in one shard
+	}
+	return child, nil
 }
 
 // childName is "<parent>-<suffix>" plus "-a<n>" for retries, shortened with

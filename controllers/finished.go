@@ -146,7 +146,7 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 // garbage collector does it.
 func (r *AgentRunReconciler) deleteChildrenOf(ctx context.Context, ns string, uid types.UID) error {
 	var list arv1.AgentRunList
-	if err := r.client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexOwnerUID: string(uid)}); err != nil {
+	if err := r.runsReader.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexOwnerUID: string(uid)}); err != nil {
 		return err
 	}
 	for i := range list.Items {

@@ -20,13 +20,19 @@ const IndexOwnerUID = "metadata.controllerOwnerUID"
 // SetupIndexes registers the field indexes the controller lists through.
 // Exported so tests and other managers share the exact same indexes.
 func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	if err := idx.IndexField(ctx, &arv1.AgentRun{}, IndexSetupRefs, func(o client.Object) []string {
-		return o.(*arv1.AgentRun).Status.SetupRefs
+	if err := idx.IndexField(ctx, &arv1.AgentRunAnswer{}, IndexAnswerRun, func(o client.Object) []string {
+		return []string{o.(*arv1.AgentRunAnswer).Spec.Run}
 	}); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &arv1.AgentRunAnswer{}, IndexAnswerRun, func(o client.Object) []string {
-		return []string{o.(*arv1.AgentRunAnswer).Spec.Run}
+	return SetupRunIndexes(ctx, idx)
+}
+
+// SetupRunIndexes registers the indexes of AgentRuns (on the manager's
+// cache, or on each shard's).
+func SetupRunIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &arv1.AgentRun{}, IndexSetupRefs, func(o client.Object) []string {
+		return o.(*arv1.AgentRun).Status.SetupRefs
 	}); err != nil {
 		return err
 	}

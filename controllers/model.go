@@ -15,8 +15,10 @@ func stepKey(run *arv1.AgentRun, seq int64) executor.Key {
 	return executor.Key{Run: run.UID, Seq: seq}
 }
 
-func stepOf(run *arv1.AgentRun, seq int64, lane string) executor.Step {
-	return executor.Step{Key: stepKey(run, seq), Lane: lane, Wake: wakeOf(run)}
+// stepOf is the executor step of a run's call: its lane, what to wake,
+// and the fence that stops it when this replica stops driving the run.
+func (r *AgentRunReconciler) stepOf(run *arv1.AgentRun, seq int64, lane string) executor.Step {
+	return executor.Step{Key: stepKey(run, seq), Lane: lane, Wake: wakeOf(run), Fence: r.fenceOf(run)}
 }
 
 // modelCall builds the step for a model call: the request carries the

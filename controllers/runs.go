@@ -29,7 +29,8 @@ var errStatusConflict = errors.New("the run changed while it was reconciled")
 // with it, so the next reconcile starts from what was written, not from a
 // cache that lags it.
 type runCache struct {
-	cached client.Client // reads from the informer cache; writes
+	cached client.Reader // runs, from the informer cache(s)
+	writer client.Client
 	live   client.Reader
 
 	mu sync.Mutex
@@ -40,8 +41,8 @@ type runCache struct {
 	uids map[types.NamespacedName]types.UID
 }
 
-func newRunCache(c client.Client, live client.Reader) *runCache {
-	return &runCache{cached: c, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, uids: map[types.NamespacedName]types.UID{}}
+func newRunCache(cached client.Reader, w client.Client, live client.Reader) *runCache {
+	return &runCache{cached: cached, writer: w, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, uids: map[types.NamespacedName]types.UID{}}
 }
 
 // Get returns the newest copy of the run known here, or nil when it is gone.
@@ -102,7 +103,7 @@ func (c *runCache) PatchStatus(ctx context.Context, before, after *arv1.AgentRun
 		return nil
 	}
 	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-	err := c.cached.Status().Patch(ctx, after, patch)
+	err := c.writer.Status().Patch(ctx, after, patch)
 	key := types.NamespacedName{Namespace: after.Namespace, Name: after.Name}
 	switch {
 	case err == nil:

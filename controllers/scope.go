@@ -39,6 +39,8 @@ type scope struct {
 	fresh bool
 	// showPressure: backpressure has lasted long enough to show.
 	showPressure bool
+	// driver names this replica in status.driver.
+	driver string
 	// facts, action and out are set once a round has run.
 	facts  *facts
 	action runstate.Action
@@ -62,7 +64,7 @@ type startable struct {
 }
 
 func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
-	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: neverDriven(run)}
+	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: neverDriven(run), driver: r.identity}
 }
 
 // start reserves nothing itself: it records a reserved step to start once
@@ -144,6 +146,14 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		}
 		metrics.ReconcileErrors.WithLabelValues(kind).Inc()
 		return ctrl.Result{}, err
+	}
+	if !r.drives(s.run) {
+		// The shard's Lease ended while the status was written: start
+		// nothing; whoever drives the shard now takes the intents up.
+		for _, t := range s.tickets {
+			t.ticket.Release()
+		}
+		return ctrl.Result{}, nil
 	}
 	for _, t := range s.tickets {
 		t.ticket.Start(t.fn)

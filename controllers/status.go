@@ -77,6 +77,10 @@ func project(s *scope) {
 	if st.Phase.IsTerminal() && st.FinishedAt == nil {
 		st.FinishedAt = &t
 	}
+	st.Driver = ""
+	if !st.Phase.IsTerminal() {
+		st.Driver = s.driver
+	}
 	observeClock(st, now)
 	markCallbackDue(run)
 	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued})
@@ -97,6 +101,7 @@ func projectQueued(s *scope) {
 	if st.Phase == "" {
 		st.Phase, st.LastProgressAt = arv1.PhaseStarting, &t
 	}
+	st.Driver = s.driver
 	setConditions(s.run, conditionInputs{queued: true})
 	if !sameStatus(prev, st) {
 		st.UpdatedAt = &t

@@ -40,12 +40,16 @@ func (s Sweep) withDefaults() Sweep {
 
 // snapshotSweeper deletes blueprint snapshots no run refers to.
 type snapshotSweeper struct {
-	cached client.Reader // runs, from the informer cache
-	live   client.Reader // snapshots, listed on the API server
-	writer client.Writer
-	clock  clock.PassiveClock
-	every  time.Duration
-	grace  time.Duration
+	// runs are read from the informer cache, or, when runs are divided
+	// among replicas and no cache holds them all, from the API server in
+	// pages of pageSize.
+	runs     client.Reader
+	pageSize int64
+	live     client.Reader // snapshots, listed on the API server
+	writer   client.Writer
+	clock    clock.PassiveClock
+	every    time.Duration
+	grace    time.Duration
 }
 
 // NeedLeaderElection: one replica sweeps.
@@ -71,15 +75,9 @@ func (s *snapshotSweeper) Start(ctx context.Context) error {
 
 // sweep deletes the snapshots no run refers to and returns how many.
 func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
-	var runs arv1.AgentRunList
-	if err := s.cached.List(ctx, &runs, client.UnsafeDisableDeepCopy); err != nil {
+	used, err := s.usedSnapshots(ctx)
+	if err != nil {
 		return 0, err
-	}
-	used := map[string]bool{}
-	for i := range runs.Items {
-		r := &runs.Items[i]
-		used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
-		used[r.Namespace+"/"+r.Spec.BlueprintSnapshot] = true // a worker runs from its parent's
 	}
 	snaps := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
 	if err := s.live.List(ctx, snaps, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {
@@ -97,4 +95,27 @@ func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
 		}
 	}
 	return deleted, nil
+}
+
+// usedSnapshots are the snapshots some run refers to, by namespace/name.
+func (s *snapshotSweeper) usedSnapshots(ctx context.Context) (map[string]bool, error) {
+	used := map[string]bool{}
+	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	if s.pageSize > 0 {
+		opts = append(opts, client.Limit(s.pageSize))
+	}
+	for cont := ""; ; {
+		var runs arv1.AgentRunList
+		if err := s.runs.List(ctx, &runs, append(opts, client.Continue(cont))...); err != nil {
+			return nil, err
+		}
+		for i := range runs.Items {
+			r := &runs.Items[i]
+			used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
+			used[r.Namespace+"/"+r.Spec.BlueprintSnapshot] = true // a worker runs from its parent's
+		}
+		if cont = runs.Continue; cont == "" || s.pageSize == 0 {
+			return used, nil
+		}
+	}
 }

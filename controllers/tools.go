@@ -244,7 +244,7 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 		intent = *h.Intent
 		intent.Input = h.Arguments
 	}
-	ticket, ok := r.pool.Reserve(stepOf(run, intent.Seq, steps.Lane(f.tool.server)))
+	ticket, ok := r.pool.Reserve(r.stepOf(run, intent.Seq, steps.Lane(f.tool.server)))
 	if !ok {
 		s.out.backpressure = true
 		return false, nil

@@ -92,7 +92,7 @@ func TestModelIsTheOneThatAnswered(t *testing.T) {
 	}
 	run := getRun(t, ns, "r0")
 	var buf bytes.Buffer
-	if err := plugin.RenderDescribe(&buf, run, time.Now(), plugin.Failovers(journalEntries(t, ns, string(run.UID)))...); err != nil {
+	if err := plugin.RenderDescribe(&buf, run, time.Now(), nil, plugin.Failovers(journalEntries(t, ns, string(run.UID)))...); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(buf.String(), "Failover:") || !strings.Contains(buf.String(), "bad/gpt-x failed (AuthFailed, HTTP 401), answered by good/gpt-x") {

@@ -384,6 +384,13 @@ type AgentRunStatus struct {
 	// updatedAt.
 	// +optional
 	LastProgressAt *metav1.Time `json:"lastProgressAt,omitempty"`
+	// driver names the manager replica that drives the run while it is not
+	// finished (the seeds' driver: attached); absent once it has finished.
+	// Evidence, not a verdict: `kubectl agentrun ps` checks the replica's
+	// shard Lease to say whether it is still alive.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Driver string `json:"driver,omitempty"`
 	// finishedAt is when the run reached its terminal phase; retention
 	// (ttlSecondsAfterFinished) counts from it.
 	// +optional

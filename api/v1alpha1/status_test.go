@@ -147,6 +147,7 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		StartedAt:      at(now, -2*time.Hour),
 		UpdatedAt:      at(now, -time.Second),
 		LastProgressAt: at(now, -time.Minute),
+		Driver:         "agentrun-controller-manager-7d9f-abc12_4f2a",
 		FinishedAt:     at(now, -time.Second),
 		Active:         &arv1.ActiveClock{BankedSeconds: 1234, Since: at(now, -30*time.Second)},
 		Error:          "provider returned 500 three times",

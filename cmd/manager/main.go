@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
 func main() {
@@ -18,7 +19,13 @@ func main() {
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "", "Address Go's profiles (/debug/pprof) are served on; off when empty. For profiling the manager, never expose it.")
-	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time.")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time (with --shards above 1, the leader only sweeps unused snapshots; every replica drives its shards).")
+	flag.IntVar(&o.Shards, "shards", 1, "Shards the runs are divided into, each driven by the replica holding its Lease; replicas share the shards evenly and take over a dead one's. 1: this replica drives every run. Every replica must be given the same number.")
+	flag.StringVar(&o.Lease.Namespace, "lease-namespace", "", "Namespace of the leader-election and shard Leases (default: the manager pod's own namespace; required outside a cluster).")
+	flag.DurationVar(&o.Lease.Duration, "lease-duration", shards.DefaultLeaseDuration, "How long a Lease holds without renewal: a dead replica's shards are taken over after about this long.")
+	flag.DurationVar(&o.Lease.RenewDeadline, "lease-renew-deadline", shards.DefaultRenewDeadline, "How long a replica keeps driving a shard whose Lease it cannot renew; shorter than --lease-duration, so it stops before another may take the shard.")
+	flag.DurationVar(&o.Lease.RetryPeriod, "lease-retry-period", shards.DefaultRetryPeriod, "How often Leases are renewed and tried.")
+	flag.StringVar(&o.Identity, "replica-id", "", "This replica's name in the Leases and in status.driver (default: the host (pod) name and a random suffix).")
 	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentRuns reconciled in parallel.")
 	flag.IntVar(&o.MaxActiveRuns, "max-active-runs", 0, "Runs driven at once; the rest wait in line (status says Queued) and are admitted first come, first served, sharing slots fairly across namespaces. A parked run gives its slot back. 0: as many as --max-concurrent-steps; negative: no bound.")

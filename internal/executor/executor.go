@@ -32,6 +32,10 @@ type Step struct {
 	// Wake is sent when the step ends, and when a refused step's run may
 	// try again.
 	Wake event.GenericEvent
+	// Fence, when set, also ends the step's context: the replica's hold on
+	// the run's shard (a step of a shard this replica no longer drives
+	// must not go on calling out).
+	Fence context.Context
 }
 
 // Pool is a bounded set of workers. The zero value is not usable; use New.
@@ -151,7 +155,8 @@ func (p *Pool) Reserve(s Step) (t *Ticket, ok bool) {
 }
 
 // Start runs fn in the reserved slot. fn gets a context cancelled by
-// Cancel or when the pool stops; when it returns the run is woken.
+// Cancel, by the step's Fence, or when the pool stops; when it returns the
+// run is woken.
 func (t *Ticket) Start(fn func(context.Context)) {
 	if t == nil || t.done {
 		return
@@ -163,8 +168,13 @@ func (t *Ticket) Start(fn func(context.Context)) {
 	ctx, cancel := context.WithCancel(p.base)
 	p.inflight[t.step.Key] = cancel
 	p.mu.Unlock()
+	stopFence := func() bool { return false }
+	if t.step.Fence != nil {
+		stopFence = context.AfterFunc(t.step.Fence, cancel)
+	}
 	go func() {
 		defer func() {
+			stopFence()
 			cancel()
 			p.mu.Lock()
 			delete(p.inflight, t.step.Key)
@@ -250,6 +260,9 @@ func (p *Pool) Cancel(run types.UID) {
 	}
 	delete(p.waiting, run)
 }
+
+// NeedLeaderElection: every replica runs the steps of the runs it drives.
+func (p *Pool) NeedLeaderElection() bool { return false }
 
 // Start implements manager.Runnable: it blocks until the manager stops, then
 // cancels every running step.

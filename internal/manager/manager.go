@@ -6,12 +6,15 @@ package manager
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -29,6 +32,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
 // Options are the manager's knobs, one per command-line flag.
@@ -68,6 +72,22 @@ type Options struct {
 	// SkipNameValidation lets several managers live in one process (tests
 	// that restart the manager).
 	SkipNameValidation bool
+	// Shards divides the runs among replicas by Leases (0 or 1: this
+	// manager drives every run).
+	Shards int
+	// Lease is where and how the shard Leases (and leader election's) are
+	// held.
+	Lease LeaseOptions
+	// Identity names this replica (default: host name and a random suffix).
+	Identity string
+}
+
+// LeaseOptions are the Leases' namespace and timings.
+type LeaseOptions struct {
+	// Namespace defaults to the pod's own (POD_NAMESPACE, or the service
+	// account's namespace file in a cluster).
+	Namespace                            string
+	Duration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // Scheme is the runtime scheme the operator needs: core types plus AgentRun.
@@ -87,16 +107,26 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.Identity == "" {
+		o.Identity = defaultIdentity()
+	}
+	if (o.LeaderElection || o.Shards > 1) && o.Lease.Namespace == "" {
+		if o.Lease.Namespace = podNamespace(); o.Lease.Namespace == "" {
+			return nil, fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: Scheme(),
-		// Managed fields are never read; dropping them from the cache saves
-		// memory on every cached object.
-		Cache:                  cacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress: o.ProbeAddr,
-		PprofBindAddress:       o.PprofAddr,
-		LeaderElection:         o.LeaderElection,
-		LeaderElectionID:       "agentrun-operator.agentrun.dev",
+		Scheme:                  Scheme(),
+		Cache:                   cacheOptions(o.Shards > 1),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "agentrun-operator.agentrun.dev",
+		LeaderElectionNamespace: o.Lease.Namespace,
+		LeaseDuration:           nonZero(o.Lease.Duration),
+		RenewDeadline:           nonZero(o.Lease.RenewDeadline),
+		RetryPeriod:             nonZero(o.Lease.RetryPeriod),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -115,7 +145,12 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.Add(sink); err != nil {
 		return nil, err
 	}
-	r, err := controllers.NewAgentRunReconciler(controllers.Deps{
+	var r *controllers.AgentRunReconciler
+	sharding, err := shardsFor(mgr, cfg, o, func(ctx context.Context, shard int) { r.DriveShard(ctx, shard) })
+	if err != nil {
+		return nil, err
+	}
+	r, err = controllers.NewAgentRunReconciler(controllers.Deps{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Recorder:      sink,
@@ -128,6 +163,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		OnReconcile:   o.OnReconcile,
 		OnWake:        o.OnWake,
 		WakeThrough:   o.WakeThrough,
+		Sharding:      sharding,
+		RestConfig:    cfg,
+		Identity:      o.Identity,
 	})
 	if err != nil {
 		return nil, err
@@ -155,18 +193,77 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 // watch that wakes runs when a provider config or blueprint changes)
 // leaves out the operator's own ConfigMaps (journals, snapshots), which no
 // run waits on.
-func cacheOptions() cache.Options {
+func cacheOptions(sharded bool) cache.Options {
 	notOurs, err := labels.Parse("!" + arv1.LabelComponent)
 	if err != nil {
 		panic(err)
+	}
+	runs := cache.ByObject{Transform: controllers.FinishedRunTransform()}
+	if sharded {
+		// Runs are cached per shard this replica drives (controllers'
+		// shard caches); the manager's own cache holds none.
+		runs.Label = labels.SelectorFromSet(labels.Set{shards.LabelShard: "none"})
 	}
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},
-			&arv1.AgentRun{}:    {Transform: controllers.FinishedRunTransform()},
+			&arv1.AgentRun{}:    runs,
 		},
 	}
+}
+
+// shardsFor sets up this replica's part in the shard Leases, when runs are
+// divided among replicas.
+func shardsFor(mgr ctrl.Manager, cfg *rest.Config, o Options, drive func(context.Context, int)) (controllers.Sharding, error) {
+	if o.Shards <= 1 {
+		return controllers.Sharding{Shards: 1}, nil
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return controllers.Sharding{}, err
+	}
+	coord, err := shards.New(shards.Config{
+		Shards: o.Shards, Namespace: o.Lease.Namespace, Identity: o.Identity,
+		LeaseDuration: o.Lease.Duration, RenewDeadline: o.Lease.RenewDeadline, RetryPeriod: o.Lease.RetryPeriod,
+		Kube: kube, Drive: drive, Log: ctrl.Log.WithName("shards"),
+	})
+	if err != nil {
+		return controllers.Sharding{}, err
+	}
+	return controllers.Sharding{Shards: o.Shards, Owns: coord.Owns}, mgr.Add(coord)
+}
+
+// defaultIdentity names this replica: in a cluster the pod's name (unique
+// among the replicas, kept across container restarts so status.driver
+// does not change with them), else the host name and process id, so two
+// processes on one host are two replicas.
+func defaultIdentity() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// podNamespace is the namespace the manager runs in, when it runs in a
+// cluster.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func nonZero(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
 }
 
 // Run builds the manager and runs it until ctx ends.

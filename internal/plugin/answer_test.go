@@ -181,7 +181,7 @@ func TestDescribeAnswerGolden(t *testing.T) {
 		run.CreationTimestamp = *ago(time.Hour)
 		run.Spec = arv1.AgentRunSpec{Agent: "researcher", Task: "t"}
 		buf.WriteString("=== " + string(w.Reason) + "\n")
-		if err := RenderDescribe(&buf, run, fixedNow); err != nil {
+		if err := RenderDescribe(&buf, run, fixedNow, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

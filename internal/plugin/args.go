@@ -12,8 +12,10 @@ type options struct {
 	namespace     string
 	allNamespaces bool
 	output        string
-	help          bool
-	args          []string
+	// leaseNamespace is where the operator's Leases are (ps, describe).
+	leaseNamespace string
+	help           bool
+	args           []string
 
 	// Answer commands. The value flags are pointers because an empty value
 	// is still an answer (an empty output, an empty string).
@@ -37,6 +39,7 @@ type flagSet struct {
 	reason        bool // --reason
 	input         bool // --json, --null
 	resolve       bool // --done, --retry, --abandon, --output, --output-json
+	leases        bool // --lease-namespace
 }
 
 // usageError is a mistake in how the plugin was called: exit code 2.
@@ -101,6 +104,8 @@ func parseArgs(args []string, fs flagSet) (options, error) {
 			target = &o.context
 		case "-n", "--namespace":
 			target = &o.namespace
+		case "--lease-namespace":
+			target = accepted(fs.leases, &o.leaseNamespace)
 		case "-o", "--output":
 			switch {
 			case fs.resolve && name == "--output":

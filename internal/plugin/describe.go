@@ -10,12 +10,14 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
 // RenderDescribe writes the run record of run at now, for a person;
 // failovers are the lines Failovers makes of its journal.
-func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, failovers ...string) error {
+// own is who holds the shards (nil when the Leases could not be read).
+func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, own *shards.Ownership, failovers ...string) error {
 	st := &run.Status
 	tw := newTable(w)
 	line := func(label, format string, a ...any) {
@@ -41,6 +43,7 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, failovers ..
 	}
 	line("Phase", "%s", phase)
 	line("State", "%s", wire.Status(run, now).String("state"))
+	line("Driver", "%s", DriverText(run, own))
 	if st.CurrentStage != "" || st.NumStages > 0 {
 		line("Stage", "%s %d/%d", st.CurrentStage, st.StageIndex+1, st.NumStages)
 	} else {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,6 +28,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
@@ -75,26 +77,28 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "ps", summary: "List runs as trees, the ones needing a person first", flags: flagSet{allNamespaces: true},
+		{name: "ps", summary: "List runs as trees, the ones needing a person first", flags: flagSet{allNamespaces: true, leases: true},
 			usage: `Usage: kubectl agentrun ps [-n NAMESPACE | -A]
 
 List AgentRuns as trees (children under their parent) with their phase, what
 they wait on, stage, tokens, cost, working time and time since they last
-moved. Runs that need a person come first, then the newest. The footer counts
-the runs that need an answer.
+moved, and the manager replica that drives each unfinished run (from the
+operator's Leases when you may read them). Runs that need a person come
+first, then the newest. The footer counts the runs that need an answer.
 
 Flags:
   -A, --all-namespaces   list runs in every namespace
-` + commonFlags, run: (*app).ps},
-		{name: "describe", summary: "Show a run's record", positional: 1,
+` + leaseFlag + `` + commonFlags, run: (*app).ps},
+		{name: "describe", summary: "Show a run's record", positional: 1, flags: flagSet{leases: true},
 			usage: `Usage: kubectl agentrun describe NAME [-n NAMESPACE]
 
-Show the run record: agent, task, phase, stage, iteration, model, tokens,
-cost, age / working time / last moved, what it waits on and how to clear it,
-the pending call, error, final output and conditions.
+Show the run record: agent, task, phase, the replica driving it, stage,
+iteration, model, tokens, cost, age / working time / last moved, what it
+waits on and how to clear it, the pending call, error, final output and
+conditions.
 
 Flags:
-` + commonFlags, run: (*app).describe},
+` + leaseFlag + `` + commonFlags, run: (*app).describe},
 		{name: "status", summary: "Print a run's wire state", positional: 1, flags: flagSet{output: true},
 			usage: `Usage: kubectl agentrun status NAME [-o json] [-n NAMESPACE]
 
@@ -218,6 +222,10 @@ func answerCommand(name, summary string, fs flagSet, usage string) *command {
 		check: func(o options) error { _, err := replyParsers[name](o); return err },
 		run:   answerCmd(name)}
 }
+
+// leaseFlag is the usage line of --lease-namespace (ps, describe).
+const leaseFlag = `      --lease-namespace NS  where the operator's Leases are (default: agentrun-system)
+`
 
 const commonFlags = `  -n, --namespace NS     the namespace (default: the kubeconfig context's)
       --kubeconfig PATH  kubeconfig file (default: $KUBECONFIG, ~/.kube/config)
@@ -348,6 +356,9 @@ func connect(o options) (client.Client, string, error) {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return nil, "", err
 	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		return nil, "", err
+	}
 	if err := authenticationv1.AddToScheme(scheme); err != nil {
 		return nil, "", err
 	}
@@ -359,6 +370,25 @@ func connect(o options) (client.Client, string, error) {
 		return nil, "", fmt.Errorf("connecting to the cluster: %w", err)
 	}
 	return c, ns, nil
+}
+
+// defaultLeaseNamespace is where the kustomize base runs the operator.
+const defaultLeaseNamespace = "agentrun-system"
+
+// readOwnership reads who holds the shards from the operator's Leases;
+// nil when they cannot be read (no access to that namespace, say): the
+// listing then shows status.driver as written.
+func readOwnership(ctx context.Context, c client.Client, o options) *shards.Ownership {
+	ns := o.leaseNamespace
+	if ns == "" {
+		ns = defaultLeaseNamespace
+	}
+	var leases coordinationv1.LeaseList
+	if err := c.List(ctx, &leases, client.InNamespace(ns), client.HasLabels{shards.LabelLease}); err != nil {
+		return nil
+	}
+	own := shards.ReadOwnership(leases.Items, time.Now())
+	return &own
 }
 
 // getRun fetches one run, with a not-found message that names the namespace.
@@ -390,7 +420,7 @@ func (a *app) ps(ctx context.Context, c client.Client, ns string, o options) err
 		}
 		return nil
 	}
-	return RenderPs(a.stdout, list.Items, a.now(), o.allNamespaces)
+	return RenderPs(a.stdout, list.Items, a.now(), o.allNamespaces, readOwnership(ctx, c, o))
 }
 
 func (a *app) describe(ctx context.Context, c client.Client, ns string, o options) error {
@@ -402,7 +432,7 @@ func (a *app) describe(ctx context.Context, c client.Client, ns string, o option
 	if err != nil {
 		return err
 	}
-	return RenderDescribe(a.stdout, run, a.now(), Failovers(entries)...)
+	return RenderDescribe(a.stdout, run, a.now(), readOwnership(ctx, c, o), Failovers(entries)...)
 }
 
 func (a *app) status(ctx context.Context, c client.Client, ns string, o options) error {

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
@@ -32,13 +34,20 @@ type psNode struct {
 // whose tree holds a run needing a person comes first, then the newest,
 // then by namespace and name. A run whose parent is not in the list is
 // shown as a top-level run; so is a run caught in a parent cycle.
-func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bool) error {
+//
+// own is who holds the shards, from the operator's Leases (nil when they
+// could not be read): the DRIVER column says which replica drives each
+// unfinished run, and when its shard has no live holder, whether the shard
+// is only changing hands or no replica is alive to take it.
+func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bool, own *shards.Ownership) error {
 	nodes := make(map[string]*psNode, len(runs))
 	key := func(ns, name string) string { return ns + "/" + name }
 	order := make([]*psNode, 0, len(runs))
 	needing := 0
+	drivers := make(map[*psNode]string, len(runs))
 	for i := range runs {
 		n := &psNode{row: wire.NewPsRow(&runs[i], now)}
+		drivers[n] = DriverText(&runs[i], own)
 		nodes[key(n.row.Namespace, n.row.Name)] = n
 		order = append(order, n)
 		if n.row.NeedsAPerson {
@@ -82,7 +91,7 @@ func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bo
 	}
 
 	tw := newTable(w)
-	header := "RUN\tPHASE\tWAITING\tSTAGE\tTOKENS\tCOST\tWORKING\tLAST MOVED"
+	header := "RUN\tPHASE\tWAITING\tSTAGE\tTOKENS\tCOST\tWORKING\tLAST MOVED\tDRIVER"
 	if allNamespaces {
 		header = "NAMESPACE\t" + header
 	}
@@ -98,8 +107,8 @@ func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bo
 		if allNamespaces {
 			fmt.Fprintf(tw, "%s\t", r.Namespace)
 		}
-		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
-			prefix, connector, r.Name, r.Phase, r.Waiting, r.Stage, r.Tokens, r.Cost, r.Working, r.LastMoved)
+		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			prefix, connector, r.Name, r.Phase, r.Waiting, r.Stage, r.Tokens, r.Cost, r.Working, r.LastMoved, drivers[n])
 		sortNodes(n.children)
 		childPrefix := prefix
 		switch connector {
@@ -152,4 +161,35 @@ func sortNodes(ns []*psNode) {
 		}
 		return a.row.Name < b.row.Name
 	})
+}
+
+// DriverText says who drives a run: the replica holding its shard's Lease
+// (status.driver when the Leases could not be read or runs are not
+// sharded); for a shard without a live holder, whether it is only
+// changing hands (some replica is alive to take it) or has no live
+// replica at all. A finished run has no driver.
+func DriverText(run *arv1.AgentRun, own *shards.Ownership) string {
+	if run.Status.Phase.IsTerminal() {
+		return wire.Empty
+	}
+	if own == nil || !own.Sharded {
+		if run.Status.Driver == "" {
+			return wire.Empty
+		}
+		return run.Status.Driver
+	}
+	shard, err := strconv.Atoi(run.Labels[shards.LabelShard])
+	switch {
+	case err != nil && own.LiveMembers > 0:
+		return "(getting its shard)"
+	case err != nil:
+		return "none (no live replica)"
+	}
+	if h, ok := own.Holders[shard]; ok {
+		return h
+	}
+	if own.LiveMembers > 0 {
+		return fmt.Sprintf("(shard %d changing hands)", shard)
+	}
+	return fmt.Sprintf("none (shard %d: no live replica)", shard)
 }

@@ -15,6 +15,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -136,13 +137,13 @@ func golden(t *testing.T, name string, got []byte) {
 
 func TestPsGolden(t *testing.T) {
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false); err != nil {
+	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "ps.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := RenderPs(&buf, fixtureRuns(), fixedNow, true); err != nil {
+	if err := RenderPs(&buf, fixtureRuns(), fixedNow, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "ps-all-namespaces.golden", buf.Bytes())
@@ -151,7 +152,7 @@ func TestPsGolden(t *testing.T) {
 // The ordering rules, independently of the golden file's bytes.
 func TestPsOrder(t *testing.T) {
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false); err != nil {
+	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -177,7 +178,7 @@ func TestPsParentCycleIsShown(t *testing.T) {
 	a := arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "a"}, Status: arv1.AgentRunStatus{ParentRun: "b"}}
 	b := arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "b"}, Status: arv1.AgentRunStatus{ParentRun: "a"}}
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, []arv1.AgentRun{a, b}, fixedNow, false); err != nil {
+	if err := RenderPs(&buf, []arv1.AgentRun{a, b}, fixedNow, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(buf.String(), "a ") || !strings.Contains(buf.String(), "b ") {
@@ -241,7 +242,7 @@ func TestDescribeGolden(t *testing.T) {
 		for i := range runs {
 			if runs[i].Name == name {
 				buf.WriteString("=== " + name + "\n")
-				if err := RenderDescribe(&buf, &runs[i], fixedNow); err != nil {
+				if err := RenderDescribe(&buf, &runs[i], fixedNow, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -297,5 +298,41 @@ func TestUsageAndGates(t *testing.T) {
 	}
 	if code, _, errOut := run("ps", "--kubeconfig", "/nonexistent/kubeconfig"); code != ExitError || !strings.Contains(errOut, "kubeconfig") {
 		t.Errorf("missing kubeconfig: %d %q", code, errOut)
+	}
+}
+
+// DRIVER says who drives each unfinished run, and tells a shard changing
+// hands from one no replica is alive to take.
+func TestDriverText(t *testing.T) {
+	run := func(phase arv1.Phase, shard, driver string) *arv1.AgentRun {
+		r := &arv1.AgentRun{}
+		r.Status.Phase, r.Status.Driver = phase, driver
+		if shard != "" {
+			r.Labels = map[string]string{shards.LabelShard: shard}
+		}
+		return r
+	}
+	held := &shards.Ownership{Sharded: true, Holders: map[int]string{0: "manager-a"}, LiveMembers: 2}
+	orphaned := &shards.Ownership{Sharded: true, Holders: map[int]string{}, LiveMembers: 0}
+	single := &shards.Ownership{Holders: map[int]string{}, LiveMembers: 0}
+	for _, c := range []struct {
+		name string
+		run  *arv1.AgentRun
+		own  *shards.Ownership
+		want string
+	}{
+		{"finished runs have no driver", run(arv1.PhaseComplete, "0", "manager-a"), held, "-"},
+		{"Leases unreadable: status.driver", run(arv1.PhaseRunning, "0", "manager-b"), nil, "manager-b"},
+		{"one replica: status.driver", run(arv1.PhaseRunning, "", "manager-b"), single, "manager-b"},
+		{"not driven yet", run(arv1.PhaseRunning, "", ""), nil, "-"},
+		{"the shard's holder, over a stale status.driver", run(arv1.PhaseRunning, "0", "manager-old"), held, "manager-a"},
+		{"changing hands", run(arv1.PhaseRunning, "1", "manager-old"), held, "(shard 1 changing hands)"},
+		{"no live replica", run(arv1.PhaseRunning, "1", "manager-old"), orphaned, "none (shard 1: no live replica)"},
+		{"no shard yet", run(arv1.PhaseStarting, "", ""), held, "(getting its shard)"},
+		{"no shard and nobody to give one", run(arv1.PhaseStarting, "", ""), orphaned, "none (no live replica)"},
+	} {
+		if got := DriverText(c.run, c.own); got != c.want {
+			t.Errorf("%s: DriverText = %q, want %q", c.name, got, c.want)
+		}
 	}
 }
