@@ -91,6 +91,9 @@ func (r *Refusal) reason() string {
 		}
 		return "matches no allowed host pattern"
 	case RuleScheme:
+		if r.Match == "" {
+			return "the URL has no scheme; it must be http or https"
+		}
 		return fmt.Sprintf("scheme %q is not http or https", r.Match)
 	case RuleHTTPSDowngrade:
 		return "redirect from https to http"
@@ -151,6 +154,9 @@ func (r *Refusal) Remedy() string {
 		}
 		return fmt.Sprintf("Allowed host patterns are configured and %s matches none; add it (or a *.suffix wildcard) to --egress-allow-host or to allow_hosts in %s%s.", r.Host, where, nsHost)
 	case RuleScheme:
+		if r.Match == "" {
+			return "Write the URL in full, starting with http:// or https://."
+		}
 		return fmt.Sprintf("Use an http:// or https:// URL; no setting allows scheme %q.", r.Match)
 	case RuleHTTPSDowngrade:
 		return "The server redirected from https to http, which is never followed; point the URL at the final https address."
