@@ -17,15 +17,27 @@ import (
 type Dialer struct {
 	p *Policy
 	v *view
-	// namespace is named in refusals when the context carries none.
-	namespace string
+	// namespace is named in refusals. A transport's dialer serves every
+	// namespace sharing the transport and takes the namespace from the
+	// request's context instead (fromContext); the decision never depends on
+	// it.
+	namespace   string
+	fromContext bool
+}
+
+func (d *Dialer) namespaceFor(ctx context.Context) string {
+	if d.fromContext {
+		ns, _ := ctx.Value(nsKey{}).(string)
+		return ns
+	}
+	return d.namespace
 }
 
 // DialContext dials address ("host:port", as net.Dialer takes it) over
 // network "tcp", "tcp4" or "tcp6". A refusal is a *net.OpError wrapping a
 // *Refusal.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	ns := namespaceOf(ctx, d.namespace)
+	ns := d.namespaceFor(ctx)
 	fail := func(addr net.Addr, err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: addr, Err: err}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -138,8 +139,8 @@ func New(cfg *Config, opts ...Option) (*Policy, error) {
 	sortRefusals(refusals)
 
 	base := view{
-		allowCIDRs: cfg.AllowCIDRs,
-		denyCIDRs:  cfg.DenyCIDRs,
+		allowCIDRs: slices.Clone(cfg.AllowCIDRs),
+		denyCIDRs:  slices.Clone(cfg.DenyCIDRs),
 		allowHosts: mustPatterns(cfg.AllowHosts),
 		denyHosts:  mustPatterns(cfg.DenyHosts),
 		allowlist:  len(cfg.AllowHosts) > 0,
@@ -189,7 +190,7 @@ func (p *Policy) report(r *Refusal, namespace, stage string) *Refusal {
 }
 
 func (p *Policy) newTransport(v *view) *http.Transport {
-	d := &Dialer{p: p, v: v}
+	d := &Dialer{p: p, v: v, fromContext: true}
 	t := &http.Transport{
 		// No proxy, whatever the environment says: a proxy would resolve
 		// and connect itself, out of reach of the address check.
@@ -338,14 +339,6 @@ func (p *Policy) CheckURL(ctx context.Context, namespace, rawURL string) error {
 		}
 	}
 	return nil
-}
-
-// namespaceOf is the namespace to name in a refusal made by the dialer.
-func namespaceOf(ctx context.Context, fallback string) string {
-	if ns, ok := ctx.Value(nsKey{}).(string); ok {
-		return ns
-	}
-	return fallback
 }
 
 var errNoAddress = errors.New("no address of the requested family")

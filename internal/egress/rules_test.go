@@ -379,3 +379,26 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyIsImmutable(t *testing.T) {
+	cfg := &Config{AllowCIDRs: prefixes("127.0.0.1/32"), DenyCIDRs: prefixes("10.0.0.0/8"), Namespaces: map[string]NamespaceException{
+		"team-a": {AllowCIDRs: prefixes("169.254.20.10/32")},
+	}}
+	p := mustPolicy(t, cfg)
+	cfg.AllowCIDRs[0] = netip.MustParsePrefix("169.254.169.254/32")
+	cfg.DenyCIDRs[0] = netip.MustParsePrefix("127.0.0.0/8")
+	cfg.Namespaces["team-a"].AllowCIDRs[0] = netip.MustParsePrefix("169.254.169.254/32")
+	cfg.Namespaces["team-b"] = NamespaceException{AllowCIDRs: prefixes("127.0.0.0/8")}
+	for _, c := range []struct{ ns, addr, want string }{
+		{"", "127.0.0.1", ""},
+		{"", "169.254.169.254", RuleMetadata},
+		{"", "10.0.0.1", RuleDeniedCIDR},
+		{"team-a", "169.254.20.10", ""},
+		{"team-a", "169.254.169.254", RuleMetadata},
+		{"team-b", "127.0.0.2", RuleLoopback},
+	} {
+		if got := decide(t, p, c.ns, "x.example", c.addr); got != c.want {
+			t.Errorf("%s %s after changing the Config: %q, want %q", c.ns, c.addr, got, c.want)
+		}
+	}
+}
