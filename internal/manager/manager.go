@@ -25,6 +25,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
@@ -67,6 +68,22 @@ type Options struct {
 	// SkipNameValidation lets several managers live in one process (tests
 	// that restart the manager).
 	SkipNameValidation bool
+
+	// Egress widens or narrows the default egress policy of every call the
+	// manager makes on a tenant's behalf (webhooks, MCP servers, model
+	// providers): the --egress-* flags. The zero value is the default
+	// policy, which refuses loopback, link-local, cloud metadata, the API
+	// server and the manager pod; tests that call loopback servers must
+	// allow them here explicitly.
+	Egress egress.Config
+	// EgressConfigMap names the cluster admin's egress ConfigMap (key
+	// egress.toml), merged with Egress. It is read at start (a ConfigMap
+	// that does not parse stops the manager) and watched, so edits apply
+	// to the next connection. Empty Name: none.
+	EgressConfigMap types.NamespacedName
+	// EgressOptions are passed to the policy after the manager's own
+	// (tests inject a resolver).
+	EgressOptions []egress.Option
 }
 
 // Scheme is the runtime scheme the operator needs: core types plus AgentRun.
@@ -109,6 +126,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 16
 	}
+	eg, err := newEgressPolicy(context.Background(), cfg, o, mgr.GetAPIReader(), ctrl.Log.WithName("egress"))
+	if err != nil {
+		return nil, fmt.Errorf("building the egress policy: %w", err)
+	}
+	if o.EgressConfigMap.Name != "" {
+		if err := mgr.Add(&egressWatch{e: eg, cfg: cfg, recorder: mgr.GetEventRecorder("agentrun-operator")}); err != nil {
+			return nil, err
+		}
+	}
 	retention := controllers.Retention{Default: o.TTLAfterFinished}
 	r, err := controllers.NewAgentRunReconciler(controllers.Deps{
 		Client:        mgr.GetClient(),
@@ -117,6 +143,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Clock:         o.Clock,
 		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
+		HTTP:          eg.client,
 		Retention:     retention,
 		MaxActiveRuns: o.MaxActiveRuns,
 		Sweep:         o.SnapshotSweep,
