@@ -359,3 +359,99 @@ func TestEgressRefusesCallbackURLs(t *testing.T) {
 	f.apiAddr.sawNothing(t, "callback")
 	f.loopback.sawNothing(t, "callback")
 }
+
+// policiesApplied counts the policies the suite's managers have put in
+// force (each logs one line when it does).
+func policiesApplied() int { return strings.Count(logSink.String(), "Egress policy in force") }
+
+// awaitPolicy waits for the watch to apply an edit: one more policy in
+// force than before.
+func awaitPolicy(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for policiesApplied() <= before {
+		if time.Now().After(deadline) {
+			t.Fatal("the egress ConfigMap's change was not applied within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEgressConfigMapEditsApplyPerNamespace: the admin's egress ConfigMap
+// is watched. A namespace exception added to it lets that namespace's next
+// delivery reach 127.0.0.4 while another namespace stays refused; an edit
+// that does not parse keeps the policy in force and says so in an Event on
+// the ConfigMap; deleting the ConfigMap returns to the flags alone.
+func TestEgressConfigMapEditsApplyPerNamespace(t *testing.T) {
+	admin := newNamespace(t)
+	startEgressManager(t, manager.Options{EgressConfigMap: keyOf(admin, egress.DefaultConfigMapName)})
+	tenant, other := newNamespace(t), newNamespace(t)
+	l, err := net.Listen("tcp", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+	_ = srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	hook := strings.Replace(srv.URL, "127.0.0.4", "allowed4.test", 1) + "/hook"
+	for _, ns := range []string{tenant, other} {
+		createConfigMap(t, ns, "one", map[string]string{"agent.toml": stages(1)})
+		createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	}
+	deliver := func(ns, name string) *arv1.CallbackStatus {
+		t.Helper()
+		createRun(t, ns, name, "one", func(r *arv1.AgentRun) { r.Spec.Callback = &arv1.CallbackSpec{URL: hook} })
+		return waitFor(t, ns, name, 30*time.Second, "callback settled", callbackFinal).Status.Callback
+	}
+	refused := refusalText("allowed4.test", "127.0.0.4", tenant, reasonLoopback, egress.RuleLoopback)
+	if cb := deliver(tenant, "before"); cb.State != arv1.CallbackFailed || !strings.Contains(cb.LastError, refused) {
+		t.Fatalf("before the ConfigMap: %+v, want Failed: %s", cb, refused)
+	}
+
+	applied := policiesApplied()
+	cm := createConfigMap(t, admin, egress.DefaultConfigMapName, map[string]string{egress.DataKey: fmt.Sprintf("[namespaces.%s]\nallow_cidrs = [\"127.0.0.4/32\"]\n", tenant)})
+	awaitPolicy(t, applied)
+	if cb := deliver(tenant, "excepted"); cb.State != arv1.CallbackDelivered {
+		t.Errorf("with the namespace exception: %+v, want Delivered", cb)
+	}
+	if cb := deliver(other, "not-excepted"); cb.State != arv1.CallbackFailed || !strings.Contains(cb.LastError, egress.RuleLoopback) {
+		t.Errorf("another namespace: %+v, want Failed (rule loopback): the exception is the tenant's only", cb)
+	}
+
+	setConfigMapData(t, admin, cm.Name, map[string]string{egress.DataKey: "allow_cidrs = [\"not a cidr\"]\n"})
+	waitForEvent(t, admin, cm.Name, "EgressConfigInvalid", "previous egress policy stays in force")
+	if cb := deliver(tenant, "after-bad-edit"); cb.State != arv1.CallbackDelivered {
+		t.Errorf("after an edit that does not parse: %+v, want Delivered under the policy in force", cb)
+	}
+
+	applied = policiesApplied()
+	if err := k8s.Delete(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+	awaitPolicy(t, applied)
+	if cb := deliver(tenant, "after-delete"); cb.State != arv1.CallbackFailed {
+		t.Errorf("after the ConfigMap is deleted: %+v, want Failed under the flags alone", cb)
+	}
+	if got.Load() != 2 {
+		t.Errorf("the receiver got %d deliveries, want 2 (the excepted ones)", got.Load())
+	}
+}
+
+// TestEgressConfigMapThatDoesNotParseStopsTheStart: a manager must not
+// start with less than the admin's policy, so an egress ConfigMap that
+// does not parse at start is an error naming it and the line.
+func TestEgressConfigMapThatDoesNotParseStopsTheStart(t *testing.T) {
+	admin := newNamespace(t)
+	createConfigMap(t, admin, egress.DefaultConfigMapName, map[string]string{egress.DataKey: "deny_cidrs = [\"10.0.0.1/8\"]\n"})
+	_, err := manager.New(env.Config, manager.Options{
+		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
+		EgressConfigMap: keyOf(admin, egress.DefaultConfigMapName),
+	})
+	want := fmt.Sprintf("egress ConfigMap %s/%s: egress.toml line 1", admin, egress.DefaultConfigMapName)
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "host bits set") {
+		t.Fatalf("manager.New error %v, want one containing %q and the problem", err, want)
+	}
+}
