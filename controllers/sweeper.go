@@ -46,6 +46,9 @@ type snapshotSweeper struct {
 	clock  clock.PassiveClock
 	every  time.Duration
 	grace  time.Duration
+	// namespaces, when set, are the only namespaces the manager may read
+	// (a namespace-scoped install): snapshots are listed in each.
+	namespaces []string
 }
 
 // NeedLeaderElection: one replica sweeps.
@@ -69,6 +72,27 @@ func (s *snapshotSweeper) Start(ctx context.Context) error {
 	}
 }
 
+// snapshots lists the blueprint snapshots (metadata only), in every
+// namespace or in each of s.namespaces.
+func (s *snapshotSweeper) snapshots(ctx context.Context) ([]metav1.PartialObjectMetadata, error) {
+	scopes := []client.ListOption{}
+	for _, ns := range s.namespaces {
+		scopes = append(scopes, client.InNamespace(ns))
+	}
+	if len(scopes) == 0 {
+		scopes = append(scopes, client.InNamespace(""))
+	}
+	var out []metav1.PartialObjectMetadata
+	for _, in := range scopes {
+		list := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
+		if err := s.live.List(ctx, list, in, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {
+			return nil, err
+		}
+		out = append(out, list.Items...)
+	}
+	return out, nil
+}
+
 // sweep deletes the snapshots no run refers to and returns how many.
 func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
 	var runs arv1.AgentRunList
@@ -81,13 +105,13 @@ func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
 		used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
 		used[r.Namespace+"/"+r.Spec.BlueprintSnapshot] = true // a worker runs from its parent's
 	}
-	snaps := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
-	if err := s.live.List(ctx, snaps, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {
+	snaps, err := s.snapshots(ctx)
+	if err != nil {
 		return 0, err
 	}
 	deleted := 0
-	for i := range snaps.Items {
-		m := &snaps.Items[i]
+	for i := range snaps {
+		m := &snaps[i]
 		if used[m.Namespace+"/"+m.Name] || s.clock.Since(m.CreationTimestamp.Time) < s.grace {
 			continue
 		}

@@ -45,6 +45,15 @@ type Options struct {
 	// MaxActiveRuns bounds the runs driven at once; the rest wait in line
 	// and are admitted in creation order (0: no bound).
 	MaxActiveRuns int
+	// MaxActiveRunsPerNamespace bounds one namespace's active runs (0: no
+	// bound); a Namespace's agentrun.dev/max-active-runs annotation
+	// overrides it (cluster-wide installs only: a namespace-scoped one
+	// cannot read Namespaces).
+	MaxActiveRunsPerNamespace int
+	// Namespaces, when set, restricts the manager to these namespaces: its
+	// caches watch only them and it reads nothing elsewhere, so Roles in
+	// them (config/namespaced) are all the RBAC it needs.
+	Namespaces []string
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
 	SnapshotSweep controllers.Sweep
@@ -107,7 +116,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme: Scheme(),
 		// Managed fields are never read; dropping them from the cache saves
 		// memory on every cached object.
-		Cache:                  cacheOptions(),
+		Cache:                  cacheOptions(o.Namespaces),
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress: o.ProbeAddr,
 		PprofBindAddress:       o.PprofAddr,
@@ -146,10 +155,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		HTTP:          eg.client,
 		Retention:     retention,
 		MaxActiveRuns: o.MaxActiveRuns,
-		Sweep:         o.SnapshotSweep,
-		OnReconcile:   o.OnReconcile,
-		OnWake:        o.OnWake,
-		WakeThrough:   o.WakeThrough,
+		Namespaces:    o.Namespaces,
+		// Namespaces are cluster-scoped: a namespace-scoped install cannot
+		// watch them, and keeps to the flag.
+		MaxActiveRunsPerNamespace: o.MaxActiveRunsPerNamespace,
+		NamespaceCaps:             len(o.Namespaces) == 0,
+		Sweep:                     o.SnapshotSweep,
+		OnReconcile:               o.OnReconcile,
+		OnWake:                    o.OnWake,
+		WakeThrough:               o.WakeThrough,
 	})
 	if err != nil {
 		return nil, err
@@ -176,14 +190,22 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 // (controllers.FinishedRunTransform), and the ConfigMap metadata cache (the
 // watch that wakes runs when a provider config or blueprint changes)
 // leaves out the operator's own ConfigMaps (journals, snapshots), which no
-// run waits on.
-func cacheOptions() cache.Options {
+// run waits on. With namespaces, every watch is in those namespaces only.
+func cacheOptions(namespaces []string) cache.Options {
 	notOurs, err := labels.Parse("!" + arv1.LabelComponent)
 	if err != nil {
 		panic(err)
 	}
+	var only map[string]cache.Config
+	for _, ns := range namespaces {
+		if only == nil {
+			only = map[string]cache.Config{}
+		}
+		only[ns] = cache.Config{}
+	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultNamespaces: only,
+		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},
 			&arv1.AgentRun{}:    {Transform: controllers.FinishedRunTransform()},
