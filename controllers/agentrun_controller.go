@@ -75,6 +75,17 @@ type Deps struct {
 	// MaxActiveRuns bounds the runs driven at once; the rest wait in line,
 	// admitted in creation order (0: no bound).
 	MaxActiveRuns int
+	// MaxActiveRunsPerNamespace bounds one namespace's active runs (0: no
+	// bound), unless NamespaceCaps reads another from the Namespace.
+	MaxActiveRunsPerNamespace int
+	// Namespaces, when set, are the only namespaces the manager watches
+	// and may read (a namespace-scoped install with Roles only).
+	Namespaces []string
+	// NamespaceCaps watches Namespaces (metadata only) for the
+	// agentrun.dev/max-active-runs annotation, which overrides
+	// MaxActiveRunsPerNamespace. Off in a namespace-scoped install, which
+	// cannot read Namespaces.
+	NamespaceCaps bool
 	// Sweep says how often unused blueprint snapshots are deleted.
 	Sweep Sweep
 	// OnReconcile, when set, observes every reconcile (tests count them).
@@ -114,7 +125,10 @@ type AgentRunReconciler struct {
 	failures    *failures
 	pressure    *pressure
 	admission   *admission.Controller
+	caps        *namespaceCaps
+	watchCaps   bool
 	sweep       Sweep
+	namespaces  []string
 	seedOnce    sync.Once
 	retentionOf Retention
 	onReconcile func(types.NamespacedName)
@@ -164,7 +178,8 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		r.labels = newLabeler(r)
 	}
 	r.runs = newRunCache(r.runsReader, d.Client, d.APIReader)
-	r.admission = admission.New(d.MaxActiveRuns, nil, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
+	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
+	r.admission = admission.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, Callback: d.CallbackPolicy, StepTimout: d.StepTimeout,
@@ -233,6 +248,11 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		return err
 	}
 	r.scheme, r.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
+	if r.watchCaps {
+		if err := r.watchNamespaceCaps(context.Background(), mgr); err != nil {
+			return err
+		}
+	}
 	o.MaxConcurrentReconciles = max(o.MaxConcurrentReconciles, 1)
 	if r.sharded() {
 		// Every replica reconciles the runs of the shards it holds; the
@@ -267,7 +287,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 // sweeper deletes unused snapshots. With runs divided among replicas no
 // cache holds them all, so it lists them on the API server, in pages.
 func (r *AgentRunReconciler) sweeper() *snapshotSweeper {
-	s := &snapshotSweeper{runs: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace}
+	s := &snapshotSweeper{runs: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace, namespaces: r.namespaces}
 	if r.sharded() {
 		s.runs, s.pageSize = r.reader, 500
 	}

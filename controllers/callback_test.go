@@ -89,7 +89,7 @@ func TestCallbackDeliveredOnceAcrossARestart(t *testing.T) {
 	createSecret(t, ns, "hook-key", map[string]string{"key": key})
 	run := createRun(t, ns, "r", "single", func(r *arv1.AgentRun) {
 		r.Spec.Metadata = map[string]string{"ticket": "OPS-7"}
-		r.Spec.Callback = &arv1.CallbackSpec{URL: srv.URL + "/hook", SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
+		r.Spec.Callback = &arv1.CallbackSpec{URL: viaName(srv.URL) + "/hook", SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
 	})
 	waitFor(t, ns, "r", 20*time.Second, "Complete with the delivery pending", func(r *arv1.AgentRun) bool {
 		return r.Status.Phase == arv1.PhaseComplete && r.Status.Callback != nil && r.Status.Callback.State == arv1.CallbackPending
@@ -151,7 +151,7 @@ func TestCallbackWaitsForItsSigningKey(t *testing.T) {
 	createConfigMap(t, ns, "single", map[string]string{"agent.toml": strings.ReplaceAll(oneStage, `"keyed"`, `"demo"`)})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createRun(t, ns, "r", "single", func(r *arv1.AgentRun) {
-		r.Spec.Callback = &arv1.CallbackSpec{URL: srv.URL, SigningKeySecretRef: &arv1.SecretKeyRef{Name: "late", Key: "k"}}
+		r.Spec.Callback = &arv1.CallbackSpec{URL: viaName(srv.URL), SigningKeySecretRef: &arv1.SecretKeyRef{Name: "late", Key: "k"}}
 	})
 	waiting := waitFor(t, ns, "r", 20*time.Second, "delivery waiting on its key", func(r *arv1.AgentRun) bool {
 		return r.Status.Callback != nil && strings.Contains(r.Status.Callback.LastError, "late")

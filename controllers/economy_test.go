@@ -29,6 +29,12 @@ import (
 func startManagerWith(t *testing.T, o manager.Options) *providers.Scripted {
 	t.Helper()
 	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation = "0", "0", true
+	if len(o.Egress.AllowCIDRs)+len(o.Egress.DenyCIDRs)+len(o.Egress.AllowHosts)+len(o.Egress.DenyHosts) == 0 {
+		o.Egress = loopbackEgress()
+	}
+	if o.EgressOptions == nil {
+		o.EgressOptions = suiteEgressOptions()
+	}
 	if o.Scripted == nil {
 		o.Scripted = providers.NewScripted()
 	}
@@ -115,7 +121,7 @@ func TestRetentionDeletesAfterTheWebhook(t *testing.T) {
 	createSecret(t, ns, "hook-key", map[string]string{"key": "k"})
 	hooked := createRun(t, ns, "hooked", "three", func(r *arv1.AgentRun) {
 		r.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
-		r.Spec.Callback = &arv1.CallbackSpec{URL: hook.URL, SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
+		r.Spec.Callback = &arv1.CallbackSpec{URL: viaName(hook.URL), SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
 	})
 	parent := createRun(t, ns, "parent", "fan", func(r *arv1.AgentRun) { r.Spec.TTLSecondsAfterFinished = ptr.To[int32](1) })
 	createRun(t, ns, "kept", "three")

@@ -74,7 +74,7 @@ func TestStatusWriteFaultsShowAndHeal(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(faults.wrap)
 	scripted := providers.NewScripted()
-	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, Scripted: scripted})
+	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, Scripted: scripted, Egress: loopbackEgress(), EgressOptions: suiteEgressOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestStatusWriteFaultsShowAndHeal(t *testing.T) {
 	createConfigMap(t, ns, "writer", map[string]string{"agent.toml": toolAgent(tools.URL(), "", "[tools.create_ticket]\npermission = \"allow\"", `create_ticket {"title":"once"}`)})
 	runs := map[string]*arv1.AgentRun{
 		"hooked": createRun(t, ns, "hooked", "triple", func(r *arv1.AgentRun) {
-			r.Spec.Callback = &arv1.CallbackSpec{URL: hook.URL, SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
+			r.Spec.Callback = &arv1.CallbackSpec{URL: viaName(hook.URL), SigningKeySecretRef: &arv1.SecretKeyRef{Name: "hook-key", Key: "key"}}
 		}),
 		"gate":  createRun(t, ns, "gate", "gated"),
 		"write": createRun(t, ns, "write", "writer"),

@@ -25,6 +25,9 @@ type offer struct {
 type skippedServer struct {
 	server string
 	why    string
+	// blocker is the setup blocker the skip would be (ToolServerUnavailable
+	// when empty), the Event's reason.
+	blocker arv1.SetupBlocker
 }
 
 // offerFacts works out the tools the model may call in the stage: the run
@@ -52,10 +55,10 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 		conn, block, err := r.toolServer(ctx, run, srv)
 		switch {
 		case err != nil:
-			o.skipped = append(o.skipped, skippedServer{srv.Name, "its token Secret could not be read"})
+			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: "its token Secret could not be read"})
 			continue
 		case block != nil:
-			o.skipped = append(o.skipped, skippedServer{srv.Name, block.Remedy})
+			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: block.Remedy})
 			continue
 		}
 		e := r.lookupTools(run, f, conn)
@@ -63,7 +66,8 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 		case toolcatalog.Unknown, toolcatalog.Listing:
 			f.ToolsPending = true
 		case toolcatalog.Failed, toolcatalog.RetryDue:
-			o.skipped = append(o.skipped, skippedServer{srv.Name, toolServerBlock(run, srv, e.Err).Remedy})
+			b := toolServerBlock(run, srv, e.Err)
+			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: b.Remedy, blocker: b.Blocker})
 		default:
 			o.tools = append(o.tools, offerable(f.Blueprint, srv, e.Tools, allowed)...)
 		}
@@ -75,7 +79,11 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 // server's tools this turn, with the remedy.
 func (r *AgentRunReconciler) warnUnoffered(run *arv1.AgentRun, o *offer) {
 	for _, sk := range o.skipped {
-		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, string(arv1.BlockerToolServerUnavailable), "OfferTools",
+		reason := arv1.BlockerToolServerUnavailable
+		if sk.blocker != "" {
+			reason = sk.blocker
+		}
+		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, string(reason), "OfferTools",
 			"The tools of MCP server %q are not offered to the model this turn: %s", sk.server, clipTo(sk.why, 600))
 	}
 }

@@ -151,7 +151,7 @@ func (s *shardCaches) List(ctx context.Context, list client.ObjectList, opts ...
 // false from the moment the Lease ends).
 func (r *AgentRunReconciler) driveShard(ctx context.Context, shard int) {
 	log := ctrl.Log.WithName("shards").WithValues("shard", shard)
-	c, err := newShardCache(r.restConfig, r.scheme, shard)
+	c, err := newShardCache(r.restConfig, r.scheme, shard, r.namespaces)
 	if err == nil {
 		err = SetupRunIndexes(ctx, c)
 	}
@@ -180,11 +180,24 @@ func (r *AgentRunReconciler) driveShard(ctx context.Context, shard int) {
 }
 
 // newShardCache is an informer cache of one shard's runs.
-func newShardCache(cfg *rest.Config, scheme *runtime.Scheme, shard int) (cache.Cache, error) {
+func newShardCache(cfg *rest.Config, scheme *runtime.Scheme, shard int, namespaces []string) (cache.Cache, error) {
 	sel := labels.SelectorFromSet(labels.Set{shards.LabelShard: strconv.Itoa(shard)})
-	return cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+	return cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: onlyIn(namespaces), ByObject: map[client.Object]cache.ByObject{
 		&arv1.AgentRun{}: {Label: sel, Transform: FinishedRunTransform()},
 	}})
+}
+
+// onlyIn restricts a cache to the namespaces of a namespace-scoped
+// install (nil: every namespace).
+func onlyIn(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	only := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		only[ns] = cache.Config{}
+	}
+	return only
 }
 
 // watchShard makes the controller watch a shard cache's runs as it
@@ -283,7 +296,7 @@ func (l *labeler) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := cache.New(r.restConfig, cache.Options{Scheme: r.scheme, ByObject: map[client.Object]cache.ByObject{
+	c, err := cache.New(r.restConfig, cache.Options{Scheme: r.scheme, DefaultNamespaces: onlyIn(r.namespaces), ByObject: map[client.Object]cache.ByObject{
 		&arv1.AgentRun{}: {Label: labels.NewSelector().Add(*req), Transform: cache.TransformStripManagedFields()},
 	}})
 	if err != nil {

@@ -248,7 +248,8 @@ func setConditions(run *arv1.AgentRun, in conditionInputs) {
 func progressReason(st *arv1.AgentRunStatus, in conditionInputs) (string, string) {
 	switch {
 	case in.queued:
-		return arv1.ReasonQueued, "The run waits for an active-run slot (--max-active-runs); runs are admitted in creation order"
+		return arv1.ReasonQueued, "The run waits for an active-run slot (--max-active-runs, and its namespace's bound: --max-active-runs-per-namespace or the Namespace's " +
+			arv1.AnnotationMaxActiveRuns + " annotation); a free slot goes to the namespace with the fewest active runs, then in creation order"
 	case st.Phase == arv1.PhasePaused:
 		return arv1.ReasonPaused, "The run is paused (spec.paused)"
 	case st.WaitingOn != nil:

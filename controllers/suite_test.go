@@ -3,7 +3,10 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
@@ -74,6 +78,49 @@ func (b *syncBuffer) String() string {
 	return string(b.buf)
 }
 
+// loopbackEgress is the egress policy of the suite's managers: the test
+// servers (providertest, mcptest, webhook receivers) listen on 127.0.0.1,
+// which the default policy refuses, so the tests opt it in explicitly.
+// Naming the /32 also lifts the API server's protection (envtest's API
+// server is on 127.0.0.1 too); egress_test.go runs its managers without
+// this, to prove the defaults.
+func loopbackEgress() egress.Config {
+	return egress.Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+}
+
+// testResolver resolves the names tests use for their servers without DNS
+// (anything else goes to the system resolver). spec.callback.url may not
+// name a loopback address or localhost (the CRD refuses them), so webhook
+// receivers on loopback are called by a name: viaName.
+type testResolver map[string][]netip.Addr
+
+func (r testResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if addrs, ok := r[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		var out []netip.Addr
+		for _, a := range addrs {
+			if network == "ip" || (network == "ip4") == a.Is4() {
+				out = append(out, a)
+			}
+		}
+		return out, nil
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, network, host)
+}
+
+// receiverHost resolves to 127.0.0.1 in the suite's managers.
+const receiverHost = "receiver.loopback.test"
+
+// suiteEgressOptions give the suite's managers testResolver's names.
+func suiteEgressOptions() []egress.Option {
+	return []egress.Option{egress.WithResolver(testResolver{receiverHost: {netip.MustParseAddr("127.0.0.1")}})}
+}
+
+// viaName rewrites a loopback test server's URL to reach it by
+// receiverHost.
+func viaName(url string) string {
+	return strings.Replace(url, "//127.0.0.1:", "//"+receiverHost+":", 1)
+}
+
 // harness is one running manager.
 type harness struct {
 	scripted   *providers.Scripted
@@ -95,6 +142,8 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		MaxConcurrentSteps: o.steps,
 		SkipNameValidation: true,
 		Scripted:           h.scripted,
+		Egress:             loopbackEgress(),
+		EgressOptions:      suiteEgressOptions(),
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

@@ -50,6 +50,9 @@ type snapshotSweeper struct {
 	clock    clock.PassiveClock
 	every    time.Duration
 	grace    time.Duration
+	// namespaces, when set, are the only namespaces the manager may read
+	// (a namespace-scoped install): runs and snapshots are listed in each.
+	namespaces []string
 }
 
 // NeedLeaderElection: one replica sweeps.
@@ -73,19 +76,45 @@ func (s *snapshotSweeper) Start(ctx context.Context) error {
 	}
 }
 
+// scopes are the namespaces to list in: all, or each of s.namespaces.
+func (s *snapshotSweeper) scopes() []client.ListOption {
+	if len(s.namespaces) == 0 {
+		return []client.ListOption{client.InNamespace("")}
+	}
+	scopes := make([]client.ListOption, 0, len(s.namespaces))
+	for _, ns := range s.namespaces {
+		scopes = append(scopes, client.InNamespace(ns))
+	}
+	return scopes
+}
+
+// snapshots lists the blueprint snapshots (metadata only), in every
+// namespace or in each of s.namespaces.
+func (s *snapshotSweeper) snapshots(ctx context.Context) ([]metav1.PartialObjectMetadata, error) {
+	var out []metav1.PartialObjectMetadata
+	for _, in := range s.scopes() {
+		list := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
+		if err := s.live.List(ctx, list, in, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {
+			return nil, err
+		}
+		out = append(out, list.Items...)
+	}
+	return out, nil
+}
+
 // sweep deletes the snapshots no run refers to and returns how many.
 func (s *snapshotSweeper) sweep(ctx context.Context) (int, error) {
 	used, err := s.usedSnapshots(ctx)
 	if err != nil {
 		return 0, err
 	}
-	snaps := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
-	if err := s.live.List(ctx, snaps, client.MatchingLabels{arv1.LabelComponent: componentSnapshot}); err != nil {
+	snaps, err := s.snapshots(ctx)
+	if err != nil {
 		return 0, err
 	}
 	deleted := 0
-	for i := range snaps.Items {
-		m := &snaps.Items[i]
+	for i := range snaps {
+		m := &snaps[i]
 		if used[m.Namespace+"/"+m.Name] || s.clock.Since(m.CreationTimestamp.Time) < s.grace {
 			continue
 		}
@@ -104,18 +133,21 @@ func (s *snapshotSweeper) usedSnapshots(ctx context.Context) (map[string]bool, e
 	if s.pageSize > 0 {
 		opts = append(opts, client.Limit(s.pageSize))
 	}
-	for cont := ""; ; {
-		var runs arv1.AgentRunList
-		if err := s.runs.List(ctx, &runs, append(opts, client.Continue(cont))...); err != nil {
-			return nil, err
-		}
-		for i := range runs.Items {
-			r := &runs.Items[i]
-			used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
-			used[r.Namespace+"/"+r.Spec.BlueprintSnapshot] = true // a worker runs from its parent's
-		}
-		if cont = runs.Continue; cont == "" || s.pageSize == 0 {
-			return used, nil
+	for _, in := range s.scopes() {
+		for cont := ""; ; {
+			var runs arv1.AgentRunList
+			if err := s.runs.List(ctx, &runs, append(opts, in, client.Continue(cont))...); err != nil {
+				return nil, err
+			}
+			for i := range runs.Items {
+				r := &runs.Items[i]
+				used[r.Namespace+"/"+r.Status.BlueprintSnapshot] = true
+				used[r.Namespace+"/"+r.Spec.BlueprintSnapshot] = true // a worker runs from its parent's
+			}
+			if cont = runs.Continue; cont == "" || s.pageSize == 0 {
+				break
+			}
 		}
 	}
+	return used, nil
 }

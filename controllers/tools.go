@@ -15,6 +15,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
@@ -103,7 +104,7 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 // woken by it before the entry is read again, so a listing finishing in
 // between is never missed.
 func (r *AgentRunReconciler) lookupTools(run *arv1.AgentRun, f *facts, conn serverConn) toolcatalog.Entry {
-	key := toolcatalog.KeyOf(conn.server)
+	key := toolcatalog.KeyIn(run.Namespace, conn.server)
 	e := r.catalog.Lookup(key, f.Now)
 	if !e.NeedsListing() && e.State != toolcatalog.Listing {
 		return e
@@ -123,7 +124,7 @@ func (r *AgentRunReconciler) lookupTools(run *arv1.AgentRun, f *facts, conn serv
 // pool leaves the listing for when the run is woken with room.
 func (r *AgentRunReconciler) listTools(s *scope) {
 	for _, conn := range s.facts.listings {
-		key := toolcatalog.KeyOf(conn.server)
+		key := toolcatalog.KeyIn(s.run.Namespace, conn.server)
 		if !r.catalog.Begin(key) {
 			continue // already being listed
 		}
@@ -174,8 +175,15 @@ func (r *AgentRunReconciler) toolServer(ctx context.Context, run *arv1.AgentRun,
 }
 
 // toolServerBlock explains a server that could not be listed. The error
-// text never carries the token (mcptool keeps it out).
+// text never carries the token (mcptool keeps it out). A refusal of the
+// egress policy is its own blocker, with the refusal's remedy.
 func toolServerBlock(run *arv1.AgentRun, srv blueprint.MCPServer, err error) *runstate.SetupBlock {
+	var refusal *egress.Refusal
+	if errors.As(err, &refusal) {
+		return &runstate.SetupBlock{Blocker: arv1.BlockerEgressRefused, Remedy: clipTo(fmt.Sprintf(
+			"The manager's egress policy refused MCP server %q at %s: %s. %s The run retries every %s.",
+			srv.Name, srv.URL, refusal.Error(), refusal.Remedy(), toolcatalog.DefaultRetry), 1024)}
+	}
 	b := &runstate.SetupBlock{Blocker: arv1.BlockerToolServerUnavailable}
 	var ce *mcptool.CallError
 	if errors.As(err, &ce) && (ce.Status == 401 || ce.Status == 403) && srv.AuthSecret != "" {

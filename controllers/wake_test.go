@@ -66,6 +66,8 @@ func TestNoInterleavingLeavesARunUnwoken(t *testing.T) {
 	opts := manager.Options{
 		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, Scripted: providers.NewScripted(),
 		MaxConcurrentSteps: 4,
+		Egress:             loopbackEgress(),
+		EgressOptions:      suiteEgressOptions(),
 		WakeThrough:        c.through,
 		OnWake: func(run *arv1.AgentRun, sources []string) {
 			mu.Lock()

@@ -86,7 +86,7 @@ func startCountingManager(t testing.TB, steps int, ns ...string) (*writeCounter,
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(wc.wrap)
 	scripted := providers.NewScripted()
-	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", MaxConcurrentSteps: steps, Scripted: scripted, SkipNameValidation: true})
+	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", MaxConcurrentSteps: steps, Scripted: scripted, SkipNameValidation: true, Egress: loopbackEgress(), EgressOptions: suiteEgressOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}

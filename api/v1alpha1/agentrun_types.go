@@ -172,7 +172,13 @@ type CallbackSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
+	// It must not name a loopback, link-local or unspecified IP address or
+	// localhost: this admission check is a cheap first line and sees only
+	// what is written. The manager's egress policy, checked on the address
+	// actually dialed, is the enforcement (docs/egress.md).
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://')",message="url must be an http:// or https:// URL"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'(?i)^https?://([^/?#@]*@)?(127[.][0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}|169[.]254[.][0-9]{1,3}[.][0-9]{1,3}|0[.]0[.]0[.]0|\[[0:]*:[0:]*1?\]|\[fe[89ab][0-9a-f]:[^\]]*\])(:[0-9]*)?([/?#].*)?$')`,message="url must not point at a loopback, link-local (cloud metadata) or unspecified address: the manager refuses to call them"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'(?i)^https?://([^/?#@]*@)?([^/?#@:\[]*[.])?localhost[.]?(:[0-9]*)?([/?#].*)?$')`,message="url must not point at localhost: the manager refuses to call loopback addresses"
 	URL string `json:"url"`
 
 	// signingKeySecretRef names the Secret key holding the HMAC-SHA256
@@ -559,7 +565,7 @@ func (r WaitReason) NeedsAPerson() bool {
 
 // SetupBlocker names which kind of setup problem parks a run, one value per
 // remedy, so a client can offer the right fix without parsing the sentence.
-// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable
+// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused
 type SetupBlocker string
 
 // Setup blockers: the seeds' provider-side ones, then the Kubernetes ones.
@@ -597,6 +603,13 @@ const (
 	// BlockerToolServerUnavailable: an MCP server the blueprint names could
 	// not be reached or refused its token; the remedy says which.
 	BlockerToolServerUnavailable SetupBlocker = "ToolServerUnavailable"
+	// BlockerEgressRefused: the manager's egress policy refuses the address
+	// a provider base URL or MCP server URL leads to (loopback, link-local,
+	// cloud metadata, the API server, the manager pod, a denied range or a
+	// host off the allowlist); the remedy names the rule and the setting
+	// that would allow it. Retried every 30 seconds, so an edit to the
+	// policy takes effect by itself.
+	BlockerEgressRefused SetupBlocker = "EgressRefused"
 )
 
 // BudgetKind names a budget.

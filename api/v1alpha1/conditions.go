@@ -89,4 +89,10 @@ const (
 	// admission with its tree's place in line.
 	LabelRootCreated = "agentrun.dev/root-created"
 	LabelRoot        = "agentrun.dev/root"
+	// AnnotationMaxActiveRuns, on a Namespace, bounds how many of its runs
+	// are active at once (a non-negative integer; "0": no bound of its
+	// own), overriding the manager's --max-active-runs-per-namespace. It is
+	// the cluster admin's: editing a Namespace takes cluster-scoped rights
+	// a tenant normally lacks. A value that is not a number is ignored.
+	AnnotationMaxActiveRuns = "agentrun.dev/max-active-runs"
 )

@@ -28,6 +28,8 @@ const (
 	msgCostRaised        = "budgets.costUSD may only be raised"
 	msgWallTimeRaised    = "budgets.wallTime may only be raised"
 	msgCallbackURL       = "url must be an http:// or https:// URL"
+	msgCallbackAddress   = "url must not point at a loopback, link-local (cloud metadata) or unspecified address: the manager refuses to call them"
+	msgCallbackLocalhost = "url must not point at localhost: the manager refuses to call loopback addresses"
 	agentPattern         = `should match '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'`
 	budgetCostPattern    = `should match '^[0-9]{1,9}(\.[0-9]{1,9})?$'`
 	budgetWallPattern    = `should match '^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$'`
@@ -139,6 +141,16 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{name: "callback url without scheme", spec: with("callback", map[string]any{"url": "hooks.example.com/done"}), field: "spec.callback.url", msg: msgCallbackURL},
 		{name: "callback upper-case scheme", spec: with("callback", map[string]any{"url": "HTTPS://hooks.example.com/done"}), field: "spec.callback.url", msg: msgCallbackURL},
 		{name: "callback without url", spec: with("callback", map[string]any{}), field: "spec.callback.url", msg: msgRequired},
+		{name: "callback at cloud metadata", spec: with("callback", map[string]any{"url": "http://169.254.169.254/latest/meta-data/"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at link-local", spec: with("callback", map[string]any{"url": "https://169.254.10.1:8443/hook"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at loopback", spec: with("callback", map[string]any{"url": "http://127.0.0.1:8080/hook"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at another loopback address", spec: with("callback", map[string]any{"url": "http://127.3.2.1/hook"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at IPv6 loopback", spec: with("callback", map[string]any{"url": "http://[::1]:9000/hook"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at IPv6 link-local", spec: with("callback", map[string]any{"url": "http://[fe80::1]/hook"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at the unspecified address", spec: with("callback", map[string]any{"url": "http://0.0.0.0:8080/hook"}), field: "spec.callback.url", msg: msgCallbackAddress},
+		{name: "callback at localhost", spec: with("callback", map[string]any{"url": "http://localhost:8080/hook"}), field: "spec.callback.url", msg: msgCallbackLocalhost},
+		{name: "callback at upper-case localhost", spec: with("callback", map[string]any{"url": "http://LocalHost./hook"}), field: "spec.callback.url", msg: msgCallbackLocalhost},
+		{name: "callback at a localhost subdomain", spec: with("callback", map[string]any{"url": "http://app.localhost/hook"}), field: "spec.callback.url", msg: msgCallbackLocalhost},
 		{name: "depth over 16", spec: with("depth", 17), field: "spec.depth", msg: msgAtMost16},
 		{name: "negative depth", spec: with("depth", -1), field: "spec.depth", msg: msgAtLeast0},
 		{name: "maxChildDepth over 16", spec: with("maxChildDepth", 17), field: "spec.maxChildDepth", msg: msgAtMost16},
@@ -335,5 +347,31 @@ func TestTypedUpdateKeepsExplicitZeroValues(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestCallbackURLsTheEgressPolicyMayAllowAreAccepted: the admission rules on
+// spec.callback.url refuse only IP literals and localhost names the
+// manager would refuse anyway; in-cluster names, private and public
+// addresses and an IPv4-mapped literal (left to the connect-time check,
+// which judges it as the IPv4 address it reaches) are stored.
+func TestCallbackURLsTheEgressPolicyMayAllowAreAccepted(t *testing.T) {
+	ns := newNamespace(t)
+	for i, u := range []string{
+		"https://hooks.example.com/done",
+		"http://receiver.team-a.svc:8080/hook",
+		"http://receiver.team-a.svc.cluster.local/hook",
+		"http://10.0.0.7:8080/hook",
+		"http://192.168.1.20/hook",
+		"https://[2001:db8::7]/hook",
+		"http://localhost.example.com/hook",
+		"http://[::ffff:169.254.169.254]/hook",
+	} {
+		s := validSpec()
+		s.Callback = &arv1.CallbackSpec{URL: u}
+		run := createRun(t, ns, fmt.Sprintf("callback-ok-%d", i), s)
+		if run.Spec.Callback.URL != u {
+			t.Errorf("stored callback url %q, want %q", run.Spec.Callback.URL, u)
+		}
 	}
 }

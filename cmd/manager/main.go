@@ -5,11 +5,13 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
@@ -29,7 +31,12 @@ func main() {
 	flag.IntVar(&o.MaxConcurrentSteps, "max-concurrent-steps", 16, "Model and tool calls in flight at once, across all runs. A full pool is backpressure, shown in status.")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "AgentRuns reconciled in parallel.")
 	flag.IntVar(&o.MaxActiveRuns, "max-active-runs", 0, "Runs driven at once; the rest wait in line (status says Queued) and are admitted first come, first served, sharing slots fairly across namespaces. A parked run gives its slot back. 0: as many as --max-concurrent-steps; negative: no bound.")
+	flag.IntVar(&o.MaxActiveRunsPerNamespace, "max-active-runs-per-namespace", 0, "Active runs one namespace may hold at once, so one tenant cannot take every slot (0: no bound of its own; slots are shared fairly across namespaces either way). The cluster admin overrides it per namespace with the annotation agentrun.dev/max-active-runs on the Namespace (cluster-wide installs only).")
+	namespaces := flag.String("namespaces", "", "Comma-separated namespaces to watch; the manager reads and writes nothing elsewhere and needs only Roles there (config/namespaced). Empty: every namespace, with the ClusterRole.")
 	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
+	egress.BindFlags(flag.CommandLine, &o.Egress)
+	flag.StringVar(&o.EgressConfigMap.Name, "egress-configmap", egress.DefaultConfigMapName, "ConfigMap (key "+egress.DataKey+") holding the cluster admin's egress policy, merged with the --egress-* flags; read at start (one that does not parse stops the manager) and watched, so edits apply to the next connection. Empty: flags only.")
+	flag.StringVar(&o.EgressConfigMap.Namespace, "egress-configmap-namespace", envOr("POD_NAMESPACE", "agentrun-system"), "Namespace of --egress-configmap: the manager's own (the POD_NAMESPACE environment variable), which tenants must not be able to write.")
 	ttl := flag.Int("ttl-seconds-after-finished", 3600, "Seconds a finished run is kept when its spec sets no ttlSecondsAfterFinished; the run is then deleted with its journal, output and children. Negative keeps finished runs forever. Runs applied by Argo CD or Flux get no default (deleting them would re-apply them).")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -39,6 +46,11 @@ func main() {
 		o.MaxActiveRuns = o.MaxConcurrentSteps
 	case o.MaxActiveRuns < 0:
 		o.MaxActiveRuns = 0
+	}
+	for _, ns := range strings.Split(*namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			o.Namespaces = append(o.Namespaces, ns)
+		}
 	}
 	if *ttl >= 0 {
 		d := time.Duration(*ttl) * time.Second
@@ -51,4 +63,11 @@ func main() {
 		ctrl.Log.WithName("setup").Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

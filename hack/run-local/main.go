@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
@@ -40,6 +41,9 @@ func main() {
 	flag.StringVar(&kubeconfig, "local-kubeconfig", filepath.Join(testenv.RepoRoot(), "bin", "local", "kubeconfig"), "Where to write the local control plane's kubeconfig.")
 	flag.BoolVar(&local, "local", false, "Always start the local control plane, even when KUBECONFIG points at a cluster.")
 	flag.BoolVar(&demo, "demo", false, "Apply the demo (config/demo) to a real cluster too; the local control plane always gets it.")
+	// Loopback stays refused here as everywhere: a developer whose model or
+	// tool server listens on this machine opts in (docs/egress.md).
+	egress.BindFlags(flag.CommandLine, &o.Egress)
 	zo := zap.Options{Development: true}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()

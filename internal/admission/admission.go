@@ -141,6 +141,16 @@ func (c *Controller) Release(uid types.UID) {
 	c.wakeAll(woken)
 }
 
+// Refill gives free slots to the runs whose turn it is, waking them: call
+// it when a namespace's bound was raised, so its waiting runs need not
+// wait for another run to finish.
+func (c *Controller) Refill() {
+	c.mu.Lock()
+	woken := c.fill()
+	c.mu.Unlock()
+	c.wakeAll(woken)
+}
+
 // Forget drops a run entirely (deleted): its slot, its promise and its
 // place in line.
 func (c *Controller) Forget(uid types.UID) {

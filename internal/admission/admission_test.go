@@ -134,6 +134,31 @@ func TestNamespaceBound(t *testing.T) {
 	}
 }
 
+// TestRefillAdmitsWhenABoundIsRaised: runs held back only by their
+// namespace's bound are woken by Refill once the bound is raised, without
+// waiting for another run to finish.
+func TestRefillAdmitsWhenABoundIsRaised(t *testing.T) {
+	var w woken
+	bound := 1
+	c := New(10, func(string) int { return bound }, w.wake)
+	for i := range 3 {
+		admit(c, run("team", fmt.Sprintf("r%d", i), t0.Add(time.Duration(i)*time.Second)))
+	}
+	if c.Active() != 1 || c.Waiting() != 2 {
+		t.Fatalf("active %d waiting %d, want 1 and 2 under a bound of 1", c.Active(), c.Waiting())
+	}
+	w = nil
+	c.Refill()
+	if len(w) != 0 {
+		t.Fatalf("Refill with the same bound woke %v", w)
+	}
+	bound = 3
+	c.Refill()
+	if len(w) != 2 || w[0] != "team/r1" || w[1] != "team/r2" {
+		t.Fatalf("after raising the bound Refill woke %v, want team/r1 and team/r2 in order", w)
+	}
+}
+
 // TestForgetFreesEverything: a deleted run's slot, promise and place go.
 func TestForgetFreesEverything(t *testing.T) {
 	var w woken

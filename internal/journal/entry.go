@@ -201,6 +201,10 @@ const (
 	FailUnreachable FailureClass = "ProviderUnreachable"
 	FailTimedOut    FailureClass = "ProviderTimedOut"
 	FailFailed      FailureClass = "ProviderFailed"
+	// FailEgressRefused: the manager's egress policy refused the provider's
+	// address before any connection (internal/egress); nothing was sent.
+	// Message holds the refusal and its remedy.
+	FailEgressRefused FailureClass = "EgressRefused"
 	// FailFatal is a failure no setup change fixes (a malformed request):
 	// the run ends in Error.
 	FailFatal FailureClass = "Fatal"

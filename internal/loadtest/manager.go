@@ -74,7 +74,8 @@ type Manager struct {
 
 // StartManager runs the manager binary against the cluster with
 // --kubeconfig, --metrics-bind-address on a free loopback port and
-// --health-probe-bind-address=0, followed by extra (flags the caller passes
+// --health-probe-bind-address=0 and --egress-allow-cidr=127.0.0.1/32 (the
+// harness's servers are on loopback), followed by extra (flags the caller passes
 // through, such as --max-concurrent-reconciles=32). Its stderr and stdout go
 // to a file in logDir. It returns once the AgentRun controller has started
 // its workers (its caches are synced), read from the manager's log ("Starting
@@ -97,7 +98,11 @@ func (c *Cluster) StartManager(ctx context.Context, logDir string, extra ...stri
 		LogPath:    log.Name(),
 		Args: append([]string{"--kubeconfig=" + c.Kubeconfig,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-			"--health-probe-bind-address=0"}, extra...),
+			"--health-probe-bind-address=0",
+			// The harness's servers (the hung MCP server) listen on loopback,
+			// which the egress policy refuses by default: opted in here, as a
+			// developer would (docs/egress.md).
+			"--egress-allow-cidr=127.0.0.1/32"}, extra...),
 		log:  log,
 		done: make(chan struct{}),
 	}

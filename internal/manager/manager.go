@@ -28,6 +28,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
@@ -49,6 +50,15 @@ type Options struct {
 	// MaxActiveRuns bounds the runs driven at once; the rest wait in line
 	// and are admitted in creation order (0: no bound).
 	MaxActiveRuns int
+	// MaxActiveRunsPerNamespace bounds one namespace's active runs (0: no
+	// bound); a Namespace's agentrun.dev/max-active-runs annotation
+	// overrides it (cluster-wide installs only: a namespace-scoped one
+	// cannot read Namespaces).
+	MaxActiveRunsPerNamespace int
+	// Namespaces, when set, restricts the manager to these namespaces: its
+	// caches watch only them and it reads nothing elsewhere, so Roles in
+	// them (config/namespaced) are all the RBAC it needs.
+	Namespaces []string
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
 	SnapshotSweep controllers.Sweep
@@ -72,6 +82,22 @@ type Options struct {
 	// SkipNameValidation lets several managers live in one process (tests
 	// that restart the manager).
 	SkipNameValidation bool
+	// Egress widens or narrows the default egress policy of every call the
+	// manager makes on a tenant's behalf (webhooks, MCP servers, model
+	// providers): the --egress-* flags. The zero value is the default
+	// policy, which refuses loopback, link-local, cloud metadata, the API
+	// server and the manager pod; tests that call loopback servers must
+	// allow them here explicitly.
+	Egress egress.Config
+	// EgressConfigMap names the cluster admin's egress ConfigMap (key
+	// egress.toml), merged with Egress. It is read at start (a ConfigMap
+	// that does not parse stops the manager) and watched, so edits apply
+	// to the next connection. Empty Name: none.
+	EgressConfigMap types.NamespacedName
+	// EgressOptions are passed to the policy after the manager's own
+	// (tests inject a resolver).
+	EgressOptions []egress.Option
+
 	// Shards divides the runs among replicas by Leases (0 or 1: this
 	// manager drives every run).
 	Shards int
@@ -116,8 +142,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme(),
-		Cache:                   cacheOptions(o.Shards > 1),
+		Scheme: Scheme(),
+		// Managed fields are never read; dropping them from the cache saves
+		// memory on every cached object.
+		Cache:                   cacheOptions(o.Namespaces, o.Shards > 1),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
 		PprofBindAddress:        o.PprofAddr,
@@ -140,6 +168,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 16
 	}
+	eg, err := newEgressPolicy(context.Background(), cfg, o, mgr.GetAPIReader(), ctrl.Log.WithName("egress"))
+	if err != nil {
+		return nil, fmt.Errorf("building the egress policy: %w", err)
+	}
+	if o.EgressConfigMap.Name != "" {
+		if err := mgr.Add(&egressWatch{e: eg, cfg: cfg, recorder: mgr.GetEventRecorder("agentrun-operator")}); err != nil {
+			return nil, err
+		}
+	}
 	retention := controllers.Retention{Default: o.TTLAfterFinished}
 	sink := eventsink.New(mgr.GetClient(), mgr.GetScheme(), "agentrun-operator")
 	if err := mgr.Add(sink); err != nil {
@@ -157,15 +194,21 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Clock:         o.Clock,
 		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
+		HTTP:          eg.client,
 		Retention:     retention,
 		MaxActiveRuns: o.MaxActiveRuns,
-		Sweep:         o.SnapshotSweep,
-		OnReconcile:   o.OnReconcile,
-		OnWake:        o.OnWake,
-		WakeThrough:   o.WakeThrough,
-		Sharding:      sharding,
-		RestConfig:    cfg,
-		Identity:      o.Identity,
+		Namespaces:    o.Namespaces,
+		// Namespaces are cluster-scoped: a namespace-scoped install cannot
+		// watch them, and keeps to the flag.
+		MaxActiveRunsPerNamespace: o.MaxActiveRunsPerNamespace,
+		NamespaceCaps:             len(o.Namespaces) == 0,
+		Sweep:                     o.SnapshotSweep,
+		OnReconcile:               o.OnReconcile,
+		OnWake:                    o.OnWake,
+		WakeThrough:               o.WakeThrough,
+		Sharding:                  sharding,
+		RestConfig:                cfg,
+		Identity:                  o.Identity,
 	})
 	if err != nil {
 		return nil, err
@@ -192,8 +235,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 // (controllers.FinishedRunTransform), and the ConfigMap metadata cache (the
 // watch that wakes runs when a provider config or blueprint changes)
 // leaves out the operator's own ConfigMaps (journals, snapshots), which no
-// run waits on.
-func cacheOptions(sharded bool) cache.Options {
+// run waits on. With namespaces, every watch is in those namespaces only.
+func cacheOptions(namespaces []string, sharded bool) cache.Options {
 	notOurs, err := labels.Parse("!" + arv1.LabelComponent)
 	if err != nil {
 		panic(err)
@@ -204,8 +247,16 @@ func cacheOptions(sharded bool) cache.Options {
 		// shard caches); the manager's own cache holds none.
 		runs.Label = labels.SelectorFromSet(labels.Set{shards.LabelShard: "none"})
 	}
+	var only map[string]cache.Config
+	for _, ns := range namespaces {
+		if only == nil {
+			only = map[string]cache.Config{}
+		}
+		only[ns] = cache.Config{}
+	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultNamespaces: only,
+		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},
 			&arv1.AgentRun{}:    runs,

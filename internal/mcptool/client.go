@@ -3,6 +3,7 @@ package mcptool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 )
 
 // clientInfo is how the operator introduces itself to MCP servers.
@@ -118,8 +121,17 @@ func closeSession(ctx context.Context, cs *mcp.ClientSession, rt *roundTripper) 
 }
 
 // fail builds the CallError for a failed step, scrubbing the token from the
-// message in case some layer ever echoes it.
+// message in case some layer ever echoes it. An egress refusal seen by the
+// transport stays reachable with errors.As even if the SDK flattened the
+// chain. Whether the request was sent is the caller's finding (notSent): a
+// refused dial is one of the ways a request never gets a connection.
 func (rt *roundTripper) fail(s Server, step string, err error, notSent bool) *CallError {
+	var r *egress.Refusal
+	if !errors.As(err, &r) {
+		if r = rt.refused(); r != nil {
+			err = errors.Join(err, r)
+		}
+	}
 	msg := fmt.Sprintf("mcp server %q: %s: %v", s.Name, step, err)
 	if s.Token != "" {
 		msg = strings.ReplaceAll(msg, s.Token, "[redacted]")

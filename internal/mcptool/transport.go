@@ -2,10 +2,13 @@ package mcptool
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"sync"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 )
 
 // roundTripper serves one List or Call. It adds the bearer token and records
@@ -20,6 +23,10 @@ type roundTripper struct {
 
 	mu     sync.Mutex
 	status int
+	// refusal is the egress policy's refusal of a request of this
+	// session, if one came (from the transport or the redirect check), so
+	// it reaches the CallError whatever the SDK does with the error chain.
+	refusal *egress.Refusal
 
 	// cancelSent is closed once a notifications/cancelled POST was sent; see
 	// closeSession.
@@ -39,14 +46,42 @@ func newRoundTripper(hc *http.Client, s Server) *roundTripper {
 }
 
 // client is hc (or a zero client) with its transport wrapped by rt, so the
-// caller's timeouts, proxies and connection pool still apply.
+// caller's timeouts, proxies, redirect policy and connection pool still
+// apply.
 func (rt *roundTripper) client(hc *http.Client) *http.Client {
 	var c http.Client
 	if hc != nil {
 		c = *hc
 	}
 	c.Transport = rt
+	if check := c.CheckRedirect; check != nil {
+		c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			err := check(req, via)
+			rt.note(err)
+			return err
+		}
+	}
 	return &c
+}
+
+// note keeps the first egress refusal among errs.
+func (rt *roundTripper) note(err error) {
+	var r *egress.Refusal
+	if err == nil || !errors.As(err, &r) {
+		return
+	}
+	rt.mu.Lock()
+	if rt.refusal == nil {
+		rt.refusal = r
+	}
+	rt.mu.Unlock()
+}
+
+// refused is the refusal noted, if any.
+func (rt *roundTripper) refused() *egress.Refusal {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.refusal
 }
 
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -56,6 +91,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header.Set("Authorization", "Bearer "+rt.token)
 	}
 	resp, err := rt.base.RoundTrip(req)
+	rt.note(err)
 	if req.Method == http.MethodPost {
 		rt.mu.Lock()
 		rt.status = 0

@@ -73,6 +73,13 @@ var (
 		Name: "agentrun_unwoken_reconciles_total",
 		Help: "Reconciles that found no wake source for a non-terminal run and requeued it as a safety net (a bug if non-zero).",
 	})
+	// EgressRefusals counts destinations the egress policy refused, by
+	// namespace, rule (loopback, metadata, apiserver, ...) and stage (dial,
+	// redirect, url): the audit trail of what tenants tried to reach.
+	EgressRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_egress_refusals_total",
+		Help: "Outbound calls made on a tenant's behalf that the egress policy refused, by namespace, rule and stage.",
+	}, []string{"namespace", "rule", "stage"})
 	// UnpricedCalls counts calls that could not be priced.
 	UnpricedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentrun_unpriced_calls_total",
@@ -95,7 +102,7 @@ var (
 // process) and points the state collector at this manager's cache and pool.
 func Register(reader client.Reader, pool Pool) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, collector)
 	})
 	collector.mu.Lock()
 	defer collector.mu.Unlock()

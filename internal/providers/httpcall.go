@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 )
@@ -272,9 +273,9 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// transportError classifies a failure with no HTTP response: the call's
-// deadline, the HTTP client's timeout, a refused connection, a failed DNS
-// lookup or TLS handshake.
+// transportError classifies a failure with no HTTP response: the egress
+// policy's refusal, the call's deadline, the HTTP client's timeout, a
+// refused connection, a failed DNS lookup or TLS handshake.
 func transportError(ctx context.Context, err error, key string) *Error {
 	msg := Redact(err.Error(), key)
 	var netErr net.Error
@@ -283,7 +284,12 @@ func transportError(ctx context.Context, err error, key string) *Error {
 	var certErr *tls.CertificateVerificationError
 	var unknownAuth x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
+	var refusal *egress.Refusal
 	switch {
+	case errors.As(err, &refusal):
+		// Classified before every network class: a refusal arrives as a
+		// dial *net.OpError, and it is a policy decision, not an outage.
+		return &Error{Class: journal.FailEgressRefused, Message: Redact(refusal.Error()+". "+refusal.Remedy(), key)}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return &Error{Class: journal.FailTimedOut, Message: "no answer before the call's deadline: " + msg}
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:

@@ -126,6 +126,19 @@ type Credential struct {
 // cooldown. Fixing the Secret retries at once.
 const RetryCooldown = 300 * time.Second
 
+// EgressRetry is how soon a call the egress policy refused is tried again:
+// a refusal costs no network, and an admin's edit to the policy should
+// take effect without waiting out a provider outage's cooldown.
+const EgressRetry = 30 * time.Second
+
+// retryAfter is how long a failure of class c parks its candidate.
+func retryAfter(c journal.FailureClass) time.Duration {
+	if c == journal.FailEgressRefused {
+		return EgressRetry
+	}
+	return RetryCooldown
+}
+
 // Action is Decide's answer.
 type Action struct {
 	Kind    ActionKind
@@ -273,7 +286,7 @@ func ProviderRemedy(fl *journal.Failure, c Credential) string {
 	if len(said) > 300 {
 		said = said[:300] + "..."
 	}
-	retry := fmt.Sprintf(" The run retries every %s", RetryCooldown)
+	retry := fmt.Sprintf(" The run retries every %s", retryAfter(fl.Class))
 	if c.Secret != "" {
 		retry += ", or at once when the Secret changes"
 	}
@@ -289,6 +302,14 @@ func ProviderRemedy(fl *journal.Failure, c Credential) string {
 		return fmt.Sprintf("The %s%s could not be reached (%s). Check its base URL and the network.%s", where, creds, said, retry)
 	case journal.FailTimedOut:
 		return fmt.Sprintf("The %s%s timed out.%s", where, creds, retry)
+	case journal.FailEgressRefused:
+		// The refusal's own remedy names the rule and the setting; keep it
+		// whole rather than clipped with the provider's words.
+		msg := fl.Message
+		if len(msg) > 800 {
+			msg = msg[:800] + "..."
+		}
+		return fmt.Sprintf("The manager's egress policy refused to connect to %s: %s The run retries every %s.", where, msg, EgressRetry)
 	default:
 		return fmt.Sprintf("The %s%s failed: %s.%s", where, creds, said, retry)
 	}

@@ -351,7 +351,7 @@ func TestProviderRemedyWithoutSecret(t *testing.T) {
 
 func TestProviderRemedyBoundedLength(t *testing.T) {
 	long := strings.Repeat("upstream error body ", 100) // 2000 bytes
-	for _, class := range []journal.FailureClass{journal.FailUnreachable, journal.FailFailed} {
+	for _, class := range []journal.FailureClass{journal.FailUnreachable, journal.FailFailed, journal.FailEgressRefused} {
 		r := ProviderRemedy(&journal.Failure{Class: class, Status: 502, Message: long}, cred)
 		if len(r) > 1024 {
 			t.Errorf("%s: remedy is %d bytes, want <= 1024", class, len(r))
@@ -405,6 +405,13 @@ func TestSelectCandidate(t *testing.T) {
 		{name: "unreachable parks with its own blocker", cands: []Candidate{a},
 			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailUnreachable, 0, "v1", failedAt)}, wantIndex: -1,
 			wantBlock: arv1.BlockerProviderUnreachable, wantRetry: ptrTime(failedAt.Add(RetryCooldown)), wantRemedy: []string{"could not be reached"}},
+		{name: "an egress refusal parks with its own blocker and the refusal's remedy, retried sooner", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: {Failure: journal.Failure{Class: journal.FailEgressRefused, SecretVersion: "v1",
+				Message: "egress refused: 169.254.169.254 for namespace team-a: cloud metadata service (rule metadata). 169.254.169.254 is a cloud metadata service"}, At: now.Add(-10 * time.Second)}},
+			wantIndex: -1, wantBlock: arv1.BlockerEgressRefused, wantRetry: ptrTime(now.Add(-10 * time.Second).Add(EgressRetry)),
+			wantRemedy: []string{"egress policy refused to connect to provider \"anthropic\"", "(rule metadata)", "retries every 30s"}},
+		{name: "an egress refusal is tried again after EgressRetry", cands: []Candidate{a},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailEgressRefused, 0, "v1", now.Add(-EgressRetry))}, wantIndex: 0},
 		{name: "different reasons on every model park on ProvidersUnavailable", cands: []Candidate{a, b},
 			failed: map[string]journal.FailedCall{
 				a.Ref: fail(journal.FailAuth, 401, "v1", failedAt),

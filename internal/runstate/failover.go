@@ -69,7 +69,7 @@ func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, no
 			classes[arv1.SetupBlocker(fl.Class)] = true
 			last = &SetupBlock{Blocker: arv1.SetupBlocker(fl.Class), Remedy: ProviderRemedy(&fl, c.Credential), Refs: credentialRefs(c.Credential)}
 			if fl.Class != journal.FailAuth && fl.Class != journal.FailForbidden {
-				earliest(fc.At.Add(RetryCooldown))
+				earliest(fc.At.Add(retryAfter(fl.Class)))
 			}
 			skipped = append(skipped, Skipped{Ref: c.Ref, Why: string(fl.Class)})
 			continue
@@ -113,5 +113,5 @@ func stillFailing(fc journal.FailedCall, secretVersion string, now time.Time) bo
 	case journal.FailFatal:
 		return false
 	}
-	return now.Before(fc.At.Add(RetryCooldown))
+	return now.Before(fc.At.Add(retryAfter(fc.Failure.Class)))
 }

@@ -108,11 +108,13 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 	return result, err
 }
 
-// failed records a classified failure; every class but Fatal counts
-// against the provider's circuit.
+// failed records a classified failure; every class but Fatal and
+// EgressRefused counts against the provider's circuit (a refusal is one
+// namespace's policy, not the provider's health, and must not open the
+// circuit for namespaces the policy allows).
 func (rt *Runtime) failed(done *journal.Entry, c ModelCall, err error) {
 	pe := providers.AsError(err)
-	if pe.Class != journal.FailFatal {
+	if pe.Class != journal.FailFatal && pe.Class != journal.FailEgressRefused {
 		rt.Breakers.Failure(c.BreakerKey, string(pe.Class), rt.Clock.Now())
 	}
 	done.Kind = journal.ModelCallFailed

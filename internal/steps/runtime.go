@@ -20,6 +20,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
@@ -94,8 +95,13 @@ func New(o Options) (*Runtime, error) {
 		rt.Breakers = circuit.New()
 	}
 	if rt.HTTP == nil {
-		shared := &http.Client{}
-		rt.HTTP = func(string) *http.Client { return shared }
+		// No client given: the default egress policy, never an unguarded
+		// client (loopback, link-local, cloud metadata refused).
+		p, err := egress.New(nil)
+		if err != nil {
+			return nil, err
+		}
+		rt.HTTP = p.Client
 	}
 	if rt.Clock == nil {
 		rt.Clock = clock.RealClock{}

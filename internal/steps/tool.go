@@ -57,7 +57,7 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 	switch {
 	case err != nil && errors.As(err, &ce) && ce.NotSent:
 		// Never reached the server: safe to issue again once it is back.
-		rt.Catalog.Forget(toolcatalog.KeyOf(c.Server))
+		rt.Catalog.Forget(toolcatalog.KeyIn(c.Run.Namespace, c.Server))
 		outcome = "not_sent"
 		done.Kind = journal.ToolCallRetried
 		done.By = "operator: the call never reached the server (" + clip(err.Error(), 200) + ")"
@@ -108,7 +108,7 @@ type Listing struct {
 // RunListing lists the server's tools into the catalog, failure included
 // (with its retry time), and wakes the runs waiting for it.
 func (rt *Runtime) RunListing(ctx context.Context, l Listing) {
-	key := toolcatalog.KeyOf(l.Server)
+	key := toolcatalog.KeyIn(l.Namespace, l.Server)
 	lctx, cancel := context.WithTimeout(ctx, rt.ListTimeout)
 	defer cancel()
 	tools, err := mcptool.List(lctx, rt.HTTP(l.Namespace), l.Server)

@@ -35,6 +35,15 @@ func KeyOf(s mcptool.Server) Key {
 	return Key(s.URL + "|" + hex.EncodeToString(h[:8]))
 }
 
+// KeyIn is the catalog key of a server as listed for runs of namespace.
+// Listings are kept per namespace because the egress policy is: a listing
+// one namespace's exception allowed must not serve a namespace the policy
+// refuses, and one namespace's refused listing must not park another's
+// runs (tenants share nothing through the catalog).
+func KeyIn(namespace string, s mcptool.Server) Key {
+	return Key(namespace + "|" + string(KeyOf(s)))
+}
+
 // State says what the catalog knows of a server.
 type State int
 

@@ -90,3 +90,26 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestKeyInSeparatesNamespaces: the same server and token listed for two
+// namespaces are two entries, since each namespace has its own egress
+// policy.
+func TestKeyInSeparatesNamespaces(t *testing.T) {
+	s := mcptool.Server{URL: "http://tools:8080/mcp", Token: "secret"}
+	a, b := KeyIn("team-a", s), KeyIn("team-b", s)
+	if a == b {
+		t.Fatalf("KeyIn gives %q for both namespaces", a)
+	}
+	if KeyIn("team-a", s) != a {
+		t.Fatal("KeyIn is not stable")
+	}
+	c := New(0, 0)
+	now := time.Now()
+	if !c.Begin(a) {
+		t.Fatal("Begin")
+	}
+	c.Finish(a, nil, errors.New("refused"), now)
+	if e := c.Lookup(b, now); e.State != Unknown {
+		t.Errorf("team-b sees team-a's failed listing: state %v", e.State)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
 )
 
@@ -102,7 +103,8 @@ type Result struct {
 
 // Deliver POSTs body to url, retrying only network errors, timeouts, 408,
 // 429 and 5xx with capped exponential backoff and jitter. Any other status
-// is final. The same delivery id goes with every attempt; each attempt is
+// is final, and so is a refusal of the egress policy (c's transport and
+// redirect check), which Err then wraps with its remedy. The same delivery id goes with every attempt; each attempt is
 // signed afresh with its own timestamp.
 func Deliver(ctx context.Context, c *http.Client, p Policy, url, id string, key, body []byte, now func() time.Time) Result {
 	b := retry.Backoff{Attempts: p.Attempts, Base: p.BaseDelay, Cap: p.MaxDelay, Jitter: 0.25}
@@ -132,7 +134,13 @@ func post(ctx context.Context, c *http.Client, timeout time.Duration, url, id st
 		req.Header.Set(HeaderSignature, Sign(key, t, body))
 	}
 	resp, err := c.Do(req)
-	if err != nil {
+	var refusal *egress.Refusal
+	switch {
+	case errors.As(err, &refusal):
+		// The egress policy refused the address (or a redirect's): a policy
+		// decision, not an outage, so it is final and never retried.
+		return false, fmt.Errorf("posting to the callback: %w (not retried). %s", err, refusal.Remedy())
+	case err != nil:
 		return true, fmt.Errorf("posting to the callback: %w", err)
 	}
 	defer resp.Body.Close()

@@ -2,14 +2,18 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 )
 
 func TestSignVerify(t *testing.T) {
@@ -103,5 +107,49 @@ func TestDeliverRetriesNetworkErrors(t *testing.T) {
 	res := Deliver(context.Background(), http.DefaultClient, fast, url, "id", nil, []byte(`{}`), time.Now)
 	if res.Delivered || res.Attempts != fast.Attempts || res.Err == nil {
 		t.Fatalf("refused connection: %+v, want %d attempts and an error", res, fast.Attempts)
+	}
+}
+
+// TestDeliverDoesNotRetryAnEgressRefusal: a callback whose address (or
+// whose redirect target) the egress policy refuses fails after one
+// attempt, with the refusal and its remedy in Err, and the refused
+// receiver sees no request.
+func TestDeliverDoesNotRetryAnEgressRefusal(t *testing.T) {
+	refused := &receiver{}
+	target := httptest.NewUnstartedServer(refused)
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	target.Listener = l
+	target.Start()
+	defer target.Close()
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/hook", http.StatusTemporaryRedirect)
+	}))
+	defer redirect.Close()
+	p, err := egress.New(&egress.Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, url := range map[string]string{"direct": target.URL + "/hook", "redirect": redirect.URL + "/hook"} {
+		t.Run(name, func(t *testing.T) {
+			res := Deliver(context.Background(), p.Client("team-a"), fast, url, "id", nil, []byte(`{}`), time.Now)
+			if res.Delivered || res.Attempts != 1 {
+				t.Fatalf("%+v, want one attempt, not delivered", res)
+			}
+			var r *egress.Refusal
+			if !errors.As(res.Err, &r) || r.Rule != egress.RuleLoopback {
+				t.Fatalf("err %v, want an egress refusal with rule %s", res.Err, egress.RuleLoopback)
+			}
+			for _, want := range []string{"(rule loopback)", "(not retried)", "--egress-allow-cidr=127.0.0.0/8"} {
+				if !strings.Contains(res.Err.Error(), want) {
+					t.Errorf("err %q lacks %q", res.Err, want)
+				}
+			}
+		})
+	}
+	if len(refused.ids) != 0 {
+		t.Errorf("the refused receiver got %d requests", len(refused.ids))
 	}
 }

@@ -6,6 +6,7 @@ package mcptest
 
 import (
 	"crypto/subtle"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -27,6 +28,9 @@ type Options struct {
 	// long before serving it: a slow server, so a test can catch runs
 	// waiting on a listing another run started.
 	RequestDelay time.Duration
+	// Addr is the address to listen on (default 127.0.0.1 on a free port),
+	// e.g. "127.0.0.2:0" for a server apart from the API server's address.
+	Addr string
 }
 
 // Server is a running MCP test server. Its counters are safe for concurrent
@@ -84,7 +88,16 @@ func New(t testing.TB, opts Options) *Server {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(endpoint, h)
-	s.http = httptest.NewServer(mux)
+	s.http = httptest.NewUnstartedServer(mux)
+	if opts.Addr != "" {
+		l, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			t.Fatalf("mcptest: listening on %s: %v", opts.Addr, err)
+		}
+		_ = s.http.Listener.Close()
+		s.http.Listener = l
+	}
+	s.http.Start()
 
 	t.Cleanup(func() {
 		// Free held handlers and drop open streams first: httptest's Close

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -184,10 +185,26 @@ func NewOpenAIServer(t testing.TB) *Server { return start(t, kindOpenAI) }
 // /v1/messages. It is closed when the test ends.
 func NewAnthropicServer(t testing.TB) *Server { return start(t, kindAnthropic) }
 
-func start(t testing.TB, k kind) *Server {
+// NewOpenAIServerOn is NewOpenAIServer listening on addr (such as
+// "127.0.0.2:0"), for tests that need a server on another loopback address
+// than the API server's.
+func NewOpenAIServerOn(t testing.TB, addr string) *Server { return startOn(t, kindOpenAI, addr) }
+
+func start(t testing.TB, k kind) *Server { return startOn(t, k, "") }
+
+func startOn(t testing.TB, k kind, addr string) *Server {
 	t.Helper()
 	s := &Server{kind: k, last: Reply{Text: "ok", PromptTokens: 1, CompletionTokens: 1}}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	if addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("providertest: listening on %s: %v", addr, err)
+		}
+		_ = s.Server.Listener.Close()
+		s.Server.Listener = l
+	}
+	s.Server.Start()
 	t.Cleanup(s.Close)
 	return s
 }

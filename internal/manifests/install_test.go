@@ -1,0 +1,253 @@
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// render builds a kustomization under config/ with the real kubectl.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := exec.Command(testenv.KubectlPath(), "kustomize", filepath.Join(testenv.RepoRoot(), "config", dir)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/%s: %v\n%s", dir, err, out)
+	}
+	var objs []*unstructured.Unstructured
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	var out T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// grants flattens rules into "group resource verb [names]" strings.
+func grants(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out = append(out, fmt.Sprintf("%s %s %s %v", g, res, v, r.ResourceNames))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dryRun creates every object server-side without storing it: the API
+// server's own validation of the install, CRDs' and policies' schemas
+// included. Namespaces the objects need are created for real first.
+func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, u := range objs {
+		if ns := u.GetNamespace(); ns != "" {
+			err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, u := range objs {
+		if err := c.Create(ctx, u.DeepCopy(), client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Errorf("%s %s/%s is refused by the API server: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+		}
+	}
+}
+
+// TestNamespacedOverlayHoldsOnlyRoles: config/namespaced renders, the API
+// server accepts it, nothing in it grants the manager's ServiceAccount
+// anything cluster-wide, its Deployment passes --namespaces, and every
+// Role it gives the manager in a watched namespace holds exactly the
+// namespaced rules of the cluster-wide ClusterRole (generated from the
+// RBAC markers), so the two installs cannot drift apart.
+func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
+	var clusterRole *rbacv1.ClusterRole
+	for _, u := range render(t, "default") {
+		if u.GetKind() == "ClusterRole" && u.GetName() == "agentrun-manager-role" {
+			clusterRole = convert[rbacv1.ClusterRole](t, u)
+		}
+	}
+	if clusterRole == nil {
+		t.Fatal("config/default has no agentrun-manager-role ClusterRole")
+	}
+	var want []rbacv1.PolicyRule
+	for _, r := range clusterRole.Rules {
+		var res []string
+		for _, x := range r.Resources {
+			// Cluster-scoped, or only ever read in the default namespace.
+			if x != "namespaces" && x != "endpointslices" {
+				res = append(res, x)
+			}
+		}
+		if len(res) > 0 {
+			r.Resources = res
+			want = append(want, r)
+		}
+	}
+
+	objs := render(t, "namespaced")
+	dryRun(t, objs)
+	tenants := 0
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "ClusterRoleBinding":
+			t.Errorf("the namespaced overlay has ClusterRoleBinding %s", u.GetName())
+		case "Deployment":
+			d := convert[struct {
+				Spec struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			}](t, u)
+			if a := d.Spec.Template.Spec.Containers[0].Args; !slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--namespaces=") }) {
+				t.Errorf("the namespaced Deployment's args %v lack --namespaces", a)
+			}
+		case "Role":
+			if u.GetName() != "agentrun-manager-role" {
+				continue
+			}
+			tenants++
+			role := convert[rbacv1.Role](t, u)
+			if got, w := grants(role.Rules), grants(want); !slices.Equal(got, w) {
+				t.Errorf("Role %s/%s grants\n%v\nthe ClusterRole's namespaced rules are\n%v", role.Namespace, role.Name, got, w)
+			}
+		}
+	}
+	if tenants < 2 {
+		t.Errorf("config/namespaced has %d tenant Roles, want one per example namespace (2)", tenants)
+	}
+}
+
+// TestClusterRoleSecretVerbsAreDocumented: docs/security.md states exactly
+// the verbs the cluster-wide install holds on Secrets.
+func TestClusterRoleSecretVerbsAreDocumented(t *testing.T) {
+	var verbs []string
+	for _, u := range render(t, "default") {
+		if u.GetKind() != "ClusterRole" || u.GetName() != "agentrun-manager-role" {
+			continue
+		}
+		for _, r := range convert[rbacv1.ClusterRole](t, u).Rules {
+			if slices.Contains(r.Resources, "secrets") {
+				verbs = append(verbs, r.Verbs...)
+			}
+		}
+	}
+	sort.Strings(verbs)
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := make([]string, len(verbs))
+	for i, v := range verbs {
+		quoted[i] = "`" + v + "`"
+	}
+	want := "Secrets, cluster-wide: " + strings.Join(quoted, ", ") + "."
+	if len(verbs) == 0 || !strings.Contains(string(doc), want) {
+		t.Errorf("docs/security.md does not say %q (the ClusterRole's Secret verbs are %v)", want, verbs)
+	}
+}
+
+// TestNetworkPolicySelectsTheManager: config/networkpolicy renders, the API
+// server accepts it, it selects the manager's pods (the Deployment's
+// template labels) in the manager's namespace, restricts both directions,
+// and allows DNS and the API server.
+func TestNetworkPolicySelectsTheManager(t *testing.T) {
+	objs := render(t, "networkpolicy")
+	dryRun(t, objs)
+	var pod map[string]string
+	var podNS string
+	for _, u := range render(t, "default") {
+		if u.GetKind() == "Deployment" {
+			d := convert[struct {
+				Spec struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			}](t, u)
+			pod, podNS = d.Spec.Template.Labels, u.GetNamespace()
+		}
+	}
+	if len(objs) != 1 || objs[0].GetKind() != "NetworkPolicy" {
+		t.Fatalf("config/networkpolicy renders %d objects, want one NetworkPolicy", len(objs))
+	}
+	np := convert[networkingv1.NetworkPolicy](t, objs[0])
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if np.Namespace != podNS || !sel.Matches(labels.Set(pod)) {
+		t.Errorf("the NetworkPolicy %s/%s (selector %s) does not select the manager's pods %s/%v", np.Namespace, np.Name, sel, podNS, pod)
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("policy types %v, want Ingress and Egress", np.Spec.PolicyTypes)
+	}
+	var dns, api bool
+	for _, e := range np.Spec.Egress {
+		for _, p := range e.Ports {
+			dns = dns || p.Port != nil && p.Port.IntValue() == 53
+			api = api || p.Port != nil && p.Port.IntValue() == 6443
+		}
+	}
+	if !dns || !api {
+		t.Errorf("egress rules allow DNS %v, the API server %v; want both", dns, api)
+	}
+}
