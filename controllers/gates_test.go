@@ -84,14 +84,20 @@ func TestBrokenBlueprintIsAnError(t *testing.T) {
 	}
 }
 
-// TestBackpressureIsVisibleAndNeverSetup: with one executor slot, a second
-// run waits for the slot with a Reconciling reason, never NeedsSetup.
+// TestBackpressureIsVisibleAndNeverSetup: with one executor slot and three
+// admitted runs, runs that wait for the slot longer than a moment show it
+// with a Reconciling reason, never NeedsSetup. Run a holds the slot for
+// longer than pressureShownAfter.
 func TestBackpressureIsVisibleAndNeverSetup(t *testing.T) {
-	startManager(t, managerOpts{steps: 1})
+	startManager(t, managerOpts{steps: 1, activeRuns: 3})
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": pacedThree})
+	createConfigMap(t, ns, "hog", map[string]string{"agent.toml": strings.Replace(
+		strings.Replace(pacedThree, "delay_ms = 600", "delay_ms = 6500", 1), `name = "paced"`, `name = "hog"`, 1)})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
-	for _, n := range []string{"a", "b", "c"} {
+	createRun(t, ns, "a", "hog")
+	waitFor(t, ns, "a", 20*time.Second, "its first call started", func(r *arv1.AgentRun) bool { return r.Status.Phase == arv1.PhaseRunning })
+	for _, n := range []string{"b", "c"} {
 		createRun(t, ns, n, "paced")
 	}
 	sawBackpressure := false

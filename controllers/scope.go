@@ -114,7 +114,13 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	case err == nil && s.out.queued:
 		projectQueued(s)
 	case err == nil:
-		s.showPressure = r.pressure.lasted(s.run.UID, s.out.backpressure, s.now)
+		var showIn time.Duration
+		s.showPressure, showIn = r.pressure.lasted(s.run.UID, s.out.backpressure, s.now)
+		if showIn > 0 && (s.out.requeueAfter == 0 || showIn < s.out.requeueAfter) {
+			// Look again when the wait would show, in case no slot frees
+			// before then.
+			s.out.requeueAfter = showIn
+		}
 		project(s)
 		if last, failed := r.failures.take(s.run.UID); failed {
 			retried(s.run, last)
@@ -229,18 +235,22 @@ type pressure struct {
 func newPressure() *pressure { return &pressure{since: map[types.UID]time.Time{}} }
 
 // lasted records whether the run found backpressure now and reports
-// whether it has lasted pressureShownAfter.
-func (p *pressure) lasted(uid types.UID, now bool, at time.Time) bool {
+// whether it has lasted pressureShownAfter, or else how long until it
+// would have (0 when there is none).
+func (p *pressure) lasted(uid types.UID, now bool, at time.Time) (bool, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !now {
 		delete(p.since, uid)
-		return false
+		return false, 0
 	}
 	since, ok := p.since[uid]
 	if !ok {
 		p.since[uid] = at
-		return false
+		return false, pressureShownAfter
 	}
-	return at.Sub(since) >= pressureShownAfter
+	if waited := at.Sub(since); waited < pressureShownAfter {
+		return false, pressureShownAfter - waited
+	}
+	return true, 0
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
 // egressPolicy is the manager's egress policy: the flags' Config merged
@@ -195,4 +196,29 @@ func (w *egressWatch) changed(obj any) {
 				"Not applied, the previous egress policy stays in force: %v", err)
 		}
 	}
+}
+
+// namedReplica adds the replica's name (shards.ReplicaHeader) to every
+// request of the clients it returns.
+func namedReplica(clients func(namespace string) *http.Client, identity string) func(namespace string) *http.Client {
+	return func(namespace string) *http.Client {
+		c := *clients(namespace)
+		base := c.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		c.Transport = replicaHeader{identity: identity, next: base}
+		return &c
+	}
+}
+
+type replicaHeader struct {
+	identity string
+	next     http.RoundTripper
+}
+
+func (t replicaHeader) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set(shards.ReplicaHeader, t.identity)
+	return t.next.RoundTrip(req)
 }

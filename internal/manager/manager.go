@@ -182,6 +182,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.Add(sink); err != nil {
 		return nil, err
 	}
+	httpClients := eg.client
+	if o.Shards > 1 {
+		httpClients = namedReplica(eg.client, o.Identity)
+	}
 	var r *controllers.AgentRunReconciler
 	sharding, err := shardsFor(mgr, cfg, o, func(ctx context.Context, shard int) { r.DriveShard(ctx, shard) })
 	if err != nil {
@@ -194,7 +198,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Clock:         o.Clock,
 		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
-		HTTP:          eg.client,
+		HTTP:          httpClients,
 		Retention:     retention,
 		MaxActiveRuns: o.MaxActiveRuns,
 		Namespaces:    o.Namespaces,

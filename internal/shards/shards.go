@@ -38,6 +38,12 @@ const (
 	LabelLease = "agentrun.dev/lease"
 )
 
+// ReplicaHeader names the replica on every outbound call a sharded
+// manager makes for a run (model providers, MCP servers, webhooks), so the
+// receiving side can tell which replica called: a fencing audit, and
+// useful in a tool server's logs.
+const ReplicaHeader = "Agentrun-Replica"
+
 // Default Lease timings: client-go's leader-election defaults.
 const (
 	DefaultLeaseDuration = 15 * time.Second

@@ -52,10 +52,12 @@ func (s *Server) SetDelay(tool string, d time.Duration) {
 	s.delays[tool] = d
 }
 
-// enter records a call and waits out any hold and delay. A non-nil error
+// enter records a call (its index in the log) and waits out any hold and delay. A non-nil error
 // means the request (or the server) ended first and the body must not run.
-func (s *Server) enter(ctx context.Context, tool, key string) error {
+func (s *Server) enter(ctx context.Context, tool, key, replica string) (int, error) {
 	s.mu.Lock()
+	at := len(s.log)
+	s.log = append(s.log, Call{Tool: tool, Key: key, Replica: replica, At: time.Now()})
 	s.calls[tool]++
 	s.inFlight[tool]++
 	s.keys[tool] = append(s.keys[tool], key)
@@ -68,15 +70,15 @@ func (s *Server) enter(ctx context.Context, tool, key string) error {
 		default:
 		}
 		if err := wait(ctx, s, h.released); err != nil {
-			return err
+			return at, err
 		}
 	}
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
-		return wait(ctx, s, t.C)
+		return at, wait(ctx, s, t.C)
 	}
-	return nil
+	return at, nil
 }
 
 // wait blocks until done fires, ctx ends or the server closes.

@@ -47,6 +47,21 @@ type Server struct {
 	delays   map[string]time.Duration
 	holds    map[string]*hold
 	tickets  int
+	log      []Call
+}
+
+// Call is one call that reached a tool's handler.
+type Call struct {
+	Tool string
+	// Key is the call's idempotency key ("" if it carried none).
+	Key string
+	// Replica is the calling manager replica, from its Agentrun-Replica
+	// header ("" when unsharded).
+	Replica string
+	// At is when the call reached the handler.
+	At time.Time
+	// Executed: its body ran to completion (a side effect happened).
+	Executed bool
 }
 
 // endpoint is the path the MCP handler is mounted on, so URL() names an
@@ -148,6 +163,13 @@ func (s *Server) Executed(tool string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.executed[tool]
+}
+
+// Log is every call that reached a handler, in arrival order.
+func (s *Server) Log() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.log...)
 }
 
 // InFlight is how many calls of tool are inside its handler now, so a test

@@ -1,6 +1,8 @@
 package mcptest
 
 import (
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+
 	"context"
 	"fmt"
 
@@ -69,13 +71,19 @@ func addTool[In any](s *Server, srv *mcp.Server, t *mcp.Tool, body func(In) *mcp
 		// The SDK hands _meta to the handler as a decoded map, so a string
 		// key arrives as a Go string.
 		key, _ := req.Params.Meta[mcptool.IdempotencyMetaKey].(string)
+		var replica string
+		if req.Extra != nil {
+			replica = req.Extra.Header.Get(shards.ReplicaHeader)
+		}
 		defer s.leave(t.Name)
-		if err := s.enter(ctx, t.Name, key); err != nil {
+		at, err := s.enter(ctx, t.Name, key, replica)
+		if err != nil {
 			return nil, nil, err
 		}
 		res := body(in)
 		s.mu.Lock()
 		s.executed[t.Name]++
+		s.log[at].Executed = true
 		s.mu.Unlock()
 		return res, nil, nil
 	})
