@@ -228,6 +228,14 @@ func (c *Coordinator) round(ctx context.Context) error {
 		return err
 	}
 	assigned := Assign(c.cfg.Shards, members)
+	for shard := range c.cfg.Shards {
+		c.mu.Lock()
+		_, running := c.running[shard]
+		c.mu.Unlock()
+		if assigned[shard] == c.cfg.Identity && !running {
+			c.breakExpired(ctx, shard, members)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for shard := range c.cfg.Shards {
@@ -243,6 +251,33 @@ func (c *Coordinator) round(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// breakExpired clears the holder of a shard Lease whose holder has left
+// (no live member Lease) and whose own record has expired, so this
+// replica's elector, new to the shard, acquires it at once instead of
+// first watching the record for a whole Lease duration (client-go's rule
+// for a holder it has not seen renew). That keeps a takeover within the
+// Lease duration and a retry period of the death. It trusts the holder's
+// record times the way member liveness does: it is safe while clocks
+// differ by less than the Lease duration minus the renew deadline, as the
+// old holder fenced itself at its last renewal plus the renew deadline.
+// The write is optimistic (the record's resourceVersion): a renewal or
+// another breaker wins.
+func (c *Coordinator) breakExpired(ctx context.Context, shard int, members []string) {
+	leases := c.cfg.Kube.CoordinationV1().Leases(c.cfg.Namespace)
+	l, err := leases.Get(ctx, LeaseName(shard), metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	holder, live := liveHolder(&l.Spec, time.Now())
+	if holder == "" || live || slices.Contains(members, holder) {
+		return
+	}
+	l.Spec.HolderIdentity = ptr.To("")
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
+		c.cfg.Log.Info("Took over an expired shard Lease of a replica that left", "shard", shard, "holder", holder)
+	}
 }
 
 // elector competes for one shard's Lease; cancel stops it, releasing the
