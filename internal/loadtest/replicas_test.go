@@ -40,39 +40,9 @@ func replicaFlags(leaseNS, id string, n int) []string {
 	}
 }
 
-// pacedStages is a three-stage blueprint whose model calls take 300 ms, so
-// a batch is still in flight when a replica is killed.
-const pacedStages = `
-[agent]
-name = "paced"
-[agent.title]
-enabled = false
-[stages.a]
-[stages.a.model]
-models = [{provider = "demo", model = "scripted-1"}]
-[stages.a.transitions.b]
-condition = "always"
-[[stages.a.script]]
-text = "a"
-delay_ms = 300
-[stages.b]
-[stages.b.model]
-models = [{provider = "demo", model = "scripted-1"}]
-[stages.b.transitions.c]
-condition = "always"
-[[stages.b.script]]
-text = "b"
-delay_ms = 300
-[stages.c]
-allow_complete = true
-[stages.c.model]
-models = [{provider = "demo", model = "scripted-1"}]
-[[stages.c.script]]
-text = "c"
-complete = true
-output = "done"
-delay_ms = 300
-`
+// pacedStages is ThreeStage with model calls of 300 ms, so a batch is
+// still in flight when a replica is killed.
+var pacedStages = strings.ReplaceAll(loadtest.ThreeStage, "\nusage = ", "\ndelay_ms = 300\nusage = ")
 
 // fanOutItems is how many workers a fan-out parent of fanOut starts.
 const fanOutItems = 3
@@ -219,20 +189,30 @@ func shardHolders(ctx context.Context, c *loadtest.Cluster, leaseNS string) (map
 // held by one of alive; it returns how long that took from since.
 func waitTakeover(t *testing.T, ctx context.Context, c *loadtest.Cluster, leaseNS, dead string, alive []string, n int, since time.Time) time.Duration {
 	t.Helper()
+	took, err := awaitHolders(ctx, c, leaseNS, dead, alive, n, since, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return took
+}
+
+// awaitHolders waits until each of the n shards has a live holder among
+// alive (none of them dead), and returns the time since since.
+func awaitHolders(ctx context.Context, c *loadtest.Cluster, leaseNS, dead string, alive []string, n int, since time.Time, limit time.Duration) (time.Duration, error) {
 	for {
 		holders, err := shardHolders(ctx, c, leaseNS)
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		ok := len(holders) == n
 		for _, h := range holders {
 			ok = ok && h != dead && contains(alive, h)
 		}
 		if ok {
-			return time.Since(since)
+			return time.Since(since), nil
 		}
-		if time.Since(since) > 30*time.Second {
-			t.Fatalf("the shards of %s were not taken over within 30s: holders %v", dead, holders)
+		if time.Since(since) > limit {
+			return 0, fmt.Errorf("the shards were not all held by %v within %v (%s gone): holders %v", alive, limit, dead, holders)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -300,7 +280,7 @@ func TestReplicasShareRunsAndSurviveKills(t *testing.T) {
 		t.Cleanup(func() { _ = m.Kill() })
 	}
 	// All three hold their share before the batch.
-	waitTakeover(t, ctx, c, leaseNS, "none", ids, nShards, time.Now())
+	waitTakeover(t, ctx, c, leaseNS, "", ids, nShards, time.Now())
 
 	kinds := map[string]struct {
 		agent string
@@ -493,7 +473,7 @@ func TestCutOffReplicaIssuesNoCallAfterRenewDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Kill() })
-	waitTakeover(t, ctx, c, leaseNS, "none", []string{"a", "b"}, 2, time.Now())
+	waitTakeover(t, ctx, c, leaseNS, "", []string{"a", "b"}, 2, time.Now())
 	// Wait until each holds one shard, so a drives runs when it is cut.
 	for {
 		holders, err := shardHolders(ctx, c, leaseNS)
