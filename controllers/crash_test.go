@@ -35,7 +35,9 @@ func buildManager(t *testing.T) string {
 
 func startManagerProcess(t *testing.T, bin, kubeconfig string, log *os.File) *managerProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	// The MCP server is on loopback, which the egress policy refuses
+	// unless allowed explicitly, as a developer would (docs/egress.md).
+	cmd := exec.Command(bin, "--metrics-bind-address=0", "--health-probe-bind-address=0", "--egress-allow-cidr=127.0.0.1/32")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

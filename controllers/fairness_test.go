@@ -31,24 +31,51 @@ type completions struct {
 
 func watchCompletions(t *testing.T, c client.WithWatch, ns string) *completions {
 	t.Helper()
-	w, err := c.Watch(context.Background(), &arv1.AgentRunList{}, client.InNamespace(ns))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cs := &completions{done: map[string]time.Time{}}
+	w, err := c.Watch(ctx, &arv1.AgentRunList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
-	cs := &completions{done: map[string]time.Time{}}
 	go func() {
-		for ev := range w.ResultChan() {
-			if r, ok := ev.Object.(*arv1.AgentRun); ok && r.Status.Phase == arv1.PhaseComplete {
-				cs.mu.Lock()
-				if _, seen := cs.done[r.Name]; !seen {
-					cs.done[r.Name] = time.Now()
+		// The API server closes a watch it finds too slow (a loaded
+		// machine, thousands of events): list what was missed and watch
+		// again, so the count never freezes.
+		for {
+			for ev := range w.ResultChan() {
+				if r, ok := ev.Object.(*arv1.AgentRun); ok {
+					cs.saw(r)
 				}
-				cs.mu.Unlock()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			var list arv1.AgentRunList
+			if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				continue
+			}
+			for i := range list.Items {
+				cs.saw(&list.Items[i])
+			}
+			if w, err = c.Watch(ctx, &arv1.AgentRunList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}}); err != nil {
+				return
 			}
 		}
 	}()
 	return cs
+}
+
+// saw records a run that reached Complete, the first time it is seen so.
+func (c *completions) saw(r *arv1.AgentRun) {
+	if r.Status.Phase != arv1.PhaseComplete {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, seen := c.done[r.Name]; !seen {
+		c.done[r.Name] = time.Now()
+	}
 }
 
 func (c *completions) count() int {

@@ -93,7 +93,7 @@ func TestBackpressureIsVisibleAndNeverSetup(t *testing.T) {
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": pacedThree})
 	createConfigMap(t, ns, "hog", map[string]string{"agent.toml": strings.Replace(
-		strings.Replace(pacedThree, "delay_ms = 600", "delay_ms = 6500", 1), `name = "paced"`, `name = "hog"`, 1)})
+		strings.Replace(pacedThree, "delay_ms = 600", "delay_ms = 9000", 1), `name = "paced"`, `name = "hog"`, 1)})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createRun(t, ns, "a", "hog")
 	waitFor(t, ns, "a", 20*time.Second, "its first call started", func(r *arv1.AgentRun) bool { return r.Status.Phase == arv1.PhaseRunning })
