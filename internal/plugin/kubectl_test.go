@@ -265,7 +265,7 @@ func TestKubectlAgentrunPs(t *testing.T) {
 	})
 
 	out := mustPlugin(t, "ps", "-n", ns)
-	header := []string{"RUN", "PHASE", "WAITING", "STAGE", "TOKENS", "COST", "WORKING", "LAST MOVED"}
+	header := []string{"RUN", "PHASE", "WAITING", "STAGE", "TOKENS", "COST", "WORKING", "LAST MOVED", "DRIVER"}
 	rows, order, footer := psRows(t, out, header)
 	if footer != "2 runs need an answer" {
 		t.Errorf("footer %q\n%s", footer, out)
@@ -283,7 +283,7 @@ func TestKubectlAgentrunPs(t *testing.T) {
 			"COST": "unknown", "WORKING": "0s", "LAST MOVED": "-"},
 		"survey-item-1": {"PHASE": "Running", "WAITING": "-", "TOKENS": "800", "COST": "0.002", "WORKING": "30s"},
 		"triage":        {"PHASE": "WaitingInput", "WAITING": "NeedsSetup: SecretMissing", "STAGE": "plan 1/3", "COST": "-"},
-		"changelog":     {"PHASE": "Complete", "WAITING": "-", "TOKENS": "12000", "COST": "0.18"},
+		"changelog":     {"PHASE": "Complete", "WAITING": "-", "TOKENS": "12000", "COST": "0.18", "DRIVER": "-"},
 	}
 	for name, cells := range want {
 		for col, v := range cells {

@@ -230,10 +230,17 @@ func (c *Coordinator) round(ctx context.Context) error {
 	assigned := Assign(c.cfg.Shards, members)
 	for shard := range c.cfg.Shards {
 		c.mu.Lock()
-		_, running := c.running[shard]
+		owns := c.ownsLocked(shard, time.Now())
 		c.mu.Unlock()
-		if assigned[shard] == c.cfg.Identity && !running {
-			c.breakExpired(ctx, shard, members)
+		if assigned[shard] == c.cfg.Identity && !owns && c.freeLease(ctx, shard, members) {
+			// An elector already waiting on the shard would try again
+			// only after a jittered retry period: start a new one, whose
+			// first try is at once.
+			c.mu.Lock()
+			if !c.ownsLocked(shard, time.Now()) {
+				c.stopLocked(shard)
+			}
+			c.mu.Unlock()
 		}
 	}
 	c.mu.Lock()
@@ -253,31 +260,37 @@ func (c *Coordinator) round(ctx context.Context) error {
 	return nil
 }
 
-// breakExpired clears the holder of a shard Lease whose holder has left
-// (no live member Lease) and whose own record has expired, so this
-// replica's elector, new to the shard, acquires it at once instead of
-// first watching the record for a whole Lease duration (client-go's rule
-// for a holder it has not seen renew). That keeps a takeover within the
-// Lease duration and a retry period of the death. It trusts the holder's
+// freeLease reports whether the shard's Lease has no holder: it was
+// released, or its holder has left (no live member Lease) and its own
+// record has expired, in which case freeLease clears the holder. Either
+// way this replica, new to the shard, acquires it at once instead of first
+// watching the record for a whole Lease duration (client-go's rule for a
+// holder it has not seen renew), which keeps a takeover within the Lease
+// duration and a retry period of a death. Clearing trusts the holder's
 // record times the way member liveness does: it is safe while clocks
 // differ by less than the Lease duration minus the renew deadline, as the
 // old holder fenced itself at its last renewal plus the renew deadline.
 // The write is optimistic (the record's resourceVersion): a renewal or
-// another breaker wins.
-func (c *Coordinator) breakExpired(ctx context.Context, shard int, members []string) {
+// another replica's clearing wins.
+func (c *Coordinator) freeLease(ctx context.Context, shard int, members []string) bool {
 	leases := c.cfg.Kube.CoordinationV1().Leases(c.cfg.Namespace)
 	l, err := leases.Get(ctx, LeaseName(shard), metav1.GetOptions{})
 	if err != nil {
-		return
+		return false
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return true
 	}
 	holder, live := liveHolder(&l.Spec, time.Now())
-	if holder == "" || live || slices.Contains(members, holder) {
-		return
+	if holder == c.cfg.Identity || live || slices.Contains(members, holder) {
+		return false
 	}
 	l.Spec.HolderIdentity = ptr.To("")
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
-		c.cfg.Log.Info("Took over an expired shard Lease of a replica that left", "shard", shard, "holder", holder)
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return false
 	}
+	c.cfg.Log.Info("Cleared the expired shard Lease of a replica that left", "shard", shard, "holder", holder)
+	return true
 }
 
 // elector competes for one shard's Lease; cancel stops it, releasing the
