@@ -202,13 +202,16 @@ func TestPauseHoldsResultAndResumes(t *testing.T) {
 	if c := meta.FindStatusCondition(paused.Status.Conditions, arv1.ConditionReconciling); c == nil || c.Reason != arv1.ReasonPaused {
 		t.Errorf("Reconciling = %+v, want reason Paused", c)
 	}
+	// A loaded machine may see the pause only after the first call landed
+	// and the second started: either way, nothing starts once Paused.
+	atPause := h.scripted.Calls(string(run.UID))
 	time.Sleep(1500 * time.Millisecond) // the in-flight call lands meanwhile
 	held := getRun(t, ns, "r")
 	if held.Status.Phase != arv1.PhasePaused || held.Status.Error != "" {
 		t.Fatalf("a result landing while paused changed the run: phase %s error %q", held.Status.Phase, held.Status.Error)
 	}
-	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
-		t.Fatalf("calls while paused = %d, want 1 (nothing new starts)", calls)
+	if calls := h.scripted.Calls(string(run.UID)); calls != atPause || calls > 2 {
+		t.Fatalf("calls while paused = %d, %d when it paused (nothing new starts)", calls, atPause)
 	}
 	if held.Status.Active == nil || held.Status.Active.Since != nil {
 		t.Errorf("the active clock runs while paused: %+v", held.Status.Active)

@@ -84,12 +84,12 @@ func TestBrokenBlueprintIsAnError(t *testing.T) {
 	}
 }
 
-// TestBackpressureIsVisibleAndNeverSetup: with one executor slot and three
-// admitted runs, runs that wait for the slot longer than a moment show it
+// TestBackpressureIsVisibleAndNeverSetup: with one executor slot (and no
+// bound on active runs), runs that wait for the slot longer than a moment show it
 // with a Reconciling reason, never NeedsSetup. Run a holds the slot for
 // longer than pressureShownAfter.
 func TestBackpressureIsVisibleAndNeverSetup(t *testing.T) {
-	startManager(t, managerOpts{steps: 1, activeRuns: 3})
+	startManager(t, managerOpts{steps: 1})
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": pacedThree})
 	createConfigMap(t, ns, "hog", map[string]string{"agent.toml": strings.Replace(

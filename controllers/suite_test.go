@@ -131,7 +131,6 @@ type harness struct {
 
 type managerOpts struct {
 	steps       int
-	activeRuns  int // --max-active-runs (0: the executor's size)
 	metricsAddr string
 }
 
@@ -141,7 +140,6 @@ func startManager(t *testing.T, o managerOpts) *harness {
 	opts := manager.Options{
 		MetricsAddr: "0", ProbeAddr: "0",
 		MaxConcurrentSteps: o.steps,
-		MaxActiveRuns:      o.activeRuns,
 		SkipNameValidation: true,
 		Scripted:           h.scripted,
 		Egress:             loopbackEgress(),
