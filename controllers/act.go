@@ -27,6 +27,9 @@ type actOutcome struct {
 	backpressure bool
 	// catalogWait: the step waits for a tool listing, which wakes the run.
 	catalogWait bool
+	// serverWait: the step waits for a slot of its MCP server's lane (the
+	// general pool has room), which wakes the run.
+	serverWait bool
 	// queued: the run waits for an active-run slot; quietQueue: not long
 	// enough yet for status to say so.
 	queued       bool

@@ -64,10 +64,14 @@ func working(runs []arv1.AgentRun) []admission.Run {
 }
 
 // releaseIfIdle gives the run's slot back when it no longer works: it
-// finished, parked or is paused. Something waking it queues it again.
-func (r *AgentRunReconciler) releaseIfIdle(run *arv1.AgentRun) {
-	switch run.Status.Phase {
-	case arv1.PhaseStarting, arv1.PhaseRunning:
+// finished, parked or is paused, or its next step waits on one MCP server
+// (its tool listing, or a slot of the server's lane), so that runs held up
+// by a slow or hung server do not hold the active-run slots every other
+// run needs. Something waking it queues it again, with its place.
+func (r *AgentRunReconciler) releaseIfIdle(run *arv1.AgentRun, out actOutcome) {
+	switch {
+	case out.catalogWait || out.serverWait:
+	case run.Status.Phase == arv1.PhaseStarting, run.Status.Phase == arv1.PhaseRunning:
 		return
 	}
 	r.admission.Release(run.UID)

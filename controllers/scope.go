@@ -165,7 +165,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		t.ticket.Start(t.fn)
 	}
 	r.unstarted.clearAll(s)
-	r.releaseIfIdle(s.run)
+	r.releaseIfIdle(s.run, s.out)
 	if s.run.Status.Phase.IsTerminal() {
 		r.forgetFinished(s.run)
 	}

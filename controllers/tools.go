@@ -133,6 +133,7 @@ func (r *AgentRunReconciler) listTools(s *scope) {
 		if !ok || ticket == nil {
 			r.catalog.Abort(key)
 			s.out.backpressure = s.out.backpressure || !ok
+			s.out.serverWait = s.out.serverWait || (!ok && r.pool.LaneFull(step.Lane))
 			continue
 		}
 		l := steps.Listing{Namespace: s.run.Namespace, Server: conn.server}
@@ -252,9 +253,11 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 		intent = *h.Intent
 		intent.Input = h.Arguments
 	}
-	ticket, ok := r.pool.Reserve(r.stepOf(run, intent.Seq, steps.Lane(f.tool.server)))
+	lane := steps.Lane(f.tool.server)
+	ticket, ok := r.pool.Reserve(r.stepOf(run, intent.Seq, lane))
 	if !ok {
 		s.out.backpressure = true
+		s.out.serverWait = s.out.serverWait || r.pool.LaneFull(lane)
 		return false, nil
 	}
 	if !s.action.Reissue {

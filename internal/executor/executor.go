@@ -129,6 +129,16 @@ type Ticket struct {
 	done bool
 }
 
+// LaneFull reports whether the lane (one MCP server's) has no free slot.
+func (p *Pool) LaneFull(lane string) bool {
+	if lane == "" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lanes[lane] >= p.laneLimit
+}
+
 // Reserve holds a slot for the step. ok is false when there is no room:
 // the run is then woken (s.Wake) when a slot of its lane frees. A nil
 // ticket with ok=true means the step is already reserved or running.
