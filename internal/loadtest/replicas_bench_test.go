@@ -10,19 +10,21 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
 )
 
-// replicaBenchRuns is the batch each replica count drives.
-const replicaBenchRuns = 1000
+// replicaBenchRuns is the batch each replica count drives: enough that the
+// cached runs show against each process's fixed cost.
+const replicaBenchRuns = 3000
 
 // replicaBenchShards is the shard count of the sharded installs (the
 // Deployment's default is 4; 6 divides evenly over 2 and 3 replicas).
 const replicaBenchShards = 6
 
-// BenchmarkReplicas: the same batch of 1,000 three-stage runs driven by one
+// BenchmarkReplicas: the same batch of 3,000 three-stage runs driven by one
 // replica (the default single-replica mode, no shards), then by 2 and by 3
 // sharded replicas, each on a control plane of its own so every count
 // starts from the same empty cluster. It reports runs/s and each replica's
 // RSS once the batch has finished (the finished runs stay cached, divided
-// among the replicas), and, for 2 and 3 replicas, the takeover time: from
+// among the replicas), also as growth over the replica's RSS when it was
+// ready and idle (its fixed cost, which does not divide), and, for 2 and 3 replicas, the takeover time: from
 // a SIGKILL of one replica until every shard has a live holder again, with
 // the default Lease timings (15s duration, 10s renew deadline, 2s retry).
 // On a 2-core machine throughput does not scale with replicas; memory
@@ -59,27 +61,37 @@ func BenchmarkReplicas(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			idle := make([]float64, k)
+			for i, m := range ms {
+				mem, err := m.Memory()
+				if err != nil {
+					b.Fatal(err)
+				}
+				idle[i] = loadtest.MiB(mem.RSS)
+			}
 			label := fmt.Sprintf("%d replica(s)", k)
 			warm := replicaBatch(b, ctx, c, "warmup", warmUp)
 			r.row(label+" warm-up", "%d runs, untimed: %.1f runs/s", warmUp, warm.RunsPerSec())
 			res := replicaBatch(b, ctx, c, "replicas", replicaBenchRuns)
 			var rss []string
-			var sum, peak float64
+			var sum, peak, peakGrowth float64
 			for i, m := range ms {
 				mem, err := m.Memory()
 				if err != nil {
 					b.Fatal(err)
 				}
 				v := loadtest.MiB(mem.RSS)
-				rss = append(rss, fmt.Sprintf("%s %.0f MiB", ids[i], v))
+				rss = append(rss, fmt.Sprintf("%s %.0f MiB (%+.0f over idle)", ids[i], v, v-idle[i]))
 				sum += v
 				peak = max(peak, v)
+				peakGrowth = max(peakGrowth, v-idle[i])
 			}
 			r.row(label+": throughput", "%.1f runs/s (%d runs; first %.2fs, half %.2fs, all %.2fs)", res.RunsPerSec(), res.N, secs(res.First()), secs(res.Half()), secs(res.All()))
 			r.row(label+": etcd writes", "%.2f/run", res.WritesPerRun())
 			r.row(label+": RSS after the batch", "%s (largest %.0f MiB, sum %.0f MiB)", strings.Join(rss, ", "), peak, sum)
 			r.metric(res.RunsPerSec(), fmt.Sprintf("runs/s_%dr", k))
 			r.metric(peak, fmt.Sprintf("rss_max_MiB_%dr", k))
+			r.metric(peakGrowth, fmt.Sprintf("rss_growth_max_MiB_%dr", k))
 			r.metric(res.WritesPerRun(), fmt.Sprintf("writes/run_%dr", k))
 			if k > 1 {
 				killed := time.Now()
