@@ -5,8 +5,7 @@
 package blueprint
 
 import (
-	"fmt"
-
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint/tomlpos"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 )
 
@@ -76,18 +75,7 @@ const (
 
 // ParseError is a blueprint problem located in one ConfigMap key, so the
 // message a user sees in status names the file and line to fix.
-type ParseError struct {
-	Key     string // ConfigMap key (file) the problem is in
-	Line    int    // 1-based; 0 when unknown
-	Message string
-}
-
-func (e *ParseError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s line %d: %s", e.Key, e.Line, e.Message)
-	}
-	return fmt.Sprintf("%s: %s", e.Key, e.Message)
-}
+type ParseError = tomlpos.Error
 
 // Blueprint is a parsed and validated blueprint.
 type Blueprint struct {

@@ -43,18 +43,7 @@ type NamespaceException struct {
 func (e NamespaceException) empty() bool { return len(e.AllowCIDRs) == 0 && len(e.AllowHosts) == 0 }
 
 // ParseError is a problem in the egress TOML with its position.
-type ParseError struct {
-	Key     string // ConfigMap key, normally DataKey
-	Line    int    // 1-based; 0 when unknown
-	Message string
-}
-
-func (e *ParseError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s line %d: %s", e.Key, e.Line, e.Message)
-	}
-	return fmt.Sprintf("%s: %s", e.Key, e.Message)
-}
+type ParseError = tomlpos.Error
 
 type rawConfig struct {
 	AllowCIDRs []string                `toml:"allow_cidrs"`

@@ -32,18 +32,7 @@ const (
 
 // ParseError is a provider-config problem with its position, so a
 // ProviderConfigInvalid remedy can point at the line to fix.
-type ParseError struct {
-	Key     string // ConfigMap key, normally DataKey
-	Line    int    // 1-based; 0 when unknown
-	Message string
-}
-
-func (e *ParseError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s line %d: %s", e.Key, e.Line, e.Message)
-	}
-	return fmt.Sprintf("%s: %s", e.Key, e.Message)
-}
+type ParseError = tomlpos.Error
 
 // Config is a parsed provider config.
 type Config struct {

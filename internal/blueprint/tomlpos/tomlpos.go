@@ -360,3 +360,18 @@ func (x *Index) DecodeStrict(src string, v any) (md toml.MetaData, line int, msg
 	}
 	return md, 0, "", true
 }
+
+// Error is a problem in a TOML document held under a ConfigMap key, with
+// its position, so a message a user sees names the key and line to fix.
+type Error struct {
+	Key     string // the ConfigMap key (file) the problem is in
+	Line    int    // 1-based; 0 when unknown
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s line %d: %s", e.Key, e.Line, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Key, e.Message)
+}
