@@ -339,8 +339,12 @@ func TestReplicasShareRunsAndSurviveKills(t *testing.T) {
 	takeover2 := waitTakeover(t, ctx, c, leaseNS, "r2", []string{"r3"}, nShards, killed2)
 	t.Logf("killed r1 with %d/%d runs finished: its shards taken over in %v; killed r2 with %d finished: taken over in %v (Lease duration %v)",
 		doneAtKill1, total, takeover1.Round(time.Millisecond), doneAtKill2, takeover2.Round(time.Millisecond), testLeaseDuration)
-	if limit := testLeaseDuration + 3*time.Second; takeover1 > limit || takeover2 > limit {
-		t.Errorf("takeover took %v and %v, over the Lease duration plus 3s (%v)", takeover1, takeover2, limit)
+	// The bound: the Lease duration for the dead replica's Leases to
+	// expire, a round (a retry period) for the new owner to see it, and a
+	// round more for shards the survivors hand each other as the
+	// assignment changes, plus slack for a loaded machine.
+	if limit := testLeaseDuration + 2*testRetryPeriod + 3*time.Second; takeover1 > limit || takeover2 > limit {
+		t.Errorf("takeover took %v and %v, over the Lease duration plus two retry periods and 3s (%v)", takeover1, takeover2, limit)
 	}
 
 	// Settle what the kills left for a person, then wait for the rest.
