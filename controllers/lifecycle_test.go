@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,18 @@ func TestThreeStageRunCompletes(t *testing.T) {
 	}
 	if st.Iteration != 1 {
 		t.Errorf("iteration = %d, want 1 (reset on entering review)", st.Iteration)
+	}
+	var turns int32
+	var names []string
+	for _, ss := range st.Stages {
+		names = append(names, ss.Name)
+		turns += ss.Iterations
+		if ss.State != arv1.StageComplete || ss.Visits != 1 || ss.Entered == nil {
+			t.Errorf("stage %s: %+v, want Complete, entered once", ss.Name, ss)
+		}
+	}
+	if strings.Join(names, ",") != "plan,build,review" || int64(turns) != st.Usage.ModelCalls {
+		t.Errorf("stages %v with %d turns, want plan,build,review with %d", names, turns, st.Usage.ModelCalls)
 	}
 	u := st.Usage
 	if u.PromptTokens != 470 || u.CompletionTokens != 85 || u.CachedTokens != 30 || u.TotalTokens != 555 || u.ModelCalls != 4 {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -46,6 +47,9 @@ func project(s *scope) {
 		st.Stage = fmt.Sprintf("%s %d/%d", state.Stage, state.StageIndex+1, st.NumStages)
 	}
 	st.Phase, st.Error = phaseOf(f, a)
+	if f.Spawned {
+		st.Stages = stageStatuses(f.Blueprint, &state, st.Phase)
+	}
 	st.WaitingOn, st.SetupRefs = nil, nil
 	if st.Phase == arv1.PhaseWaitingInput {
 		st.WaitingOn = runstate.DeriveWaitingOn(a.Markers, prev.WaitingOn, now)
@@ -402,4 +406,50 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// stageStatuses is every blueprint stage with what the journal says the
+// run did there. Only what the journal holds goes in (no clock that moves
+// by itself), so a reconcile that changes nothing writes nothing.
+func stageStatuses(bp *blueprint.Blueprint, state *journal.State, phase arv1.Phase) []arv1.StageStatus {
+	if bp == nil || len(bp.Stages) == 0 {
+		return nil
+	}
+	out := make([]arv1.StageStatus, 0, len(bp.Stages))
+	for _, stage := range bp.Stages {
+		rec, entered := state.Stages[stage.Name]
+		ss := arv1.StageStatus{Name: stage.Name, State: stageState(entered, stage.Name == state.Stage, phase)}
+		if entered {
+			ss.Entered = &metav1.Time{Time: rec.FirstEntered}
+			ss.Visits, ss.Iterations = int32(rec.Visits), int32(rec.Iterations)
+			if rec.Spent > 0 {
+				ss.TimeInStage = &metav1.Duration{Duration: rec.Spent.Round(time.Millisecond)}
+			}
+		}
+		out = append(out, ss)
+	}
+	return out
+}
+
+// stageState is where the run stands with one stage.
+func stageState(entered, current bool, phase arv1.Phase) arv1.StageState {
+	switch {
+	case !entered && phase.IsTerminal():
+		return arv1.StageSkipped
+	case !entered:
+		return arv1.StagePending
+	case !current:
+		return arv1.StageComplete
+	}
+	switch phase {
+	case arv1.PhaseComplete, arv1.PhaseCompleteInteractive:
+		return arv1.StageComplete
+	case arv1.PhaseError:
+		return arv1.StageError
+	case arv1.PhaseCancelled:
+		return arv1.StageCancelled
+	case arv1.PhaseWaitingInput:
+		return arv1.StageWaitingInput
+	}
+	return arv1.StageActive
 }

@@ -368,6 +368,13 @@ type AgentRunStatus struct {
 	// entry and compared with the stage's max_iterations.
 	// +optional
 	Iteration int32 `json:"iteration,omitempty"`
+	// stages is every stage of the blueprint, in its order, with what the
+	// run has done there: the seeds' per-stage run status. Folded from the
+	// journal, so it survives restarts and takeovers.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Stages []StageStatus `json:"stages,omitempty"`
 
 	// usage is what this run itself has consumed (not its children).
 	// +optional
@@ -476,6 +483,50 @@ type AgentRunStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// StageStatus is one blueprint stage as the run has met it.
+type StageStatus struct {
+	// name is the stage's name in the blueprint.
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// state is where the run stands with the stage.
+	State StageState `json:"state"`
+	// entered is when the run first entered the stage.
+	// +optional
+	Entered *metav1.Time `json:"entered,omitempty"`
+	// visits counts the times the run entered the stage.
+	// +optional
+	Visits int32 `json:"visits,omitempty"`
+	// iterations counts the stage's completed model turns over all visits.
+	// +optional
+	Iterations int32 `json:"iterations,omitempty"`
+	// timeInStage is the wall-clock time of the visits that have ended
+	// (waits included); the visit in progress adds to it when it ends.
+	// +optional
+	TimeInStage *metav1.Duration `json:"timeInStage,omitempty"`
+}
+
+// StageState is where a run stands with one stage.
+// +kubebuilder:validation:Enum=Pending;Active;WaitingInput;Complete;Error;Cancelled;Skipped
+type StageState string
+
+// Stage states: Leviath's StageRunStatus, plus Cancelled.
+const (
+	// StagePending: not entered yet; the run may still get there.
+	StagePending StageState = "Pending"
+	// StageActive: the run is in the stage and working (or paused).
+	StageActive StageState = "Active"
+	// StageWaitingInput: the run is in the stage and parked.
+	StageWaitingInput StageState = "WaitingInput"
+	// StageComplete: the run left the stage, or completed in it.
+	StageComplete StageState = "Complete"
+	// StageError: the run ended in Error in this stage.
+	StageError StageState = "Error"
+	// StageCancelled: the run was cancelled in this stage.
+	StageCancelled StageState = "Cancelled"
+	// StageSkipped: the run ended without entering the stage.
+	StageSkipped StageState = "Skipped"
+)
 
 // Phase is the run's status, in Leviath's eight words (CamelCase per API
 // conventions).

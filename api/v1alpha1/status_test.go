@@ -134,6 +134,11 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		NumStages:          3,
 		Stage:              "review 3/3",
 		Iteration:          7,
+		Stages: []arv1.StageStatus{
+			{Name: "plan", State: arv1.StageComplete, Entered: at(now, -time.Minute), Visits: 1, Iterations: 2, TimeInStage: &metav1.Duration{Duration: 3 * time.Second}},
+			{Name: "review", State: arv1.StageActive, Entered: at(now, -30*time.Second), Visits: 2, Iterations: 7},
+			{Name: "ship", State: arv1.StagePending},
+		},
 		Usage: arv1.Usage{
 			PromptTokens: 12000, CompletionTokens: 3400, CachedTokens: 8000, CacheWriteTokens: 1200,
 			TotalTokens: 15400, ModelCalls: 9, ToolCalls: 14,

@@ -63,6 +63,11 @@ type State struct {
 	// position, so the next call fails over to the stage's next model.
 	Failed map[string]FailedCall
 
+	// Stages is what the journal says of each stage the run has entered,
+	// by name; at is the time of the entry being folded.
+	Stages map[string]StageRecord
+	at     time.Time
+
 	// Interaction is the checkpoint the run waits on, if any.
 	Interaction *PendingInteraction
 
@@ -184,7 +189,67 @@ func Fold(bp *blueprint.Blueprint, entries []Entry) State {
 // in the journal.
 func (st *State) Apply(bp *blueprint.Blueprint, e Entry) { st.apply(bp, &e) }
 
+// StageRecord is one stage's visits, as the journal records them.
+type StageRecord struct {
+	// Visits counts the times the run entered the stage; Iterations its
+	// completed model calls over all visits.
+	Visits, Iterations int
+	// FirstEntered and LastEntered are when the run first and last
+	// entered it (the time of the entry that moved it there; the entry
+	// stage's is the run's first entry).
+	FirstEntered, LastEntered time.Time
+	// Spent is the time spent in visits that have ended: the run left the
+	// stage, or ended in it.
+	Spent time.Duration
+	// Left: the last visit has ended.
+	Left bool
+}
+
+// apply folds one entry, keeping the stages' records: the entry stage is
+// entered with the first entry, and the stage the run ends in is left
+// when it ends.
 func (st *State) apply(bp *blueprint.Blueprint, e *Entry) {
+	ended := st.Outcome != OutcomeNone
+	if !ended {
+		st.at = e.At
+		if st.Stages == nil && st.Stage != "" {
+			st.enterStage(st.Stage)
+		}
+	}
+	st.applyEntry(bp, e)
+	if !ended && st.Outcome != OutcomeNone {
+		st.endVisit()
+	}
+}
+
+// enterStage starts a visit of stage at the current entry's time.
+func (st *State) enterStage(stage string) {
+	if st.Stages == nil {
+		st.Stages = map[string]StageRecord{}
+	}
+	r := st.Stages[stage]
+	r.Visits++
+	r.LastEntered, r.Left = st.at, false
+	if r.FirstEntered.IsZero() {
+		r.FirstEntered = st.at
+	}
+	st.Stages[stage] = r
+}
+
+// endVisit ends the current stage's visit at the current entry's time.
+func (st *State) endVisit() {
+	r, ok := st.Stages[st.Stage]
+	if !ok || r.Left {
+		return
+	}
+	if d := st.at.Sub(r.LastEntered); d > 0 {
+		r.Spent += d
+	}
+	r.Left = true
+	st.Stages[st.Stage] = r
+}
+
+func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	if e.Seq >= st.NextSeq {
 		st.NextSeq = e.Seq + 1
 	}
@@ -355,6 +420,10 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Iteration++
 	st.Moves++
+	if r, ok := st.Stages[st.Stage]; ok {
+		r.Iterations++
+		st.Stages[st.Stage] = r
+	}
 
 	if _, _, ok := bp.Stage(st.Stage); !ok {
 		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("stage %q is not in the blueprint", st.Stage)
@@ -507,7 +576,9 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("transition target %q is not a stage", target)
 		return
 	}
+	st.endVisit()
 	st.Stage, st.StageIndex, st.Iteration, st.Turns = target, idx, 0, nil
+	st.enterStage(target)
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++
 }

@@ -50,6 +50,12 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, own *shards.
 		opt("Stage", st.Stage)
 	}
 	line("Iteration", "%d", st.Iteration)
+	if len(st.Stages) > 0 {
+		line("Stages", "%d in the blueprint", len(st.Stages))
+	}
+	for _, ss := range st.Stages {
+		line("  "+ss.Name, "%s", stageLine(ss))
+	}
 	model := st.Model
 	if run.Spec.Model != "" {
 		model = run.Spec.Model + " (override)"
@@ -338,6 +344,19 @@ func Failovers(entries []journal.Entry) []string {
 			}
 			stage, failed = in.Stage, nil
 		}
+	}
+	return out
+}
+
+// stageLine is one stage of describe's stage list: its state, and for a
+// stage the run entered, its visits, turns and the time of ended visits.
+func stageLine(ss arv1.StageStatus) string {
+	if ss.Visits == 0 {
+		return string(ss.State)
+	}
+	out := fmt.Sprintf("%s, %d visit(s), %d turn(s)", ss.State, ss.Visits, ss.Iterations)
+	if ss.TimeInStage != nil {
+		out += ", " + wire.Duration(int64(ss.TimeInStage.Duration.Seconds())) + " in ended visits"
 	}
 	return out
 }

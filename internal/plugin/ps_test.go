@@ -80,6 +80,12 @@ func fixtureRuns() []arv1.AgentRun {
 	})
 	done := mk("team-a", "changelog", 26*time.Hour, arv1.AgentRunStatus{
 		Phase: arv1.PhaseComplete, Stage: "write 3/3",
+		Stages: []arv1.StageStatus{
+			{Name: "gather", State: arv1.StageComplete, Entered: ago(26 * time.Hour), Visits: 1, Iterations: 2, TimeInStage: &metav1.Duration{Duration: 90 * time.Second}},
+			{Name: "draft", State: arv1.StageComplete, Entered: ago(26 * time.Hour), Visits: 2, Iterations: 3, TimeInStage: &metav1.Duration{Duration: 20 * time.Minute}},
+			{Name: "polish", State: arv1.StageSkipped},
+			{Name: "write", State: arv1.StageComplete, Entered: ago(25 * time.Hour), Visits: 1, Iterations: 1, TimeInStage: &metav1.Duration{Duration: 45 * time.Second}},
+		},
 		Usage:          arv1.Usage{TotalTokens: 12000, CostUSD: "0.18", CostIsExact: true},
 		Active:         &arv1.ActiveClock{BankedSeconds: 4000},
 		LastProgressAt: ago(25 * time.Hour),
