@@ -182,14 +182,15 @@ func (r *AgentRunReconciler) driveShard(ctx context.Context, shard int) {
 // newShardCache is an informer cache of one shard's runs.
 func newShardCache(cfg *rest.Config, scheme *runtime.Scheme, shard int, namespaces []string) (cache.Cache, error) {
 	sel := labels.SelectorFromSet(labels.Set{shards.LabelShard: strconv.Itoa(shard)})
-	return cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: onlyIn(namespaces), ByObject: map[client.Object]cache.ByObject{
+	return cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: CacheNamespaces(namespaces), ByObject: map[client.Object]cache.ByObject{
 		&arv1.AgentRun{}: {Label: sel, Transform: FinishedRunTransform()},
 	}})
 }
 
-// onlyIn restricts a cache to the namespaces of a namespace-scoped
-// install (nil: every namespace).
-func onlyIn(namespaces []string) map[string]cache.Config {
+// CacheNamespaces restricts a cache to the namespaces of a
+// namespace-scoped install (nil: every namespace). The manager's cache and
+// the shard caches use it alike.
+func CacheNamespaces(namespaces []string) map[string]cache.Config {
 	if len(namespaces) == 0 {
 		return nil
 	}
@@ -296,7 +297,7 @@ func (l *labeler) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := cache.New(r.restConfig, cache.Options{Scheme: r.scheme, DefaultNamespaces: onlyIn(r.namespaces), ByObject: map[client.Object]cache.ByObject{
+	c, err := cache.New(r.restConfig, cache.Options{Scheme: r.scheme, DefaultNamespaces: CacheNamespaces(r.namespaces), ByObject: map[client.Object]cache.ByObject{
 		&arv1.AgentRun{}: {Label: labels.NewSelector().Add(*req), Transform: cache.TransformStripManagedFields()},
 	}})
 	if err != nil {

@@ -3,6 +3,7 @@ package loadtest_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -206,7 +207,7 @@ func awaitHolders(ctx context.Context, c *loadtest.Cluster, leaseNS, dead string
 		}
 		ok := len(holders) == n
 		for _, h := range holders {
-			ok = ok && h != dead && contains(alive, h)
+			ok = ok && h != dead && slices.Contains(alive, h)
 		}
 		if ok {
 			return time.Since(since), nil
@@ -216,15 +217,6 @@ func awaitHolders(ctx context.Context, c *loadtest.Cluster, leaseNS, dead string
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // whoami is the harness client's user name (an answer's spec.by must be it).
@@ -391,14 +383,15 @@ func TestReplicasShareRunsAndSurviveKills(t *testing.T) {
 	}
 
 	top, _ := terminal()
+	// An idempotency key is the run's UID, "-", and the call's seq.
+	byUID := map[string]string{}
+	for name, r := range top {
+		byUID[string(r.UID)] = name
+	}
 	executed := map[string]int{}
 	for _, call := range srv.Log() {
-		if call.Tool == "create_ticket" && call.Executed {
-			for name, r := range top {
-				if strings.HasPrefix(name, "w-") && strings.HasPrefix(call.Key, string(r.UID)+"-") {
-					executed[name]++
-				}
-			}
+		if i := strings.LastIndex(call.Key, "-"); call.Tool == "create_ticket" && call.Executed && i > 0 {
+			executed[byUID[call.Key[:i]]]++
 		}
 	}
 	for name, r := range top {

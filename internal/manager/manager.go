@@ -251,15 +251,8 @@ func cacheOptions(namespaces []string, sharded bool) cache.Options {
 		// shard caches); the manager's own cache holds none.
 		runs.Label = labels.SelectorFromSet(labels.Set{shards.LabelShard: "none"})
 	}
-	var only map[string]cache.Config
-	for _, ns := range namespaces {
-		if only == nil {
-			only = map[string]cache.Config{}
-		}
-		only[ns] = cache.Config{}
-	}
 	return cache.Options{
-		DefaultNamespaces: only,
+		DefaultNamespaces: controllers.CacheNamespaces(namespaces),
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},
