@@ -243,8 +243,10 @@ func TestCancelAndDelete(t *testing.T) {
 		t.Errorf("Stalled = %+v, want reason Cancelled", cond)
 	}
 	time.Sleep(1 * time.Second)
-	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
-		t.Errorf("calls after cancel = %d, want 1", calls)
+	// The call in flight at the cancel may have reached the provider or
+	// been stopped before it did (a loaded machine); nothing starts after.
+	if calls := h.scripted.Calls(string(run.UID)); calls > 1 {
+		t.Errorf("calls after cancel = %d, want at most the one in flight", calls)
 	}
 	if r := getRun(t, ns, "c"); r.Status.Phase != arv1.PhaseCancelled {
 		t.Errorf("phase moved after cancel: %s", r.Status.Phase)
