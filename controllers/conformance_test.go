@@ -1,0 +1,251 @@
+package controllers_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// conformanceDir holds one directory per case: the blueprint's files (every
+// file but expect.yaml becomes a key of the blueprint ConfigMap, named after
+// the directory) and expect.yaml, a conformanceCase.
+const conformanceDir = "testdata/conformance"
+
+// conformanceCase is what expect.yaml states about one Leviath-format
+// blueprint run through the real API server with the scripted provider.
+// Every field but phase is optional; maps are matched as subsets.
+type conformanceCase struct {
+	// Description says which feature of the format the case proves.
+	Description string `json:"description"`
+	// Spec is merged over the run's spec (agent and task are preset).
+	Spec map[string]any `json:"spec"`
+	// ConfigMaps and Secrets are created in the run's namespace first.
+	ConfigMaps map[string]map[string]string `json:"configMaps"`
+	Secrets    map[string]map[string]string `json:"secrets"`
+	// Phase is the phase the run must reach.
+	Phase arv1.Phase `json:"phase"`
+	// Path is the stages of the run's model turns in order, consecutive
+	// repeats collapsed.
+	Path []string `json:"path"`
+	// Flags, WaitingOn and Status are subsets of status.flags,
+	// status.waitingOn and status.
+	Flags     map[string]any `json:"flags"`
+	WaitingOn map[string]any `json:"waitingOn"`
+	Status    map[string]any `json:"status"`
+	// Stages are subsets of status.stages entries, matched by name.
+	Stages []map[string]any `json:"stages"`
+	// Output is the run's final output, exactly.
+	Output *string `json:"output"`
+	// ErrorContains must be a substring of status.error.
+	ErrorContains string `json:"errorContains"`
+}
+
+// TestConformance runs every blueprint of testdata/conformance as a user
+// would: the directory becomes a ConfigMap, a run of it is created, and the
+// stage path, flags, per-stage status and output are checked against the
+// case's expect.yaml.
+func TestConformance(t *testing.T) {
+	startManager(t, managerOpts{})
+	dirs, err := os.ReadDir(conformanceDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		ran++
+		dir := filepath.Join(conformanceDir, d.Name())
+		t.Run(d.Name(), func(t *testing.T) {
+			t.Parallel()
+			runConformanceCase(t, dir)
+		})
+	}
+	if ran == 0 {
+		t.Fatalf("no cases under %s", conformanceDir)
+	}
+}
+
+func runConformanceCase(t *testing.T, dir string) {
+	name := filepath.Base(dir)
+	files, c := readConformanceCase(t, dir)
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	for n, data := range c.ConfigMaps {
+		createConfigMap(t, ns, n, data)
+	}
+	for n, data := range c.Secrets {
+		createSecret(t, ns, n, data)
+	}
+	createConfigMap(t, ns, name, files)
+	createRun(t, ns, "run", name, func(r *arv1.AgentRun) {
+		if c.Spec == nil {
+			return
+		}
+		raw, err := json.Marshal(c.Spec)
+		if err == nil {
+			err = json.Unmarshal(raw, &r.Spec)
+		}
+		if err != nil {
+			t.Fatalf("spec: %v", err)
+		}
+	})
+	run := waitFor(t, ns, "run", 60*time.Second, string(c.Phase), phaseIs(c.Phase))
+
+	if c.Path != nil {
+		if got := turnPath(journalEntries(t, ns, string(run.UID))); !reflect.DeepEqual(got, c.Path) {
+			t.Errorf("stage path %v, want %v", got, c.Path)
+		}
+	}
+	matchSubset(t, "status.flags", run.Status.Flags, c.Flags)
+	matchSubset(t, "status.waitingOn", run.Status.WaitingOn, c.WaitingOn)
+	matchSubset(t, "status", run.Status, c.Status)
+	for _, want := range c.Stages {
+		got := stageNamed(run, want["name"])
+		if got == nil {
+			t.Errorf("status.stages has no %v: %+v", want["name"], run.Status.Stages)
+			continue
+		}
+		matchSubset(t, "stage "+got.Name, got, want)
+	}
+	if c.Output != nil {
+		if got := finalOutput(t, run); got != *c.Output {
+			t.Errorf("output %q, want %q", got, *c.Output)
+		}
+	}
+	if c.ErrorContains != "" && !strings.Contains(run.Status.Error, c.ErrorContains) {
+		t.Errorf("status.error %q lacks %q", run.Status.Error, c.ErrorContains)
+	}
+}
+
+func readConformanceCase(t *testing.T, dir string) (map[string]string, conformanceCase) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	var c conformanceCase
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() != "expect.yaml" {
+			files[e.Name()] = string(b)
+			continue
+		}
+		if err := yaml.UnmarshalStrict(b, &c); err != nil {
+			t.Fatalf("%s/expect.yaml: %v", dir, err)
+		}
+	}
+	if c.Phase == "" {
+		t.Fatalf("%s/expect.yaml names no phase", dir)
+	}
+	return files, c
+}
+
+// turnPath is the stages of the run's model turns (not its title call), in
+// journal order, with consecutive repeats collapsed.
+func turnPath(entries []journal.Entry) []string {
+	var path []string
+	for _, e := range entries {
+		if e.Kind != journal.ModelCallRequested || e.Purpose != "" {
+			continue
+		}
+		if len(path) == 0 || path[len(path)-1] != e.Stage {
+			path = append(path, e.Stage)
+		}
+	}
+	return path
+}
+
+func stageNamed(run *arv1.AgentRun, name any) *arv1.StageStatus {
+	for i := range run.Status.Stages {
+		if run.Status.Stages[i].Name == name {
+			return &run.Status.Stages[i]
+		}
+	}
+	return nil
+}
+
+func finalOutput(t *testing.T, run *arv1.AgentRun) string {
+	t.Helper()
+	fo := run.Status.FinalOutput
+	if fo == nil || fo.ObjectName == "" {
+		return ""
+	}
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), keyOf(run.Namespace, fo.ObjectName), cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data["output"]
+}
+
+// matchSubset checks that every key of want has the same value in got's
+// JSON form, recursing into maps so a case states only what it proves.
+func matchSubset(t *testing.T, what string, got any, want map[string]any) {
+	t.Helper()
+	if want == nil {
+		return
+	}
+	raw, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have map[string]any
+	_ = json.Unmarshal(raw, &have)
+	for _, diff := range subsetDiff("", have, want) {
+		t.Errorf("%s: %s", what, diff)
+	}
+}
+
+func subsetDiff(prefix string, have, want map[string]any) []string {
+	var diffs []string
+	for k, w := range want {
+		h, ok := have[k]
+		wm, wIsMap := w.(map[string]any)
+		hm, hIsMap := h.(map[string]any)
+		switch {
+		case wIsMap && hIsMap:
+			diffs = append(diffs, subsetDiff(prefix+k+".", hm, wm)...)
+		case !ok && !isZero(w):
+			diffs = append(diffs, prefix+k+" is absent, want "+jsonText(w))
+		case ok && !reflect.DeepEqual(h, w):
+			diffs = append(diffs, prefix+k+" = "+jsonText(h)+", want "+jsonText(w))
+		}
+	}
+	return diffs
+}
+
+// isZero: omitempty drops a zero value, so an absent key matches it.
+func isZero(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case float64:
+		return x == 0
+	case string:
+		return x == ""
+	}
+	return false
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
