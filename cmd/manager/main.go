@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -57,6 +58,9 @@ func main() {
 		o.TTLAfterFinished = &d
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 
 	ctrl.Log.WithName("setup").Info("Starting the manager")
 	if err := manager.Run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
@@ -64,6 +68,13 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// defaultGCPercent is the garbage collector's target when GOGC is unset.
+// The manager's heap is mostly its informer caches, which grow with the
+// runs in the cluster and are rarely freed; collecting at 50% growth
+// instead of Go's 100% keeps its resident memory about a quarter lower for
+// little CPU (docs/scaling.md has the figures). GOGC overrides it.
+const defaultGCPercent = 50
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
