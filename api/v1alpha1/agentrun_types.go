@@ -370,10 +370,11 @@ type AgentRunStatus struct {
 	Iteration int32 `json:"iteration,omitempty"`
 	// stages is every stage of the blueprint, in its order, with what the
 	// run has done there: the seeds' per-stage run status. Folded from the
-	// journal, so it survives restarts and takeovers.
+	// journal, so it survives restarts and takeovers. Atomic: the
+	// controller is its only writer and rewrites it whole, so the API
+	// server need not track an owner per stage in managedFields.
 	// +optional
-	// +listType=map
-	// +listMapKey=name
+	// +listType=atomic
 	Stages []StageStatus `json:"stages,omitempty"`
 
 	// usage is what this run itself has consumed (not its children).
