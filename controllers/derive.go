@@ -48,7 +48,7 @@ type facts struct {
 func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,
-		Budgets: run.Spec.Budgets,
+		Budgets: run.Spec.Budgets, RunName: run.Name, Messages: pendingMessages(run),
 	}}
 	if c := run.Status.Active; c != nil {
 		f.Working = time.Duration(c.TotalSeconds(now)) * time.Second

@@ -114,6 +114,14 @@ type State struct {
 	asked   string
 	askedAt time.Time
 
+	// Delivered are the sub-agents whose result wait_for_agent delivered.
+	Delivered map[string]bool
+	// Received are the ids of the messages taken in; Inbox the messages
+	// taken in before the current stage's first answer (later ones ride
+	// on the turn they followed).
+	Received map[string]bool
+	Inbox    []string
+
 	// Titled: the titling call has finished (Title or TitleError is set).
 	Titled     bool
 	Title      string
@@ -147,6 +155,8 @@ type Turn struct {
 	Rejected string
 	// Tools are the answer's tool calls with their results.
 	Tools []ToolResult
+	// Messages are what the run's parent sent after this answer.
+	Messages []string
 }
 
 // FanOut is a fan_out stage's items and where the run goes once they are done.
@@ -364,6 +374,8 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		st.SleepUntil = nil
 	case SpawnRefused:
 		st.Outcome, st.Message = OutcomeError, e.Message
+	case MessageReceived:
+		st.receive(e)
 	}
 }
 
@@ -577,7 +589,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 		return
 	}
 	st.endVisit()
-	st.Stage, st.StageIndex, st.Iteration, st.Turns = target, idx, 0, nil
+	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
 	st.enterStage(target)
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++

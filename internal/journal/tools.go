@@ -116,6 +116,7 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			return // a completion of another (older) intent
 		}
 		st.remember(e.Message)
+		st.delivered(e)
 		if !e.IsError && blueprint.LevelRank(bp.ToolLevel(h.Name)) > blueprint.LevelRank(bp.Agent.Clearance) {
 			st.Tainted, st.TaintSource = true, h.Name
 		}
