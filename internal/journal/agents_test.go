@@ -89,3 +89,24 @@ func TestFoldMessages(t *testing.T) {
 		t.Errorf("after the move: stage %s inbox %v turns %v received %v", st.Stage, st.Inbox, st.Turns, st.Received)
 	}
 }
+
+// TestFoldSpawnAlongside: an answer that spawns and stays in its stage
+// (iterating, or sleeping) registers its sub-agents, so a later turn can
+// wait for them.
+func TestFoldSpawnAlongside(t *testing.T) {
+	bp, err := blueprint.Parse(map[string]string{"agent.toml": agentStage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	sp := []Spawn{{Agent: "helper", Task: "a"}}
+	st := Fold(bp, []Entry{
+		{Seq: 0, Kind: ModelCallRequested, At: t0, Stage: "work"},
+		{Seq: 1, Kind: ModelCallCompleted, At: t0, Call: 0, Response: &Response{Spawns: sp}},
+		{Seq: 2, Kind: ModelCallRequested, At: t0, Stage: "work"},
+		{Seq: 3, Kind: ModelCallCompleted, At: t0, Call: 2, Response: &Response{Spawns: sp, SleepSeconds: 5}},
+	})
+	if st.Stage != "work" || len(st.Subagents) != 2 || st.SleepUntil == nil {
+		t.Errorf("stage %s subagents %v sleep %v", st.Stage, st.Subagents, st.SleepUntil)
+	}
+}

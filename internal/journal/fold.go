@@ -471,6 +471,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		wake := e.At.Add(time.Duration(r.SleepSeconds) * time.Second)
 		st.SleepUntil = &wake
 		if !r.Complete && r.Next == "" {
+			st.spawnAlongside(stage, r)
 			return // the model asked to sleep, not to move on
 		}
 	}
@@ -511,6 +512,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		st.Outcome, st.Message = OutcomeError, err
 		return
 	case !done:
+		st.spawnAlongside(stage, r)
 		return
 	}
 	if hitMax {
@@ -535,6 +537,15 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		return
 	}
 	st.leave(bp, stage.Name, target)
+}
+
+// spawnAlongside registers the sub-agents of an answer that stays in its
+// stage: they run alongside the stage's next turns, which may wait for them
+// (wait_for_agent) or check on them. A fan_out stage's answer is its items.
+func (st *State) spawnAlongside(stage *blueprint.Stage, r *Response) {
+	if stage.FanOut == nil {
+		st.Subagents = append(st.Subagents, r.Spawns...)
+	}
 }
 
 // leave exits stage toward target, through its interaction points if any.
