@@ -158,8 +158,8 @@ func matchToolResults(t *testing.T, entries []journal.Entry, want []toolResultCa
 	for _, w := range want {
 		found := false
 		for ; i < len(entries) && !found; i++ {
-			e := entries[i]
-			found = e.Kind == journal.ToolCallCompleted && e.Tool == w.Tool && strings.Contains(e.Result, w.Contains) && e.IsError == w.IsError
+			res, isErr, ok := toolResultOf(entries[i])
+			found = ok && entries[i].Tool == w.Tool && strings.Contains(res, w.Contains) && isErr == w.IsError
 		}
 		if !found {
 			t.Errorf("no %s result containing %q (isError %v) in order; the journal's tool results:%s", w.Tool, w.Contains, w.IsError, toolResultsOf(entries))
@@ -171,11 +171,23 @@ func matchToolResults(t *testing.T, entries []journal.Entry, want []toolResultCa
 func toolResultsOf(entries []journal.Entry) string {
 	var b strings.Builder
 	for _, e := range entries {
-		if e.Kind == journal.ToolCallCompleted {
-			fmt.Fprintf(&b, "\n  %s (isError %v): %s", e.Tool, e.IsError, e.Result)
+		if res, isErr, ok := toolResultOf(e); ok {
+			fmt.Fprintf(&b, "\n  %s (isError %v): %s", e.Tool, isErr, res)
 		}
 	}
 	return b.String()
+}
+
+// toolResultOf is what an entry tells the model of a tool call: a
+// completion's result, or a denial (which is an error result).
+func toolResultOf(e journal.Entry) (string, bool, bool) {
+	switch {
+	case e.Kind == journal.ToolCallCompleted:
+		return e.Result, e.IsError, true
+	case e.Kind == journal.ToolCallDecided && !e.Approved:
+		return "denied by " + e.By + ": " + e.Result, true, true
+	}
+	return "", false, false
 }
 
 func readConformanceCase(t *testing.T, dir string) (map[string]string, conformanceCase) {

@@ -55,7 +55,7 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 		f.Tool = &runstate.ToolFact{Known: true, Effect: blueprint.EffectRead}
 		return nil
 	}
-	srv, ok := f.Blueprint.ServerFor(h.Name)
+	srv, ok := f.Blueprint.ServerIn(f.State.Stage, h.Name)
 	if !ok {
 		f.Tool = &runstate.ToolFact{Known: false}
 		return nil

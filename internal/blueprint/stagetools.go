@@ -55,6 +55,25 @@ func (b *Blueprint) ServerIn(stage, tool string) (MCPServer, bool) {
 	return b.ServerFor(tool)
 }
 
+// ToolLevelIn is ToolLevel within a stage: a routed tool's results have
+// its routed server's level.
+func (b *Blueprint) ToolLevelIn(stage, tool string) string {
+	if c, ok := b.Tools[tool]; ok && c.Level != "" {
+		return c.Level
+	}
+	if isBuiltin(tool) {
+		return LevelPublic
+	}
+	if s, ok := b.ServerIn(stage, tool); ok {
+		return s.Level
+	}
+	return LevelPublic
+}
+
+// IsBuiltin reports whether tool is a move or a run tool, which no MCP
+// server provides.
+func IsBuiltin(tool string) bool { return isBuiltin(tool) }
+
 // isBuiltin: a move or a run tool, which no MCP server provides.
 func isBuiltin(tool string) bool {
 	return builtin.IsRunTool(tool) || slices.ContainsFunc(builtin.Moves, func(m builtin.Spec) bool { return m.Name == tool })

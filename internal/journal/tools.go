@@ -117,7 +117,7 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 		}
 		st.remember(e.Message)
 		st.delivered(e)
-		if !e.IsError && blueprint.LevelRank(bp.ToolLevel(h.Name)) > blueprint.LevelRank(bp.Agent.Clearance) {
+		if !e.IsError && blueprint.LevelRank(bp.ToolLevelIn(st.Stage, h.Name)) > blueprint.LevelRank(bp.Agent.Clearance) {
 			st.Tainted, st.TaintSource = true, h.Name
 		}
 		st.finishCall(bp, h, e.Result, e.IsError)
