@@ -56,6 +56,8 @@ type conformanceCase struct {
 	// Runs are other runs of the namespace (children) and the phase each
 	// must reach.
 	Runs map[string]arv1.Phase `json:"runs"`
+	// RunErrors are substrings of those runs' status.error.
+	RunErrors map[string]string `json:"runErrors"`
 }
 
 // toolResultCase is one expected tool result.
@@ -146,7 +148,10 @@ func runConformanceCase(t *testing.T, dir string) {
 		matchToolResults(t, journalEntries(t, ns, string(run.UID)), c.ToolResults)
 	}
 	for n, p := range c.Runs {
-		waitFor(t, ns, n, 60*time.Second, string(p), phaseIs(p))
+		r := waitFor(t, ns, n, 60*time.Second, string(p), phaseIs(p))
+		if want, ok := c.RunErrors[n]; ok && !strings.Contains(r.Status.Error, want) {
+			t.Errorf("%s: status.error %q lacks %q", n, r.Status.Error, want)
+		}
 	}
 }
 
