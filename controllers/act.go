@@ -100,6 +100,8 @@ func journalEntryFor(f *facts, a runstate.Action) (journal.Entry, bool) {
 		return journal.Entry{Kind: journal.SleepCompleted}, true
 	case runstate.ActRefuseSpawn:
 		return journal.Entry{Kind: journal.SpawnRefused, Message: a.Message}, true
+	case runstate.ActReceiveMessage:
+		return journal.Entry{Kind: journal.MessageReceived, MessageID: a.Received.ID, Text: a.Received.Text}, true
 	case runstate.ActAnswerInteraction:
 		in := f.State.Interaction
 		e := journal.Entry{Kind: journal.InteractionAnswered, Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo"}

@@ -35,8 +35,8 @@ func FinishedRunTransform() toolscache.TransformFunc {
 			FinishedAt: st.FinishedAt, Callback: st.Callback, SetupRefs: st.SetupRefs,
 		}
 		if metav1.GetControllerOf(run) != nil {
-			// A child: its parent's roll-up and merge read these.
-			run.Status.Usage, run.Status.TreeUsage, run.Status.FinalOutput = st.Usage, st.TreeUsage, st.FinalOutput
+			// A child: its parent's roll-up, merge and wait_for_agent read these.
+			run.Status.Usage, run.Status.TreeUsage, run.Status.FinalOutput, run.Status.Error = st.Usage, st.TreeUsage, st.FinalOutput, st.Error
 		}
 		// Annotations only matter for the GitOps marks retention reads.
 		if len(run.Annotations) > 0 {

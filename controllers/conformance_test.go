@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -49,6 +50,21 @@ type conformanceCase struct {
 	Output *string `json:"output"`
 	// ErrorContains must be a substring of status.error.
 	ErrorContains string `json:"errorContains"`
+	// ToolResults are results of the run's tool calls, in journal order:
+	// each matches the next completion of its tool after the previous match.
+	ToolResults []toolResultCase `json:"toolResults"`
+	// Runs are other runs of the namespace (children) and the phase each
+	// must reach.
+	Runs map[string]arv1.Phase `json:"runs"`
+	// RunErrors are substrings of those runs' status.error.
+	RunErrors map[string]string `json:"runErrors"`
+}
+
+// toolResultCase is one expected tool result.
+type toolResultCase struct {
+	Tool     string `json:"tool"`
+	Contains string `json:"contains"`
+	IsError  bool   `json:"isError"`
 }
 
 // TestConformance runs every blueprint of testdata/conformance as a user
@@ -128,6 +144,55 @@ func runConformanceCase(t *testing.T, dir string) {
 	if c.ErrorContains != "" && !strings.Contains(run.Status.Error, c.ErrorContains) {
 		t.Errorf("status.error %q lacks %q", run.Status.Error, c.ErrorContains)
 	}
+	if c.ToolResults != nil {
+		matchToolResults(t, journalEntries(t, ns, string(run.UID)), c.ToolResults)
+	}
+	for n, p := range c.Runs {
+		r := waitFor(t, ns, n, 60*time.Second, string(p), phaseIs(p))
+		if want, ok := c.RunErrors[n]; ok && !strings.Contains(r.Status.Error, want) {
+			t.Errorf("%s: status.error %q lacks %q", n, r.Status.Error, want)
+		}
+	}
+}
+
+// matchToolResults finds each expected result in the journal's tool
+// completions, in order.
+func matchToolResults(t *testing.T, entries []journal.Entry, want []toolResultCase) {
+	t.Helper()
+	i := 0
+	for _, w := range want {
+		found := false
+		for ; i < len(entries) && !found; i++ {
+			res, isErr, ok := toolResultOf(entries[i])
+			found = ok && entries[i].Tool == w.Tool && strings.Contains(res, w.Contains) && isErr == w.IsError
+		}
+		if !found {
+			t.Errorf("no %s result containing %q (isError %v) in order; the journal's tool results:%s", w.Tool, w.Contains, w.IsError, toolResultsOf(entries))
+			return
+		}
+	}
+}
+
+func toolResultsOf(entries []journal.Entry) string {
+	var b strings.Builder
+	for _, e := range entries {
+		if res, isErr, ok := toolResultOf(e); ok {
+			fmt.Fprintf(&b, "\n  %s (isError %v): %s", e.Tool, isErr, res)
+		}
+	}
+	return b.String()
+}
+
+// toolResultOf is what an entry tells the model of a tool call: a
+// completion's result, or a denial (which is an error result).
+func toolResultOf(e journal.Entry) (string, bool, bool) {
+	switch {
+	case e.Kind == journal.ToolCallCompleted:
+		return e.Result, e.IsError, true
+	case e.Kind == journal.ToolCallDecided && !e.Approved:
+		return "denied by " + e.By + ": " + e.Result, true, true
+	}
+	return "", false, false
 }
 
 func readConformanceCase(t *testing.T, dir string) (map[string]string, conformanceCase) {

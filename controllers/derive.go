@@ -48,7 +48,7 @@ type facts struct {
 func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,
-		Budgets: run.Spec.Budgets,
+		Budgets: run.Spec.Budgets, RunName: run.Name, Messages: pendingMessages(run),
 	}}
 	if c := run.Status.Active; c != nil {
 		f.Working = time.Duration(c.TotalSeconds(now)) * time.Second
@@ -157,7 +157,12 @@ func (r *AgentRunReconciler) providerFacts(ctx context.Context, run *arv1.AgentR
 		return err
 	}
 	f.Setup, f.SetupRetryAt, f.resolved = block, retryAt, res
-	if res != nil && block == nil {
+	if block == nil {
+		if err := r.requiredTools(ctx, run, f, stage); err != nil {
+			return err
+		}
+	}
+	if res != nil && f.Setup == nil {
 		r.offerFacts(ctx, run, f, stage)
 	}
 	return nil
@@ -187,6 +192,9 @@ func (r *AgentRunReconciler) loadSnapshot(ctx context.Context, run *arv1.AgentRu
 	}
 	if perr == nil {
 		bp, perr = withEntryStage(bp, run.Spec.EntryStage)
+	}
+	if perr == nil && !spawned {
+		perr = workerRefused(run, bp)
 	}
 	if perr != nil {
 		f.BlueprintError = fmt.Sprintf("blueprint snapshot %s: %v", name, perr)
@@ -218,6 +226,9 @@ func (r *AgentRunReconciler) loadSource(ctx context.Context, run *arv1.AgentRun,
 	bp, err := src.bp, src.err
 	if err == nil {
 		bp, err = withEntryStage(bp, run.Spec.EntryStage)
+	}
+	if err == nil {
+		err = workerRefused(run, bp)
 	}
 	if err != nil {
 		f.BlueprintError = fmt.Sprintf("blueprint ConfigMap %s/%s: %v", run.Namespace, run.Spec.Agent, err)

@@ -32,7 +32,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	req := providers.Request{
 		RunUID: string(run.UID), Seq: intent.Seq, Stage: st.Stage, Iteration: st.Iteration,
 		Attempt: st.FailedAttempts, Model: res.model, Task: run.Spec.Task, APIKey: res.apiKey,
-		OutputInstructions: spec.instructions,
+		OutputInstructions: spec.instructions, Messages: st.Inbox,
 	}
 	if stage != nil {
 		req.Script, req.SystemPrompt = stage.Script, stage.SystemPrompt
@@ -49,7 +49,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 		return call, nil
 	}
 	for _, t := range st.Turns {
-		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools}
+		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools, Messages: t.Messages}
 		if t.Rejected != "" {
 			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
 		}

@@ -46,8 +46,9 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 		return stage == nil || len(stage.AvailableTools) == 0 || slices.Contains(stage.AvailableTools, name)
 	}
 	o := &offer{}
+	unattended := runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, f.Blueprint)
 	for _, t := range builtin.RunTools {
-		if allowed(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, f.Blueprint) && builtin.Blocking(t.Name)) {
+		if allowed(t.Name) && !hidesBlocking(stage, t.Name, unattended) {
 			o.tools = append(o.tools, t)
 		}
 	}
@@ -69,10 +70,24 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 			b := toolServerBlock(run, srv, e.Err)
 			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: b.Remedy, blocker: b.Blocker})
 		default:
-			o.tools = append(o.tools, offerable(f.Blueprint, srv, e.Tools, allowed)...)
+			o.tools = append(o.tools, offerable(f.Blueprint, f.State.Stage, srv, e.Tools, allowed)...)
 		}
 	}
 	f.offer = o
+}
+
+// hidesBlocking says whether a tool that waits on a person is left out of
+// the offer: in a stage with allow_blocking_tools = false, and in a run
+// nobody attends, unless the stage requires it (required_tools hold under
+// yolo).
+func hidesBlocking(stage *blueprint.Stage, tool string, unattended bool) bool {
+	if !builtin.Blocking(tool) {
+		return false
+	}
+	if stage != nil && stage.HideBlockingTools {
+		return true
+	}
+	return unattended && !stage.Requires(tool)
 }
 
 // warnUnoffered says where people look that the model was not offered a
@@ -91,13 +106,13 @@ func (r *AgentRunReconciler) warnUnoffered(run *arv1.AgentRun, o *offer) {
 // offerable is a server's listed tools the model may be offered: within the
 // server's filter, really from this server, allowed in the stage, and not
 // denied.
-func offerable(bp *blueprint.Blueprint, srv blueprint.MCPServer, tools []mcptool.Tool, allowed func(string) bool) []providers.ToolSpec {
+func offerable(bp *blueprint.Blueprint, stage string, srv blueprint.MCPServer, tools []mcptool.Tool, allowed func(string) bool) []providers.ToolSpec {
 	var out []providers.ToolSpec
 	for _, t := range tools {
 		if len(srv.Tools) > 0 && !slices.Contains(srv.Tools, t.Name) {
 			continue
 		}
-		if s, ok := bp.ServerFor(t.Name); !ok || s.Name != srv.Name || !allowed(t.Name) {
+		if s, ok := bp.ServerIn(stage, t.Name); !ok || s.Name != srv.Name || !allowed(t.Name) {
 			continue
 		}
 		effect := string(t.Effect)

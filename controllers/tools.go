@@ -2,15 +2,12 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -58,7 +55,7 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 		f.Tool = &runstate.ToolFact{Known: true, Effect: blueprint.EffectRead}
 		return nil
 	}
-	srv, ok := f.Blueprint.ServerFor(h.Name)
+	srv, ok := f.Blueprint.ServerIn(f.State.Stage, h.Name)
 	if !ok {
 		f.Tool = &runstate.ToolFact{Known: false}
 		return nil
@@ -229,7 +226,7 @@ func toolEntry(f *facts, a runstate.Action) journal.Entry {
 	return e
 }
 
-// callTool runs the next tool call: check_agent at once from the cache, an
+// callTool runs the next tool call: the agent tools at once (agentCall), an
 // MCP tool on an executor step in its server's lane. The intent is
 // recorded in the status this reconcile writes, so a write or idempotent
 // call is on record before it starts.
@@ -237,9 +234,8 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 	f, run := s.facts, s.run
 	st := &f.State
 	h := st.HeadCall()
-	if h.Name == builtin.CheckAgent {
-		res, isErr := r.checkAgent(ctx, run, f, h.Arguments)
-		return true, r.record(ctx, s, journal.Entry{Kind: journal.ToolCallCompleted, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr})
+	if slices.Contains(builtin.AgentTools, h.Name) {
+		return true, r.agentCall(ctx, s)
 	}
 	if f.tool == nil {
 		return false, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)
@@ -267,30 +263,4 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 	s.intents = append(s.intents, stepKey(run, intent.Seq))
 	s.start(ticket, func(ctx context.Context) { r.steps.RunToolCall(ctx, call) })
 	return false, nil
-}
-
-// checkAgent is the check_agent tool: a child run's phase, wait and (once
-// complete) output, read from the cluster.
-func (r *AgentRunReconciler) checkAgent(ctx context.Context, run *arv1.AgentRun, f *facts, args string) (string, bool) {
-	var a struct {
-		Name string `json:"name"`
-	}
-	_ = json.Unmarshal([]byte(args), &a)
-	i := slices.IndexFunc(f.children, func(c arv1.AgentRun) bool { return c.Name == a.Name })
-	if i < 0 {
-		return fmt.Sprintf("%q is not a sub-agent of this run", a.Name), true
-	}
-	c := &f.children[i]
-	res := map[string]any{"name": c.Name, "phase": c.Status.Phase}
-	if w := c.Status.WaitingOn; w != nil {
-		res["waitingOn"] = w.Summary
-	}
-	if fo := c.Status.FinalOutput; fo != nil {
-		var cm corev1.ConfigMap
-		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: fo.ObjectName}, &cm); err == nil {
-			res["output"] = clipTo(cm.Data["output"], 16<<10)
-		}
-	}
-	b, _ := json.Marshal(res)
-	return string(b), false
 }

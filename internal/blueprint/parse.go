@@ -73,6 +73,12 @@ type rawStage struct {
 	OnWorkerFailure   string                   `toml:"on_worker_failure"`
 	MaxAttempts       *int                     `toml:"max_attempts"`
 	Script            []rawScriptStep          `toml:"script"`
+	// The tool area's stage keys (see stagetools.go).
+	RequiredTools      []string          `toml:"required_tools"`
+	AllowBlockingTools *bool             `toml:"allow_blocking_tools"`
+	ToolRouting        map[string]string `toml:"tool_routing"`
+	AllowAsWorker      *bool             `toml:"allow_as_worker"`
+	AcceptsMessages    bool              `toml:"accepts_messages"`
 }
 
 type rawModel struct {
@@ -203,6 +209,9 @@ func (p *parser) parse(src string) (*Blueprint, *ParseError) {
 		bp.Stages = append(bp.Stages, st)
 	}
 	if err := p.crossCheck(bp, raw.Stages); err != nil {
+		return nil, err
+	}
+	if err := p.crossCheckTools(bp); err != nil {
 		return nil, err
 	}
 	if bp.Agent.EntryStage == "" {
@@ -357,6 +366,9 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 		if strings.TrimSpace(tool) == "" {
 			return nil, fail(at("available_tools"), "available_tools[%d] is empty", i)
 		}
+	}
+	if err := p.stageTools(s, r); err != nil {
+		return nil, err
 	}
 
 	if r.Model != nil {

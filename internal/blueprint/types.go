@@ -155,6 +155,10 @@ type Stage struct {
 	FanOut *FanOutSpec
 	// Script holds the scripted provider's responses, one per model call.
 	Script []ScriptStep
+	// StageTools are the tool area's keys (required_tools,
+	// allow_blocking_tools, tool_routing, allow_as_worker,
+	// accepts_messages).
+	StageTools
 }
 
 // ModelRef names one model of a failover list.

@@ -2,7 +2,8 @@
 // HTTP provider offers the model (transition, complete, spawn_agent,
 // fan_out, sleep), which map onto the answer itself, and the run tools the
 // operator executes without an MCP server (ask_user, present_for_review,
-// wait_for_signal, check_agent). The blueprint parser, the providers and the
+// wait_for_signal, and the agent tools check_agent, wait_for_agent,
+// send_to_agent, kill_agent). The blueprint parser, the providers and the
 // offer a model sees all read them from here, so they cannot disagree.
 package builtin
 
@@ -40,7 +41,19 @@ const (
 	WaitForSignal = "wait_for_signal"
 	// CheckAgent reports a sub-agent's phase and output.
 	CheckAgent = "check_agent"
+	// WaitForAgent blocks the turn until a sub-agent finishes, then
+	// delivers its result, once (the seeds' Koda rule).
+	WaitForAgent = "wait_for_agent"
+	// SendToAgent sends a message to a running sub-agent whose stage
+	// accepts_messages; it sees it in its next model turn.
+	SendToAgent = "send_to_agent"
+	// KillAgent cancels a sub-agent and, through it, its own children.
+	KillAgent = "kill_agent"
 )
+
+// AgentTools are the run tools that act on the run's own sub-agents; a
+// name resolves only among the run's children.
+var AgentTools = []string{CheckAgent, WaitForAgent, SendToAgent, KillAgent}
 
 // Moves are offered before any other tool and win a name clash, so a tool
 // server cannot shadow the run's own moves.
@@ -67,6 +80,12 @@ var RunTools = []Spec{
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"},"input_schema":{"type":"object"}},"required":["reason"]}`)},
 	{Name: CheckAgent, Description: "Report a sub-agent's phase, what it waits on, and its output once complete.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
+	{Name: WaitForAgent, Description: "Wait until one of this run's sub-agents finishes and return its result (phase, output or error). A result is delivered once; waiting again on the same sub-agent says it was already delivered.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."}},"required":["name"]}`)},
+	{Name: SendToAgent, Description: "Send a message to one of this run's running sub-agents; it sees the message in its next turn. Only a sub-agent whose current stage accepts messages takes one.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."},"message":{"type":"string"}},"required":["name","message"]}`)},
+	{Name: KillAgent, Description: "Cancel one of this run's sub-agents, and with it every run it started.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."}},"required":["name"]}`)},
 }
 
 // RunToolNames are the run tools' names.

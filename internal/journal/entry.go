@@ -61,6 +61,11 @@ const (
 	// on anything else before it (a setup problem, a pause) is not the
 	// person's time.
 	QuestionAsked Kind = "QuestionAsked"
+	// MessageReceived records a message the run's parent sent it
+	// (send_to_agent), taken in where the run was about to call its model
+	// in a stage that accepts_messages; that call and the stage's later
+	// ones show it.
+	MessageReceived Kind = "MessageReceived"
 )
 
 // Gates a ToolCallDecided answers.
@@ -136,6 +141,13 @@ type Entry struct {
 	// denial: the person's reason).
 	Result  string `json:"result,omitempty"`
 	IsError bool   `json:"isError,omitempty"`
+	// Child names the sub-agent whose result a wait_for_agent completion
+	// delivered, so it is never delivered again.
+	Child string `json:"child,omitempty"`
+	// MessageID and Text are a MessageReceived's message: its id (unique
+	// per sender) and what it says.
+	MessageID string `json:"messageID,omitempty"`
+	Text      string `json:"text,omitempty"`
 }
 
 // PurposeTitle marks the titling call.

@@ -114,6 +114,14 @@ type State struct {
 	asked   string
 	askedAt time.Time
 
+	// Delivered are the sub-agents whose result wait_for_agent delivered.
+	Delivered map[string]bool
+	// Received are the ids of the messages taken in; Inbox the messages
+	// taken in before the current stage's first answer (later ones ride
+	// on the turn they followed).
+	Received map[string]bool
+	Inbox    []string
+
 	// Titled: the titling call has finished (Title or TitleError is set).
 	Titled     bool
 	Title      string
@@ -147,6 +155,8 @@ type Turn struct {
 	Rejected string
 	// Tools are the answer's tool calls with their results.
 	Tools []ToolResult
+	// Messages are what the run's parent sent after this answer.
+	Messages []string
 }
 
 // FanOut is a fan_out stage's items and where the run goes once they are done.
@@ -364,6 +374,8 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		st.SleepUntil = nil
 	case SpawnRefused:
 		st.Outcome, st.Message = OutcomeError, e.Message
+	case MessageReceived:
+		st.receive(e)
 	}
 }
 
@@ -459,6 +471,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		wake := e.At.Add(time.Duration(r.SleepSeconds) * time.Second)
 		st.SleepUntil = &wake
 		if !r.Complete && r.Next == "" {
+			st.spawnAlongside(stage, r)
 			return // the model asked to sleep, not to move on
 		}
 	}
@@ -499,6 +512,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		st.Outcome, st.Message = OutcomeError, err
 		return
 	case !done:
+		st.spawnAlongside(stage, r)
 		return
 	}
 	if hitMax {
@@ -523,6 +537,15 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		return
 	}
 	st.leave(bp, stage.Name, target)
+}
+
+// spawnAlongside registers the sub-agents of an answer that stays in its
+// stage: they run alongside the stage's next turns, which may wait for them
+// (wait_for_agent) or check on them. A fan_out stage's answer is its items.
+func (st *State) spawnAlongside(stage *blueprint.Stage, r *Response) {
+	if stage.FanOut == nil {
+		st.Subagents = append(st.Subagents, r.Spawns...)
+	}
 }
 
 // leave exits stage toward target, through its interaction points if any.
@@ -577,7 +600,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 		return
 	}
 	st.endVisit()
-	st.Stage, st.StageIndex, st.Iteration, st.Turns = target, idx, 0, nil
+	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
 	st.enterStage(target)
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++

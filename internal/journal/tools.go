@@ -116,7 +116,8 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			return // a completion of another (older) intent
 		}
 		st.remember(e.Message)
-		if !e.IsError && blueprint.LevelRank(bp.ToolLevel(h.Name)) > blueprint.LevelRank(bp.Agent.Clearance) {
+		st.delivered(e)
+		if !e.IsError && blueprint.LevelRank(bp.ToolLevelIn(st.Stage, h.Name)) > blueprint.LevelRank(bp.Agent.Clearance) {
 			st.Tainted, st.TaintSource = true, h.Name
 		}
 		st.finishCall(bp, h, e.Result, e.IsError)

@@ -172,6 +172,8 @@ func describeEntry(e *journal.Entry) (string, string) {
 		return "cancelled", ""
 	case journal.QuestionAsked:
 		return "asked", e.Point
+	case journal.MessageReceived:
+		return "message", fmt.Sprintf("from the parent (%s): %q", e.MessageID, oneLine(e.Text, 100))
 	case journal.ToolCallDecided:
 		verdict := "denied"
 		if e.Approved {

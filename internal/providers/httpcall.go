@@ -132,6 +132,7 @@ func userContent(req Request) string {
 	if req.OutputInstructions != "" {
 		task += "\n\nOutput: " + req.OutputInstructions
 	}
+	task += parentMessages(req.Messages)
 	if len(req.ChildOutputs) == 0 {
 		return task
 	}
@@ -142,6 +143,27 @@ func userContent(req Request) string {
 		fmt.Fprintf(&b, "\n\n--- worker %d ---\n%s", i+1, out)
 	}
 	return b.String()
+}
+
+// parentMessages renders messages from the run's parent for a user
+// message ("" when there are none).
+func parentMessages(msgs []string) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("\n\nMessage from the parent run: ")
+		b.WriteString(m)
+	}
+	return b.String()
+}
+
+// AllMessages are every message from the parent a request shows, oldest
+// first.
+func AllMessages(req Request) []string {
+	out := append([]string(nil), req.Messages...)
+	for _, t := range req.History {
+		out = append(out, t.Messages...)
+	}
+	return out
 }
 
 // Redact removes a secret value from text that may echo it (provider error
@@ -369,6 +391,9 @@ func turns(req Request) []turn {
 	n := 0
 	for _, t := range req.History {
 		tt := turn{assistant: t.Assistant, feedback: t.Feedback}
+		if len(t.Messages) > 0 {
+			tt.feedback = strings.TrimSpace(tt.feedback + parentMessages(t.Messages))
+		}
 		for _, r := range t.Tools {
 			if r.ID == "" {
 				r.ID = fmt.Sprintf("call_%d", n)

@@ -47,6 +47,9 @@ type Request struct {
 	// History is the model's earlier answers in this stage, each with what
 	// it was told back, oldest first.
 	History []Turn
+	// Messages are what the run's parent sent (send_to_agent) before the
+	// stage's first answer; later ones ride on History's turns.
+	Messages []string
 	// OutputInstructions tell the model what output to hand back.
 	OutputInstructions string
 	// Purpose is "title" for the call that names the run.
@@ -66,6 +69,8 @@ type Turn struct {
 	Feedback  string
 	// Tools are the answer's tool calls with their results.
 	Tools []journal.ToolResult
+	// Messages are what the run's parent sent after this answer.
+	Messages []string
 }
 
 // Result is a model's answer.

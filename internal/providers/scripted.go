@@ -87,7 +87,7 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		return Result{}, apiFailure{status: e.Status, kind: e.Type, message: e.Message}.classify("")
 	}
 	res := Result{
-		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: strings.ReplaceAll(step.Output, "{task}", req.Task), Items: step.Items},
+		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: scriptedOutput(step.Output, req), Items: step.Items},
 		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
 	}
 	res.Response.ToolCalls = len(step.ToolCalls) + len(step.Spawn)
@@ -125,4 +125,12 @@ func scriptedTitle(task string) string {
 		words = words[:8]
 	}
 	return strings.TrimRight(strings.Join(words, " "), ".,;:")
+}
+
+// scriptedOutput is a step's output with "{task}" replaced by the run's
+// task and "{messages}" by the messages its parent sent that the call
+// shows, joined by " | ", so a test sees what reached the model.
+func scriptedOutput(out string, req Request) string {
+	out = strings.ReplaceAll(out, "{task}", req.Task)
+	return strings.ReplaceAll(out, "{messages}", strings.Join(AllMessages(req), " | "))
 }

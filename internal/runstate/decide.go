@@ -95,6 +95,12 @@ type Facts struct {
 	// ToolsPending: the tools to offer the model are not known yet (their
 	// servers are being listed).
 	ToolsPending bool
+	// RunName is the run's name: a sub-agent may be named without the
+	// "<run>-" prefix of its name.
+	RunName string
+	// Messages are messages from the parent not known to be taken in yet,
+	// in the order sent.
+	Messages []Message
 }
 
 // Answer is an AgentRunAnswer as Decide sees it, already checked against
@@ -165,6 +171,8 @@ type Action struct {
 	CreateChildren []ChildRequest
 	// FanOut is the fan-out's progress, when one is under way.
 	FanOut *FanOutPlan
+	// Received is the message ActReceiveMessage journals.
+	Received *Message
 }
 
 // NeedsProvider reports whether Decide would want to dispatch a call, so the
@@ -239,6 +247,11 @@ func Decide(f Facts) Action {
 	if st.Pending != nil {
 		// Already recorded (and so already within budget when issued).
 		return withSpawns(f, Action{Kind: ActDispatch, Reissue: true})
+	}
+	if a, ok := receiveMessage(f); ok {
+		// Only between calls, so the call that follows is the one that
+		// shows it.
+		return a
 	}
 	if f.TitleWanted && !st.Titled {
 		// One cheap call first; whatever it answers, the run goes on.

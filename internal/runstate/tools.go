@@ -152,6 +152,9 @@ func decideTool(f Facts) (Action, bool) {
 		// What the model is offered is enforced, not only advertised.
 		return decided(journal.GateApproval, false, true, false, fmt.Sprintf("policy: %s is not in stage %q's available_tools", h.Name, st.Stage), ""), true
 	}
+	if stage, _, ok := f.Blueprint.Stage(st.Stage); ok && stage.HideBlockingTools && builtin.Blocking(h.Name) {
+		return decided(journal.GateApproval, false, true, false, fmt.Sprintf("policy: stage %q sets allow_blocking_tools = false, and %s waits on a person", st.Stage, h.Name), ""), true
+	}
 	t := f.Tool
 	effect := blueprint.EffectWrite
 	if t != nil {
@@ -207,10 +210,10 @@ func decideTool(f Facts) (Action, bool) {
 // UserPrompt, signals on Signal, and check_agent runs at once.
 func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 	switch h.Name {
-	case builtin.CheckAgent:
-		return Action{Kind: ActToolCall}, true
+	case builtin.CheckAgent, builtin.WaitForAgent, builtin.SendToAgent, builtin.KillAgent:
+		return decideAgentTool(f, h), true
 	case builtin.AskUser, builtin.PresentForReview:
-		if f.Unattended() {
+		if f.Unattended() && !f.requiredHere(h.Name) {
 			// Nobody attends a yolo run: the model is told so rather than
 			// the run parking on a question nobody will see.
 			return completed("Nobody is attending this run (it runs unattended); decide without asking.", true), true
@@ -254,6 +257,16 @@ func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 		return Action{Kind: ActPark, Markers: Markers{Signal: clip(reason, 1024), Ask: q}}, true
 	}
 	return Action{}, false
+}
+
+// requiredHere: the tool is one of the current stage's required_tools,
+// which hold under yolo (a required question still waits for a person).
+func (f Facts) requiredHere(tool string) bool {
+	if f.Blueprint == nil {
+		return false
+	}
+	stage, _, _ := f.Blueprint.Stage(f.State.Stage)
+	return stage.Requires(tool)
 }
 
 // askSchema is the JSON Schema an answer to ask_user must satisfy: its own

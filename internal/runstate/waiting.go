@@ -30,6 +30,9 @@ type Markers struct {
 	// Ask is the point and question of a TaintGate, hub request, Signal or
 	// NeedsReconciliation wait, so an answer can name what it answers.
 	Ask *Question
+	// AwaitedChild names the sub-agent a wait_for_agent waits on (a
+	// Children(1) wait), shown in the summary.
+	AwaitedChild string
 }
 
 // Question is what a person is asked: a checkpoint or prompt name and text.
@@ -88,6 +91,9 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 	}
 	if q := m.Ask; q != nil && q.Subject != "" && (w.Reason == arv1.WaitToolApproval || w.Reason == arv1.WaitTaintGate || w.Reason == arv1.WaitUserPrompt) {
 		w.Summary = clip(fmt.Sprintf("%s: %s", w.Reason, q.Subject), 128)
+	}
+	if m.AwaitedChild != "" && w.Reason == arv1.WaitChildren {
+		w.Summary = clip(fmt.Sprintf("%s: wait_for_agent %s", w.Summary, m.AwaitedChild), 128)
 	}
 	since := metav1.NewTime(now)
 	if prev != nil && prev.Reason == w.Reason && prev.Since != nil {
