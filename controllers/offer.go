@@ -46,7 +46,11 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 		return stage == nil || len(stage.AvailableTools) == 0 || slices.Contains(stage.AvailableTools, name)
 	}
 	o := &offer{}
+	hasRegions := len(runRegions(run, f)) > 0
 	for _, t := range builtin.RunTools {
+		if t.Name == builtin.WriteRegion && !hasRegions {
+			continue // a run with no regions has nothing to write
+		}
 		if allowed(t.Name) && !(runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, f.Blueprint) && builtin.Blocking(t.Name)) {
 			o.tools = append(o.tools, t)
 		}

@@ -237,9 +237,12 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 	f, run := s.facts, s.run
 	st := &f.State
 	h := st.HeadCall()
-	if h.Name == builtin.CheckAgent {
+	switch h.Name {
+	case builtin.CheckAgent:
 		res, isErr := r.checkAgent(ctx, run, f, h.Arguments)
 		return true, r.record(ctx, s, journal.Entry{Kind: journal.ToolCallCompleted, Index: h.Index, Tool: h.Name, Result: res, IsError: isErr})
+	case builtin.WriteRegion:
+		return true, r.record(ctx, s, writeRegionEntries(run, f, h.Index, h.Arguments)...)
 	}
 	if f.tool == nil {
 		return false, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)

@@ -2,7 +2,7 @@
 // HTTP provider offers the model (transition, complete, spawn_agent,
 // fan_out, sleep), which map onto the answer itself, and the run tools the
 // operator executes without an MCP server (ask_user, present_for_review,
-// wait_for_signal, check_agent). The blueprint parser, the providers and the
+// wait_for_signal, check_agent, write_region). The blueprint parser, the providers and the
 // offer a model sees all read them from here, so they cannot disagree.
 package builtin
 
@@ -40,6 +40,9 @@ const (
 	WaitForSignal = "wait_for_signal"
 	// CheckAgent reports a sub-agent's phase and output.
 	CheckAgent = "check_agent"
+	// WriteRegion replaces a region's content (a draft, notes): the
+	// regions a transition's require_regions wait for are filled with it.
+	WriteRegion = "write_region"
 )
 
 // Moves are offered before any other tool and win a name clash, so a tool
@@ -67,6 +70,8 @@ var RunTools = []Spec{
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"},"input_schema":{"type":"object"}},"required":["reason"]}`)},
 	{Name: CheckAgent, Description: "Report a sub-agent's phase, what it waits on, and its output once complete.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
+	{Name: WriteRegion, Description: "Replace the content of one of the run's regions (its named documents, such as the draft the stage works on). A transition that requires a region waits until it holds content.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","description":"The region's name."},"content":{"type":"string","description":"The region's new content, in full."}},"required":["region","content"]}`)},
 }
 
 // RunToolNames are the run tools' names.

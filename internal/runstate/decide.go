@@ -42,6 +42,9 @@ const (
 	// ActWaitCatalog: the tools the next step needs are being listed from
 	// their MCP servers; wait for the listing (which wakes the run).
 	ActWaitCatalog ActionKind = "WaitCatalog"
+	// ActSeedRegion: journal the next spec.regions content (Facts.SeedRegion)
+	// before the run's first step.
+	ActSeedRegion ActionKind = "SeedRegion"
 )
 
 // Facts are everything Decide looks at. The controller gathers them; Decide
@@ -95,6 +98,11 @@ type Facts struct {
 	// ToolsPending: the tools to offer the model are not known yet (their
 	// servers are being listed).
 	ToolsPending bool
+	// SeedRegion is the next spec.regions content to journal, when some is
+	// not journaled yet; SeedBlock is why it cannot be read (its ConfigMap
+	// or Secret is gone). Either holds the run before its first step.
+	SeedRegion *journal.Entry
+	SeedBlock  *SetupBlock
 }
 
 // Answer is an AgentRunAnswer as Decide sees it, already checked against
@@ -111,6 +119,11 @@ type Answer struct {
 	Input string
 	// Expired: no person answered; the question timed out.
 	Expired bool
+	// Edit is a person's edit of the draft a checkpoint shows (decision
+	// Edit); Directive a person's instructions sending the stage back
+	// (decision Revise).
+	Edit      *string
+	Directive string
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -174,7 +187,7 @@ func NeedsProvider(f Facts) bool {
 		return false
 	}
 	st := f.State
-	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil && st.HeadCall() == nil
+	return f.SeedRegion == nil && f.SeedBlock == nil && st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil && st.HeadCall() == nil
 }
 
 // Decide picks the run's next action from the recorded facts.
@@ -194,6 +207,10 @@ func Decide(f Facts) Action {
 		return Action{Kind: ActSpawn}
 	case f.Paused:
 		return Action{Kind: ActHold}
+	case f.SeedBlock != nil:
+		return Action{Kind: ActPark, Markers: Markers{Setup: f.SeedBlock}}
+	case f.SeedRegion != nil:
+		return Action{Kind: ActSeedRegion}
 	}
 	st := f.State
 	if in := st.Interaction; in != nil {

@@ -207,7 +207,7 @@ func decideTool(f Facts) (Action, bool) {
 // UserPrompt, signals on Signal, and check_agent runs at once.
 func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 	switch h.Name {
-	case builtin.CheckAgent:
+	case builtin.CheckAgent, builtin.WriteRegion:
 		return Action{Kind: ActToolCall}, true
 	case builtin.AskUser, builtin.PresentForReview:
 		if f.Unattended() {
