@@ -2,6 +2,7 @@ package runstate
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -226,7 +227,7 @@ func Decide(f Facts) Action {
 			// not be passed unattended, which ends the run in Error.
 			return Action{Kind: ActAnswerInteraction, Answer: &Answer{Approved: true, Expired: true, By: "policy: interaction timeout"}}
 		}
-		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}})
+		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: pointPrompt(f.Blueprint, in)}}})
 	}
 	if f.InFlight {
 		return Action{Kind: ActNone}
@@ -376,4 +377,30 @@ func decideChildren(f Facts) (Action, bool) {
 	}
 	a.CreateChildren = create
 	return a, a.Kind != ""
+}
+
+// pointPrompt is what a checkpoint asks, followed by what else it takes: a
+// person must learn from the question alone that there is a draft to read
+// and that it may be edited (decision Edit) or sent back (decision Revise).
+func pointPrompt(bp *blueprint.Blueprint, in *journal.PendingInteraction) string {
+	var more []string
+	doc := in.Point.DocumentRegion
+	if bp != nil {
+		if s, _, ok := bp.Stage(in.Stage); ok {
+			doc = s.PointDocument(in.Point)
+		}
+	}
+	if doc != "" {
+		more = append(more, fmt.Sprintf("the draft is region %q", doc))
+	}
+	if len(in.Point.EditOptions) > 0 {
+		more = append(more, "answer Edit with your edit of it")
+	}
+	if len(in.Point.Directives) > 0 {
+		more = append(more, "answer Revise with instructions to send the stage back")
+	}
+	if len(more) == 0 {
+		return in.Point.Prompt
+	}
+	return strings.TrimSpace(in.Point.Prompt + " [" + strings.Join(more, "; ") + "]")
 }
