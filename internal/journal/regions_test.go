@@ -166,3 +166,29 @@ allow_complete = true
 		t.Errorf("a plain approval moves on with no directive or handoff: %q %q %q", st.Stage, st.Directive, st.Handoff)
 	}
 }
+
+// TestFoldGatedMaxIterationsTransition: when the stage's max_iterations
+// transition is itself gated by an empty region, running out of
+// iterations ends the run in Error, saying which region.
+func TestFoldGatedMaxIterationsTransition(t *testing.T) {
+	bp := mustParse(t, `[agent]
+name = "g"
+[stages.a]
+max_iterations = 1
+[stages.a.transitions.b]
+condition = "max_iterations"
+region = "summary"
+[stages.b]
+`)
+	st := Fold(bp, []Entry{req(0, "a", 0), done(1, 0, Response{Text: "working"})})
+	if st.Outcome != OutcomeError || !st.MaxIterationsHit || !strings.Contains(st.Message, `["summary"]`) {
+		t.Fatalf("outcome %q hit %v message %q", st.Outcome, st.MaxIterationsHit, st.Message)
+	}
+	if !st.RequiredRegionsAbandoned(bp) {
+		t.Error("the gated region is not reported abandoned")
+	}
+	st = Fold(bp, []Entry{wrote(0, "summary", "s", ByModel), req(1, "a", 0), done(2, 1, Response{Text: "working"})})
+	if st.Stage != "b" || st.Outcome != OutcomeNone || st.RequiredRegionsAbandoned(bp) {
+		t.Errorf("with the region written: stage %q outcome %q", st.Stage, st.Outcome)
+	}
+}

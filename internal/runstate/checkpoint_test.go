@@ -92,3 +92,31 @@ prompt = "Ready?"
 		}
 	}
 }
+
+// TestDecideSeedsRegionsFirst: a spawned run journals its spec regions
+// before any step (no provider is resolved meanwhile), parks on the setup
+// problem when a source is gone, and a pause holds both.
+func TestDecideSeedsRegionsFirst(t *testing.T) {
+	seed := &journal.Entry{Kind: journal.RegionWritten, Region: "draft", Content: "x", By: journal.BySpec, Seeded: true}
+	block := &SetupBlock{Blocker: "RegionMissing", Remedy: "Create the ConfigMap", Refs: []string{"ConfigMap/drafts"}}
+	f := running()
+	f.SeedRegion = seed
+	if NeedsProvider(f) {
+		t.Error("a provider is resolved before the regions are seeded")
+	}
+	if a := Decide(f); a.Kind != ActSeedRegion {
+		t.Errorf("seeding: %s", a.Kind)
+	}
+	f.SeedRegion, f.SeedBlock = nil, block
+	if a := Decide(f); a.Kind != ActPark || a.Markers.Setup != block {
+		t.Errorf("a gone source: %+v", a)
+	}
+	f.Paused = true
+	if a := Decide(f); a.Kind != ActHold {
+		t.Errorf("paused: %s", a.Kind)
+	}
+	f.Paused, f.SeedBlock = false, nil
+	if !NeedsProvider(f) {
+		t.Error("once seeded, the run wants its provider again")
+	}
+}
