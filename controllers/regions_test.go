@@ -99,16 +99,63 @@ func TestRegionsValidation(t *testing.T) {
 // never copied into the AgentRun.
 func TestRegionSourcesParkUntilFixed(t *testing.T) {
 	startManager(t, managerOpts{})
-	const content = "Chapter one: the region's content."
-	cases := []struct {
-		name      string
-		source    arv1.RegionSource
-		arrange   func(t *testing.T, ns string)
-		blocker   arv1.SetupBlocker
-		remedyHas []string
-		ref       string
-		fix       func(t *testing.T, ns string)
-	}{
+	for _, c := range regionSourceCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+			createConfigMap(t, ns, "echo", map[string]string{"agent.toml": echoDraft})
+			c.arrange(t, ns)
+			if err := k8s.Create(context.Background(), regionRun(ns, "r", c.source)); err != nil {
+				t.Fatal(err)
+			}
+			run := waitFor(t, ns, "r", 20*time.Second, "NeedsSetup "+string(c.blocker), blockedOn(c.blocker))
+			w := run.Status.WaitingOn
+			for _, s := range append(c.remedyHas, ns) {
+				if !strings.Contains(w.Remedy, s) {
+					t.Errorf("remedy %q lacks %q", w.Remedy, s)
+				}
+			}
+			if fmt.Sprint(run.Status.SetupRefs) != fmt.Sprint([]string{c.ref}) || !w.NeedsAPerson {
+				t.Errorf("setupRefs = %v needsAPerson %v, want [%s] true", run.Status.SetupRefs, w.NeedsAPerson, c.ref)
+			}
+			if run.Status.BlueprintSnapshot != "" {
+				t.Error("the run started before its regions could be read")
+			}
+
+			c.fix(t, ns)
+			done := waitFor(t, ns, "r", 20*time.Second, "Complete after the fix", phaseIs(arv1.PhaseComplete))
+			if got := finalOutput(t, done); got != "got: "+regionContent {
+				t.Errorf("output %q: the model did not see the region", got)
+			}
+			raw, _ := json.Marshal(done)
+			if strings.Contains(string(raw), regionContent) {
+				t.Error("the region's content is copied into the AgentRun")
+			}
+			if r := journal.Regions(journalEntries(t, ns, string(done.UID)))["draft"]; r.Content != regionContent || r.By != journal.BySpec || !r.Seeded {
+				t.Errorf("journaled region %+v", r)
+			}
+		})
+	}
+}
+
+// regionContent is what a fixed region source holds.
+const regionContent = "Chapter one: the region's content."
+
+// regionSourceCase is a region source that parks a run, and its fix.
+type regionSourceCase struct {
+	name      string
+	source    arv1.RegionSource
+	arrange   func(t *testing.T, ns string)
+	blocker   arv1.SetupBlocker
+	remedyHas []string
+	ref       string
+	fix       func(t *testing.T, ns string)
+}
+
+func regionSourceCases() []regionSourceCase {
+	const content = regionContent
+	return []regionSourceCase{
 		{
 			name:      "ConfigMap missing",
 			source:    arv1.RegionSource{Name: "draft", ConfigMapKeyRef: &arv1.ConfigMapKeyRef{Name: "drafts", Key: "ch1.md"}},
@@ -146,43 +193,5 @@ func TestRegionSourcesParkUntilFixed(t *testing.T) {
 				setConfigMapData(t, ns, "drafts", map[string]string{"ch1.md": content})
 			},
 		},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			ns := newNamespace(t)
-			createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
-			createConfigMap(t, ns, "echo", map[string]string{"agent.toml": echoDraft})
-			c.arrange(t, ns)
-			if err := k8s.Create(context.Background(), regionRun(ns, "r", c.source)); err != nil {
-				t.Fatal(err)
-			}
-			run := waitFor(t, ns, "r", 20*time.Second, "NeedsSetup "+string(c.blocker), blockedOn(c.blocker))
-			w := run.Status.WaitingOn
-			for _, s := range append(c.remedyHas, ns) {
-				if !strings.Contains(w.Remedy, s) {
-					t.Errorf("remedy %q lacks %q", w.Remedy, s)
-				}
-			}
-			if fmt.Sprint(run.Status.SetupRefs) != fmt.Sprint([]string{c.ref}) || !w.NeedsAPerson {
-				t.Errorf("setupRefs = %v needsAPerson %v, want [%s] true", run.Status.SetupRefs, w.NeedsAPerson, c.ref)
-			}
-			if run.Status.BlueprintSnapshot != "" {
-				t.Error("the run started before its regions could be read")
-			}
-
-			c.fix(t, ns)
-			done := waitFor(t, ns, "r", 20*time.Second, "Complete after the fix", phaseIs(arv1.PhaseComplete))
-			if got := finalOutput(t, done); got != "got: "+content {
-				t.Errorf("output %q: the model did not see the region", got)
-			}
-			raw, _ := json.Marshal(done)
-			if strings.Contains(string(raw), content) {
-				t.Error("the region's content is copied into the AgentRun")
-			}
-			if r := journal.Regions(journalEntries(t, ns, string(done.UID)))["draft"]; r.Content != content || r.By != journal.BySpec || !r.Seeded {
-				t.Errorf("journaled region %+v", r)
-			}
-		})
 	}
 }
