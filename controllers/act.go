@@ -59,7 +59,11 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 		}
 	}
 	if e, ok := journalEntryFor(f, a); ok {
-		return true, r.record(ctx, s, e)
+		regions, err := r.regionEntriesFor(ctx, s)
+		if err != nil {
+			return false, err
+		}
+		return true, r.record(ctx, s, append(regions, e)...)
 	}
 	switch a.Kind {
 	case runstate.ActToolCall:
@@ -102,30 +106,39 @@ func journalEntryFor(f *facts, a runstate.Action) (journal.Entry, bool) {
 		return journal.Entry{Kind: journal.SpawnRefused, Message: a.Message}, true
 	case runstate.ActReceiveMessage:
 		return journal.Entry{Kind: journal.MessageReceived, MessageID: a.Received.ID, Text: a.Received.Text}, true
+	case runstate.ActSeedRegion:
+		return *f.SeedRegion, true
 	case runstate.ActAnswerInteraction:
 		in := f.State.Interaction
 		e := journal.Entry{Kind: journal.InteractionAnswered, Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo"}
 		if ans := a.Answer; ans != nil {
 			e.Approved, e.Auto, e.By, e.Message, e.Expired = ans.Approved, ans.Expired, ans.By, ans.Name, ans.Expired
+			e.Directive = ans.Directive
+			if ans.Edit != nil {
+				e.Region = pointDocument(f)
+			}
 		}
 		return e, true
 	}
 	return journal.Entry{}, false
 }
 
-// record journals e as the run's next entry, now. An intent status holds
-// that the journal has not recorded yet is journaled with it, so whatever
-// follows an intent in the journal always finds it there.
-func (r *AgentRunReconciler) record(ctx context.Context, s *scope, e journal.Entry) error {
-	e.Seq, e.At = s.facts.State.NextSeq, s.facts.Now
+// record journals es as the run's next entries, now, in one write. An
+// intent status holds that the journal has not recorded yet is journaled
+// with them, so whatever follows an intent in the journal always finds it
+// there.
+func (r *AgentRunReconciler) record(ctx context.Context, s *scope, es ...journal.Entry) error {
+	for i := range es {
+		es[i].Seq, es[i].At = s.facts.State.NextSeq+int64(i), s.facts.Now
+	}
 	if p := s.facts.statusIntent; p != nil {
 		in := *p
 		if h := s.facts.State.HeadCall(); in.Kind == journal.ToolCallRequested && h != nil && h.Index == in.Index {
 			in.Input = h.Arguments // status holds it clipped
 		}
-		return r.journals.Append(ctx, s.run, in, e)
+		return r.journals.Append(ctx, s.run, append([]journal.Entry{in}, es...)...)
 	}
-	return r.journals.Append(ctx, s.run, e)
+	return r.journals.Append(ctx, s.run, es...)
 }
 
 // cancel stops the run's steps and journals the cancellation once none

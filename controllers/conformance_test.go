@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -50,6 +51,12 @@ type conformanceCase struct {
 	Output *string `json:"output"`
 	// ErrorContains must be a substring of status.error.
 	ErrorContains string `json:"errorContains"`
+	// Answers are given in order, as the admin user, each once the run
+	// waits on its point; each must be applied before the next is given.
+	Answers []conformanceAnswer `json:"answers"`
+	// Regions are the content the run's journal holds for these regions
+	// at the end, exactly.
+	Regions map[string]string `json:"regions"`
 	// ToolResults are results of the run's tool calls, in journal order:
 	// each matches the next completion of its tool after the previous match.
 	ToolResults []toolResultCase `json:"toolResults"`
@@ -65,6 +72,14 @@ type toolResultCase struct {
 	Tool     string `json:"tool"`
 	Contains string `json:"contains"`
 	IsError  bool   `json:"isError"`
+}
+
+// conformanceAnswer is one AgentRunAnswer a case gives.
+type conformanceAnswer struct {
+	Point    string              `json:"point"`
+	Decision arv1.AnswerDecision `json:"decision"`
+	Text     *string             `json:"text"`
+	Input    *string             `json:"input"`
 }
 
 // TestConformance runs every blueprint of testdata/conformance as a user
@@ -118,7 +133,18 @@ func runConformanceCase(t *testing.T, dir string) {
 			t.Fatalf("spec: %v", err)
 		}
 	})
+	for i, a := range c.Answers {
+		giveAnswer(t, ns, fmt.Sprintf("answer-%d", i), a)
+	}
 	run := waitFor(t, ns, "run", 60*time.Second, string(c.Phase), phaseIs(c.Phase))
+	if c.Regions != nil {
+		got := journal.Regions(journalEntries(t, ns, string(run.UID)))
+		for name, want := range c.Regions {
+			if got[name].Content != want {
+				t.Errorf("region %s = %q, want %q", name, got[name].Content, want)
+			}
+		}
+	}
 
 	if c.Path != nil {
 		if got := turnPath(journalEntries(t, ns, string(run.UID))); !reflect.DeepEqual(got, c.Path) {
@@ -313,4 +339,29 @@ func isZero(v any) bool {
 func jsonText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// giveAnswer answers point a.Point once the run waits on it, and waits for
+// the run to apply the answer (a rejected answer fails the case).
+func giveAnswer(t *testing.T, ns, name string, a conformanceAnswer) {
+	t.Helper()
+	waitFor(t, ns, "run", 60*time.Second, "waiting on point "+a.Point, func(r *arv1.AgentRun) bool {
+		return r.Status.WaitingOn != nil && r.Status.WaitingOn.Point == a.Point
+	})
+	ans := &arv1.AgentRunAnswer{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: arv1.AgentRunAnswerSpec{Run: "run", Point: a.Point, Decision: a.Decision, Text: a.Text, Input: a.Input, By: "admin"}}
+	ctx := context.Background()
+	if err := k8s.Create(ctx, ans); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for ans.Status.State == "" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if err := k8s.Get(ctx, keyOf(ns, name), ans); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ans.Status.State != arv1.AnswerApplied {
+		t.Fatalf("answer %s to %s: %q %s", name, a.Point, ans.Status.State, ans.Status.Message)
+	}
 }

@@ -57,7 +57,10 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 		return nil, err
 	}
 	if !f.Spawned {
-		return f, r.unspawnedFacts(ctx, run, f, fresh)
+		if err := r.unspawnedFacts(ctx, run, f, fresh); err != nil {
+			return nil, err
+		}
+		return f, r.regionFacts(ctx, run, f)
 	}
 	// Which steps run now is read before the journal: a step finishing in
 	// between then shows either as still running or as completed in the
@@ -70,6 +73,9 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	entries, f.statusIntent = withPendingIntent(entries, run.Status.PendingCall, now)
 	f.State = journal.Fold(f.Blueprint, entries)
 	f.TitleWanted = f.Blueprint.Agent.Title.Enabled && run.Spec.Depth == 0
+	if err := r.regionFacts(ctx, run, f); err != nil {
+		return nil, err
+	}
 	if err := r.childrenFacts(ctx, run, f); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
@@ -35,7 +36,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 		OutputInstructions: spec.instructions, Messages: st.Inbox,
 	}
 	if stage != nil {
-		req.Script, req.SystemPrompt = stage.Script, stage.SystemPrompt
+		req.Script, req.SystemPrompt = stage.Script, stage.Prompt()
 	}
 	call := steps.ModelCall{
 		Run: steps.RunRef(run), Agent: f.Blueprint.Agent.Name, Intent: intent, Provider: res.provider,
@@ -50,11 +51,15 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	}
 	for _, t := range st.Turns {
 		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools, Messages: t.Messages}
-		if t.Rejected != "" {
+		switch {
+		case t.Rejected != "":
 			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
+		case t.Refused != "":
+			turn.Feedback = "Your move was refused: " + t.Refused + "."
 		}
 		req.History = append(req.History, turn)
 	}
+	req.Document, req.Directive = documentOf(&st, f.Blueprint), st.Directive
 	if f.offer != nil {
 		req.Tools = f.offer.tools
 		s.after(func() { r.warnUnoffered(run, f.offer) })
@@ -68,4 +73,14 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	}
 	call.Request = req
 	return call, nil
+}
+
+// documentOf is the region a call of the current stage is given, with its
+// content as the journal holds it.
+func documentOf(st *journal.State, bp *blueprint.Blueprint) *providers.Document {
+	name, ok := st.Document(bp)
+	if !ok {
+		return nil
+	}
+	return &providers.Document{Name: name, Content: st.Regions[name].Content}
 }

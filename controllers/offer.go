@@ -47,7 +47,11 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 	}
 	o := &offer{}
 	unattended := runstate.IsUnattended(run.Spec.Yolo, run.Spec.YoloProfile, f.Blueprint)
+	hasRegions := len(runRegions(run, f)) > 0
 	for _, t := range builtin.RunTools {
+		if t.Name == builtin.WriteRegion && !hasRegions {
+			continue // a run with no regions has nothing to write
+		}
 		if allowed(t.Name) && !hidesBlocking(stage, t.Name, unattended) {
 			o.tools = append(o.tools, t)
 		}

@@ -47,6 +47,11 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		for _, m := range stage.Models {
 			refs = append(refs, m.String())
 		}
+		if stage.AllowUserDefault {
+			// The provider config's default model, once the stage's own
+			// are out of service (model.allow_user_default).
+			refs = append(refs, "")
+		}
 	}
 	cands := make([]runstate.Candidate, len(refs))
 	res := make([]*resolved, len(refs))

@@ -66,6 +66,9 @@ func project(s *scope) {
 	st.Flags.MaxIterationsHit = state.MaxIterationsHit
 	st.Flags.ProducedOutput = state.Output != nil
 	st.Flags.GatesForced = state.GatesForced
+	if f.Spawned {
+		st.Flags.RequiredRegionsAbandoned = state.RequiredRegionsAbandoned(f.Blueprint)
+	}
 	// Every run can hand back output (the complete tool carries it), so a
 	// finished run with no output and no modifications produced nothing.
 	st.Flags.EmptyOutput = st.Phase.IsTerminal() && state.Output == nil && st.Flags.ModifiedFileCount == 0 && !st.Flags.NoOutputTools

@@ -237,6 +237,9 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 	if slices.Contains(builtin.AgentTools, h.Name) {
 		return true, r.agentCall(ctx, s)
 	}
+	if h.Name == builtin.WriteRegion {
+		return true, r.record(ctx, s, writeRegionEntries(run, f, h.Index, h.Arguments)...)
+	}
 	if f.tool == nil {
 		return false, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)
 	}

@@ -25,6 +25,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.budgets) || !has(oldSelf.budgets)",message="budgets cannot be removed once set; raise them instead"
 // +kubebuilder:validation:XValidation:rule="has(self.entryStage) == has(oldSelf.entryStage)",message="entryStage is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.blueprintSnapshot) == has(oldSelf.blueprintSnapshot)",message="blueprintSnapshot is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.regions) == has(oldSelf.regions)",message="regions are fixed at creation",fieldPath=".regions"
 type AgentRunSpec struct {
 	// agent names the ConfigMap in this namespace that holds the blueprint
 	// (agent.toml plus any prompt files, one key per file). It replaces
@@ -164,6 +165,65 @@ type AgentRunSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// regions seed the run's named documents (Leviath's `lev run
+	// --<region> @file`): the draft a stage works on, notes, a results
+	// document. Each is inline text or a key of a ConfigMap or Secret in
+	// this namespace. A reference to an object or key that does not exist
+	// parks the run on NeedsSetup (RegionMissing) until it is created. The
+	// content is read once, when the run starts, and journaled with the
+	// run, never copied here: later edits of the ConfigMap or Secret do not
+	// change a run in flight (kubectl agentrun regions shows what the run
+	// holds). Fixed at creation.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="regions are fixed at creation"
+	// +kubebuilder:validation:XValidation:rule="self.map(r, has(r.text) ? size(r.text) : 0).sum() <= 65536",message="inline region text may total at most 64 KiB; put larger documents in a ConfigMap (configMapKeyRef)"
+	Regions []RegionSource `json:"regions,omitempty"`
+}
+
+// RegionSource is where one region's first content comes from: exactly
+// one of text, configMapKeyRef and secretKeyRef.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.text) ? 1 : 0) + (has(self.configMapKeyRef) ? 1 : 0) + (has(self.secretKeyRef) ? 1 : 0) == 1",message="a region needs exactly one of text, configMapKeyRef and secretKeyRef"
+type RegionSource struct {
+	// name of the region, as the blueprint names it (document_region,
+	// results_region, require_regions).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_-]{0,62}$`
+	Name string `json:"name"`
+	// text is the content, inline (at most 16 KiB; 64 KiB over all
+	// regions). An empty string is an empty region.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Text *string `json:"text,omitempty"`
+	// configMapKeyRef reads the content from a ConfigMap key (up to the
+	// region cap of 128 KiB).
+	// +optional
+	ConfigMapKeyRef *ConfigMapKeyRef `json:"configMapKeyRef,omitempty"`
+	// secretKeyRef reads the content from a Secret key, for documents that
+	// must not sit in a ConfigMap. The content is journaled with the run,
+	// so it is readable wherever the run's journal is.
+	// +optional
+	SecretKeyRef *SecretKeyRef `json:"secretKeyRef,omitempty"`
+}
+
+// ConfigMapKeyRef names one key of a ConfigMap in the run's namespace.
+type ConfigMapKeyRef struct {
+	// name of the ConfigMap.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key within the ConfigMap's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
 }
 
 // CallbackSpec is the webhook a run notifies on its terminal transition.
@@ -617,7 +677,7 @@ func (r WaitReason) NeedsAPerson() bool {
 
 // SetupBlocker names which kind of setup problem parks a run, one value per
 // remedy, so a client can offer the right fix without parsing the sentence.
-// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused
+// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused;RegionMissing;RegionTooLarge
 type SetupBlocker string
 
 // Setup blockers: the seeds' provider-side ones, then the Kubernetes ones.
@@ -662,6 +722,13 @@ const (
 	// that would allow it. Retried every 30 seconds, so an edit to the
 	// policy takes effect by itself.
 	BlockerEgressRefused SetupBlocker = "EgressRefused"
+	// BlockerRegionMissing: a ConfigMap or Secret (or its key) that
+	// spec.regions reads a region from does not exist yet; creating it
+	// wakes the run.
+	BlockerRegionMissing SetupBlocker = "RegionMissing"
+	// BlockerRegionTooLarge: a region's ConfigMap or Secret key holds more
+	// than a region may (128 KiB); shrinking it wakes the run.
+	BlockerRegionTooLarge SetupBlocker = "RegionTooLarge"
 )
 
 // BudgetKind names a budget.

@@ -60,6 +60,9 @@ type AgentRunAnswerSpec struct {
 	// not made and the agent is told). For a dangling write
 	// (NeedsReconciliation): Done (it happened; text or input is its
 	// output), Retry (it did not; issue it again) or Abandon (end the run).
+	// A checkpoint that offers edit_options also takes Edit (text is the
+	// edited draft); one with directives takes Revise (text is the
+	// instructions the stage is sent back with).
 	// Questions and signals need no decision, only text or input.
 	// +optional
 	Decision AnswerDecision `json:"decision,omitempty"`
@@ -82,7 +85,7 @@ type AgentRunAnswerSpec struct {
 }
 
 // AnswerDecision approves or denies, or settles a dangling write.
-// +kubebuilder:validation:Enum=Approve;Deny;Done;Retry;Abandon
+// +kubebuilder:validation:Enum=Approve;Deny;Done;Retry;Abandon;Edit;Revise
 type AnswerDecision string
 
 // Decisions.
@@ -96,6 +99,13 @@ const (
 	DecisionRetry AnswerDecision = "Retry"
 	// DecisionAbandon: end the run, recording the unresolved write.
 	DecisionAbandon AnswerDecision = "Abandon"
+	// DecisionEdit passes a checkpoint whose point has edit_options with
+	// the person's edit of the draft it shows (text): the edit replaces the
+	// draft's region, and the next stage gets it.
+	DecisionEdit AnswerDecision = "Edit"
+	// DecisionRevise answers a checkpoint whose point has directives: the
+	// stage is sent back, with the person's instructions (text).
+	DecisionRevise AnswerDecision = "Revise"
 )
 
 // AnswerState is what became of an answer.

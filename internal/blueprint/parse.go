@@ -79,10 +79,15 @@ type rawStage struct {
 	ToolRouting        map[string]string `toml:"tool_routing"`
 	AllowAsWorker      *bool             `toml:"allow_as_worker"`
 	AcceptsMessages    bool              `toml:"accepts_messages"`
+	DocumentRegion     string            `toml:"document_region"`
+	ResultsRegion      string            `toml:"results_region"`
+	SplitPrompt        string            `toml:"split_prompt"`
+	WorkerQuery        string            `toml:"worker_query"`
 }
 
 type rawModel struct {
-	Models []rawModelRef `toml:"models"`
+	Models           []rawModelRef `toml:"models"`
+	AllowUserDefault bool          `toml:"allow_user_default"`
 }
 
 type rawModelRef struct {
@@ -91,18 +96,23 @@ type rawModelRef struct {
 }
 
 type rawTransition struct {
-	Condition string `toml:"condition"`
-	Hint      string `toml:"hint"`
+	Condition      string   `toml:"condition"`
+	Hint           string   `toml:"hint"`
+	RequireRegions []string `toml:"require_regions"`
+	Region         string   `toml:"region"`
 }
 
 type rawInteractionPoint struct {
-	Name         string   `toml:"name"`
-	Prompt       string   `toml:"prompt"`
-	Required     bool     `toml:"required"`
-	Unattended   string   `toml:"unattended"`
-	Style        string   `toml:"style"`
-	Options      []string `toml:"options"`
-	AbortOptions []string `toml:"abort_options"`
+	Name           string   `toml:"name"`
+	Prompt         string   `toml:"prompt"`
+	Required       bool     `toml:"required"`
+	Unattended     string   `toml:"unattended"`
+	Style          string   `toml:"style"`
+	Options        []string `toml:"options"`
+	AbortOptions   []string `toml:"abort_options"`
+	EditOptions    []string `toml:"edit_options"`
+	Directives     []string `toml:"directives"`
+	DocumentRegion string   `toml:"document_region"`
 }
 
 type rawScriptStep struct {
@@ -207,6 +217,9 @@ func (p *parser) parse(src string) (*Blueprint, *ParseError) {
 			return nil, err
 		}
 		bp.Stages = append(bp.Stages, st)
+	}
+	if err := p.queryStages(bp); err != nil {
+		return nil, err
 	}
 	if err := p.crossCheck(bp, raw.Stages); err != nil {
 		return nil, err
@@ -371,7 +384,11 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 		return nil, err
 	}
 
+	if err := p.stageRegion(s, r.DocumentRegion); err != nil {
+		return nil, err
+	}
 	if r.Model != nil {
+		s.AllowUserDefault = r.Model.AllowUserDefault
 		for i, m := range r.Model.Models {
 			if m.Provider == "" || m.Model == "" {
 				return nil, fail(at("model", "models"), "model.models[%d] needs both provider and model", i)
@@ -389,7 +406,11 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 			CondAlways, CondLLMChoice, CondError, CondMaxIterations, CondStuck, CondDeadEnd); err != nil {
 			return nil, err
 		}
-		s.Transitions = append(s.Transitions, Transition{Target: target, Condition: t.Condition, Hint: t.Hint})
+		req, err := p.transitionRegions(name, target, t)
+		if err != nil {
+			return nil, err
+		}
+		s.Transitions = append(s.Transitions, Transition{Target: target, Condition: t.Condition, Hint: t.Hint, RequireRegions: req})
 	}
 
 	if err := p.interactionPoints(s, r.InteractionPoints); err != nil {
@@ -439,6 +460,9 @@ func (p *parser) interactionPoints(s *Stage, raw []rawInteractionPoint) *ParseEr
 				return p.errf(at("abort_options"), "%s: abort option %q is not one of options", label, o)
 			}
 		}
+		if err := p.pointChoices(label, at, ip, s.DocumentRegion); err != nil {
+			return err
+		}
 		s.InteractionPoints = append(s.InteractionPoints, ip)
 	}
 	if s.Mode == ModeInteractivePoints && len(s.InteractionPoints) == 0 {
@@ -457,7 +481,8 @@ func (p *parser) fanOut(s *Stage, r rawStage) *ParseError {
 			{"worker_agent", r.WorkerAgent != ""}, {"worker_stage", r.WorkerStage != ""},
 			{"merge_stage", r.MergeStage != ""}, {"max_workers", r.MaxWorkers != nil},
 			{"max_items", r.MaxItems != nil}, {"on_worker_failure", r.OnWorkerFailure != ""},
-			{"max_attempts", r.MaxAttempts != nil},
+			{"max_attempts", r.MaxAttempts != nil}, {"results_region", r.ResultsRegion != ""},
+			{"split_prompt", r.SplitPrompt != ""}, {"worker_query", r.WorkerQuery != ""},
 		} {
 			if f.set {
 				return p.errf(at(f.key), "stage %q: %s is only valid with mode = %q", s.Name, f.key, ModeFanOut)
@@ -465,8 +490,8 @@ func (p *parser) fanOut(s *Stage, r rawStage) *ParseError {
 		}
 		return nil
 	}
-	if (r.WorkerAgent == "") == (r.WorkerStage == "") {
-		return p.errf(at("worker_stage"), "stage %q: a fan_out stage needs exactly one of worker_agent and worker_stage", s.Name)
+	if n := countSet(r.WorkerAgent, r.WorkerStage, r.WorkerQuery); n != 1 {
+		return p.errf(at("worker_stage"), "stage %q: a fan_out stage needs exactly one of worker_agent, worker_stage and worker_query", s.Name)
 	}
 	fo := &FanOutSpec{
 		WorkerAgent:     r.WorkerAgent,
@@ -493,6 +518,9 @@ func (p *parser) fanOut(s *Stage, r rawStage) *ParseError {
 			return p.errf(at("max_attempts"), "stage %q: max_attempts must be >= 1, got %d", s.Name, *r.MaxAttempts)
 		}
 		fo.MaxAttempts = *r.MaxAttempts
+	}
+	if err := p.fanOutRegions(s, fo, r); err != nil {
+		return err
 	}
 	if fo.OnWorkerFailure == "" {
 		fo.OnWorkerFailure = OnWorkerFailureContinue

@@ -454,7 +454,7 @@ complete = true
 		{
 			name:  "fan_out with both worker fields",
 			files: map[string]string{"agent.toml": head + "[stages.a]\nmode = \"fan_out\"\nworker_agent = \"w\"\nworker_stage = \"b\"\n[stages.b]\n"},
-			key:   "agent.toml", line: 6, msg: "exactly one of worker_agent and worker_stage",
+			key:   "agent.toml", line: 6, msg: "exactly one of worker_agent, worker_stage and worker_query",
 		},
 		{
 			name:  "fan_out with neither worker field",

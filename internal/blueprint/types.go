@@ -159,6 +159,13 @@ type Stage struct {
 	// allow_blocking_tools, tool_routing, allow_as_worker,
 	// accepts_messages).
 	StageTools
+	// DocumentRegion names the region the stage works on: its content is
+	// part of every model call of the stage (see regions.go).
+	DocumentRegion string
+	// AllowUserDefault lets the stage fall back to the run's default model
+	// (spec.model, else the provider config's default) once every model of
+	// Models is out of service (model.allow_user_default).
+	AllowUserDefault bool
 }
 
 // ModelRef names one model of a failover list.
@@ -174,6 +181,9 @@ type Transition struct {
 	Target    string
 	Condition string
 	Hint      string
+	// RequireRegions gate the transition: it is taken only once each of
+	// these regions holds content (require_regions plus region).
+	RequireRegions []string
 }
 
 // InteractionPoint is a question the stage puts to a person.
@@ -185,6 +195,12 @@ type InteractionPoint struct {
 	Style        string
 	Options      []string
 	AbortOptions []string
+	// EditOptions are the choices under which the person edits the draft
+	// the point shows (its DocumentRegion); Directives those under which
+	// the person sends the stage back with instructions.
+	EditOptions    []string
+	Directives     []string
+	DocumentRegion string
 }
 
 // FanOutSpec configures a fan_out stage.
@@ -200,6 +216,14 @@ type FanOutSpec struct {
 	MaxItems        int
 	OnWorkerFailure string
 	MaxAttempts     int
+	// ResultsRegion is where the merged worker outputs are written when
+	// the fan-out resolves; SplitPrompt tells the model how to split the
+	// work into items; WorkerQuery, when the blueprint gave it, is the
+	// prompt of the single-turn stage synthesised for the workers (named
+	// in WorkerStage).
+	ResultsRegion string
+	SplitPrompt   string
+	WorkerQuery   string
 }
 
 // ScriptStep is one scripted model response.

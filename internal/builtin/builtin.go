@@ -2,8 +2,9 @@
 // HTTP provider offers the model (transition, complete, spawn_agent,
 // fan_out, sleep), which map onto the answer itself, and the run tools the
 // operator executes without an MCP server (ask_user, present_for_review,
-// wait_for_signal, and the agent tools check_agent, wait_for_agent,
-// send_to_agent, kill_agent). The blueprint parser, the providers and the
+// wait_for_signal, write_region, and the agent tools check_agent,
+// wait_for_agent, send_to_agent, kill_agent). The blueprint parser, the
+// providers and the
 // offer a model sees all read them from here, so they cannot disagree.
 package builtin
 
@@ -49,6 +50,9 @@ const (
 	SendToAgent = "send_to_agent"
 	// KillAgent cancels a sub-agent and, through it, its own children.
 	KillAgent = "kill_agent"
+	// WriteRegion replaces a region's content (a draft, notes): the
+	// regions a transition's require_regions wait for are filled with it.
+	WriteRegion = "write_region"
 )
 
 // AgentTools are the run tools that act on the run's own sub-agents; a
@@ -86,6 +90,8 @@ var RunTools = []Spec{
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."},"message":{"type":"string"}},"required":["name","message"]}`)},
 	{Name: KillAgent, Description: "Cancel one of this run's sub-agents, and with it every run it started.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."}},"required":["name"]}`)},
+	{Name: WriteRegion, Description: "Replace the content of one of the run's regions (its named documents, such as the draft the stage works on). A transition that requires a region waits until it holds content.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","description":"The region's name."},"content":{"type":"string","description":"The region's new content, in full."}},"required":["region","content"]}`)},
 }
 
 // RunToolNames are the run tools' names.

@@ -66,6 +66,10 @@ const (
 	// in a stage that accepts_messages; that call and the stage's later
 	// ones show it.
 	MessageReceived Kind = "MessageReceived"
+	// RegionWritten records a region's new content: seeded from the run's
+	// spec.regions, written by the model (write_region), by a fan-out's
+	// merge (results_region) or by a person's edit at a checkpoint.
+	RegionWritten Kind = "RegionWritten"
 )
 
 // Gates a ToolCallDecided answers.
@@ -148,6 +152,16 @@ type Entry struct {
 	// per sender) and what it says.
 	MessageID string `json:"messageID,omitempty"`
 	Text      string `json:"text,omitempty"`
+
+	// Region and Content are a RegionWritten's region and its new content
+	// (at most MaxRegionBytes); Seeded marks content the run's spec gave.
+	// On an InteractionAnswered, Region names the draft the person edited.
+	Region  string `json:"region,omitempty"`
+	Content string `json:"content,omitempty"`
+	Seeded  bool   `json:"seeded,omitempty"`
+	// Directive is, on an InteractionAnswered, the person's instructions
+	// sending the stage back (a directives choice).
+	Directive string `json:"directive,omitempty"`
 }
 
 // PurposeTitle marks the titling call.

@@ -127,6 +127,14 @@ type State struct {
 	Title      string
 	TitleError string
 
+	// Regions are the run's named documents by name, as last written
+	// (see regions.go); Handoff names the region a person edited at the
+	// checkpoint the run just passed, which the next stage is given, and
+	// Directive is a person's instructions to the stage it was sent back to.
+	Regions   map[string]Region
+	Handoff   string
+	Directive string
+
 	Outcome Outcome
 	// Message explains an Error outcome.
 	Message string
@@ -153,6 +161,9 @@ type Turn struct {
 	Text string
 	// Rejected is why its submitted output was refused, if it was.
 	Rejected string
+	// Refused is why the move it asked for was not made (a transition
+	// whose required regions are empty).
+	Refused string
 	// Tools are the answer's tool calls with their results.
 	Tools []ToolResult
 	// Messages are what the run's parent sent after this answer.
@@ -341,12 +352,16 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		if e.Auto {
 			st.GatesForced = true
 		}
+		if st.sentBack(bp, in, e) {
+			return
+		}
 		stage, _, _ := bp.Stage(in.Stage)
 		if next := in.answered + 1; stage != nil && next < len(stage.InteractionPoints) {
 			st.Interaction = &PendingInteraction{Stage: in.Stage, Point: stage.InteractionPoints[next], Target: in.Target, answered: next}
 			return
 		}
 		st.move(bp, in.Target)
+		st.handOff(e)
 	case RunCancelled:
 		st.Pending = nil
 		st.Outcome = OutcomeCancelled
@@ -376,6 +391,8 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		st.Outcome, st.Message = OutcomeError, e.Message
 	case MessageReceived:
 		st.receive(e)
+	case RegionWritten:
+		st.writeRegion(e)
 	}
 }
 
@@ -518,6 +535,12 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 	if hitMax {
 		st.MaxIterationsHit = true
 	}
+	if stage.FanOut == nil && target != "" {
+		if missing := st.emptyRegions(stage, target); len(missing) > 0 {
+			st.refuseMove(bp, stage, target, missing, hitMax)
+			return
+		}
+	}
 	if stage.FanOut != nil {
 		items := r.Items
 		if m := stage.FanOut.MaxItems; m > 0 && len(items) > m {
@@ -601,6 +624,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 	}
 	st.endVisit()
 	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
+	st.Handoff, st.Directive = "", ""
 	st.enterStage(target)
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -63,8 +64,12 @@ func oneName(cmd string, o options) error {
 	return nil
 }
 
-// parseAnswer reads NAME and exactly one of TEXT, --json or --null.
+// parseAnswer reads NAME and exactly one of TEXT, --json or --null; or,
+// for a checkpoint, one of --edit, --edit-file and --revise.
 func parseAnswer(o options) (reply, error) {
+	if o.edit != nil || o.editFile != nil || o.revise != nil {
+		return parseCheckpointAnswer(o)
+	}
 	r := reply{family: familyAnswer, verb: "answer"}
 	if len(o.args) == 0 || len(o.args) > 2 {
 		return r, usagef("answer takes a run NAME and one answer (quote a TEXT with spaces)")
@@ -90,6 +95,53 @@ func parseAnswer(o options) (reply, error) {
 		return r, usagef("answer needs exactly one of TEXT, --json JSON or --null (got %d)", given)
 	}
 	return r, nil
+}
+
+// parseCheckpointAnswer reads the answers a checkpoint takes besides
+// approve and deny: an edit of the draft it shows (--edit TEXT or
+// --edit-file PATH; the point must offer edit_options) or instructions
+// sending its stage back (--revise TEXT; the point must offer directives).
+func parseCheckpointAnswer(o options) (reply, error) {
+	r := reply{family: familyDecide}
+	if err := oneName("answer --edit/--edit-file/--revise", o); err != nil {
+		return r, err
+	}
+	if o.json != nil || o.null || countGiven(o.edit, o.editFile, o.revise) != 1 {
+		return r, usagef("give one of --edit TEXT, --edit-file PATH or --revise TEXT, and no other answer")
+	}
+	switch {
+	case o.revise != nil:
+		if strings.TrimSpace(*o.revise) == "" {
+			return r, usagef("--revise needs the instructions the stage is sent back with")
+		}
+		r.verb, r.decision, r.text = "revise", arv1.DecisionRevise, o.revise
+	case o.editFile != nil:
+		b, err := os.ReadFile(*o.editFile)
+		if err != nil {
+			return r, usagef("--edit-file: %v", err)
+		}
+		text := string(b)
+		r.verb, r.decision, r.text = "edit", arv1.DecisionEdit, &text
+	default:
+		r.verb, r.decision, r.text = "edit", arv1.DecisionEdit, o.edit
+	}
+	if n := len(*r.text); n > maxAnswerText {
+		return r, usagef("the %s is %d bytes; an answer holds at most %d (spec.text)", r.verb, n, maxAnswerText)
+	}
+	return r, nil
+}
+
+// maxAnswerText is the CRD's bound on an answer's spec.text.
+const maxAnswerText = 16384
+
+func countGiven(ps ...*string) int {
+	n := 0
+	for _, p := range ps {
+		if p != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // parseResolve reads NAME and one of --done (with the write's output),
@@ -242,6 +294,8 @@ func fit(cmd string, r reply, run *arv1.AgentRun) (*arv1.WaitingOn, error) {
 		return nil, fmt.Errorf("agentrun %q waits on %s, which no answer clears: %s", run.Name, waitText(w), clearHint(w))
 	case w.Point == "":
 		return nil, fmt.Errorf("agentrun %q waits on %s but names no point to answer (status.waitingOn.point is empty)", run.Name, waitText(w))
+	case (r.decision == arv1.DecisionEdit || r.decision == arv1.DecisionRevise) && w.Reason != arv1.WaitInteractionPoint:
+		return nil, fmt.Errorf("agentrun %q waits on %s; --edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only", run.Name, waitText(w))
 	case family != r.family:
 		return nil, fmt.Errorf("agentrun %q waits on %s, which %s does not answer; use %s", run.Name, waitText(w), cmd,
 			strings.Join(answerCommands(run), " or "))

@@ -28,6 +28,9 @@ type options struct {
 	abandon     bool    // --abandon (resolve)
 	writeOutput *string // --output (resolve; not -o)
 	writeJSON   *string // --output-json (resolve)
+	edit        *string // --edit (answer: a checkpoint's edited draft)
+	editFile    *string // --edit-file (answer: the same, read from a file)
+	revise      *string // --revise (answer: instructions sending the stage back)
 }
 
 // flagSet says which optional flags a command accepts beyond the common
@@ -131,6 +134,12 @@ func parseArgs(args []string, fs flagSet) (options, error) {
 			text = accepted(fs.input, &o.json)
 		case "--output-json":
 			text = accepted(fs.resolve, &o.writeJSON)
+		case "--edit":
+			text = accepted(fs.input, &o.edit)
+		case "--edit-file":
+			text = accepted(fs.input, &o.editFile)
+		case "--revise":
+			text = accepted(fs.input, &o.revise)
 		default:
 			return o, usagef("unknown flag %s", name)
 		}

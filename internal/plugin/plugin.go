@@ -141,6 +141,17 @@ output.
 
 Flags:
 ` + commonFlags, run: (*app).output},
+		{name: "regions", summary: "Show a run's regions (its named documents)", check: regionArgs,
+			usage: `Usage: kubectl agentrun regions NAME [REGION] [-n NAMESPACE]
+
+Show the regions the run holds, as its journal records them: each region's
+size, who wrote it last (spec, model, fan-out <stage>, or the person who
+edited it at a checkpoint) and its content. With REGION, print only that
+region's content, byte for byte (exit 1 when the run holds no such region),
+for instance to edit a draft before kubectl agentrun answer --edit-file.
+
+Flags:
+` + commonFlags, run: (*app).regions},
 		{name: "transcript", summary: "Print a run's journal, one line per entry", positional: 1,
 			usage: `Usage: kubectl agentrun transcript NAME [-n NAMESPACE]
 
@@ -171,8 +182,9 @@ Flags:
       --reason TEXT      why (spec.text): told to the agent for a tool call,
                          taint gate or review; recorded for a checkpoint
 `),
-		answerCommand("answer", "Answer a run's question, or deliver its signal", flagSet{input: true},
+		answerCommand("answer", "Answer a run's question, deliver its signal, or edit or revise at a checkpoint", flagSet{input: true},
 			`Usage: kubectl agentrun answer NAME (TEXT | --json JSON | --null) [--wait] [-n NAMESPACE]
+       kubectl agentrun answer NAME (--edit TEXT | --edit-file PATH | --revise TEXT) [--wait] [-n NAMESPACE]
 
 Answer the question the agent asked (UserPrompt; the question is
 status.waitingOn.question), or deliver the payload of the signal the run
@@ -180,10 +192,19 @@ waits for (Signal). TEXT is a plain answer: free text, one of the offered
 choices, or yes/no. --json gives the answer as JSON, which must satisfy the
 question's input schema; --null answers JSON null. A TEXT beginning with "-"
 goes after "--".
+
+At a checkpoint (InteractionPoint) whose point offers edit_options, --edit
+or --edit-file passes it with your edit of the draft it shows (see
+kubectl agentrun regions NAME): the edit replaces the draft, and the next
+stage gets it. At one that offers directives, --revise sends the stage back
+with your instructions.
 `+answerHow+`
 Flags:
       --json JSON        the answer as JSON text (checked here that it parses)
       --null             the answer is JSON null
+      --edit TEXT        a checkpoint: pass it with this edit of its draft
+      --edit-file PATH   a checkpoint: the same, the edit read from PATH
+      --revise TEXT      a checkpoint: send its stage back with these instructions
 `),
 		answerCommand("resolve", "Settle a run's dangling write (done, retry, abandon)", flagSet{resolve: true},
 			`Usage: kubectl agentrun resolve NAME (--done (--output TEXT | --output-json JSON) | --retry | --abandon) [--wait] [-n NAMESPACE]

@@ -209,6 +209,8 @@ func describeEntry(e *journal.Entry) (string, string) {
 		return "tool retried", fmt.Sprintf("%s call #%d by %s", e.Tool, e.Call, orDash(e.By))
 	case journal.RunAbandoned:
 		return "abandoned", "by " + orDash(e.By)
+	case journal.RegionWritten:
+		return "region written", fmt.Sprintf("%s: %d bytes by %s", e.Region, len(e.Content), orDash(e.By))
 	}
 	raw, _ := json.Marshal(e)
 	return string(e.Kind), oneLine(string(raw), 160)

@@ -125,14 +125,25 @@ func applyToolCall(resp *journal.Response, external map[string]bool, id, name st
 	}
 }
 
-// userContent is the user message of a call: the task, followed by the
-// fan-out workers' outputs when the stage merges them.
+// userContent is the user message of a call: the task, a person's
+// instructions to a stage sent back, the document the stage works on, and
+// the fan-out workers' outputs when the stage merges them.
 func userContent(req Request) string {
 	task := req.Task
 	if req.OutputInstructions != "" {
 		task += "\n\nOutput: " + req.OutputInstructions
 	}
 	task += parentMessages(req.Messages)
+	if req.Directive != "" {
+		task += "\n\nA person sent this stage back with these instructions:\n" + req.Directive
+	}
+	if d := req.Document; d != nil {
+		content := d.Content
+		if strings.TrimSpace(content) == "" {
+			content = "(empty)"
+		}
+		task += fmt.Sprintf("\n\nRegion %q, the document this stage works on (replace it with the write_region tool):\n%s", d.Name, content)
+	}
 	if len(req.ChildOutputs) == 0 {
 		return task
 	}

@@ -1,6 +1,13 @@
 package providers
 
-import "testing"
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+)
 
 func TestParseCostUSD(t *testing.T) {
 	for _, tc := range []struct {
@@ -52,5 +59,41 @@ func TestSaysCredits(t *testing.T) {
 		if got := saysCredits(s); got != want {
 			t.Errorf("saysCredits(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// TestUserContentCarriesDocumentAndDirective: the user message gives the
+// model the document its stage works on (an empty one says so) and a
+// person's instructions to a stage sent back, after the task.
+func TestUserContentCarriesDocumentAndDirective(t *testing.T) {
+	got := userContent(Request{Task: "Write it.", Directive: "shorter, please", Document: &Document{Name: "draft", Content: "# Draft"}})
+	want := "Write it.\n\nA person sent this stage back with these instructions:\nshorter, please\n\nRegion \"draft\", the document this stage works on (replace it with the write_region tool):\n# Draft"
+	if got != want {
+		t.Errorf("userContent = %q, want %q", got, want)
+	}
+	if got := userContent(Request{Task: "T", Document: &Document{Name: "draft", Content: " \n"}}); !strings.HasSuffix(got, "write_region tool):\n(empty)") {
+		t.Errorf("an empty document: %q", got)
+	}
+	if got := userContent(Request{Task: "T"}); got != "T" {
+		t.Errorf("no document, no directive: %q", got)
+	}
+}
+
+// TestScriptedFillsDocumentAndDirective: a script's {document} and
+// {directive} are what the call carried, JSON-escaped in tool arguments.
+func TestScriptedFillsDocumentAndDirective(t *testing.T) {
+	s := NewScripted()
+	req := Request{RunUID: "u", Task: "t", Directive: "say \"hi\"", Document: &Document{Name: "d", Content: "line 1\nline \"2\""},
+		Script: []blueprint.ScriptStep{{Output: "doc={document} dir={directive}", ToolCalls: []blueprint.ScriptToolCall{{Name: "write_region", Arguments: `{"region":"d","content":"{document}|{directive}"}`}}}}}
+	res, err := s.Call(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "doc=line 1\nline \"2\" dir=say \"hi\""; res.Response.Output != want {
+		t.Errorf("output %q, want %q", res.Response.Output, want)
+	}
+	var args struct{ Content string }
+	if err := json.Unmarshal([]byte(res.Response.Calls[0].Arguments), &args); err != nil || args.Content != "line 1\nline \"2\"|say \"hi\"" {
+		t.Errorf("arguments %s (%v)", res.Response.Calls[0].Arguments, err)
 	}
 }

@@ -27,7 +27,7 @@ func TestParentMessagesReachTheModel(t *testing.T) {
 	if ts[0].feedback != "Message from the parent run: hurry" || ts[1].feedback != "Message from the parent run: stop" || ts[2].feedback != "Continue." {
 		t.Errorf("feedback %q / %q / %q", ts[0].feedback, ts[1].feedback, ts[2].feedback)
 	}
-	if got := scriptedOutput("heard: {messages} for {task}", req); got != "heard: use blue | hurry | stop for do it" {
+	if got := scriptFiller(req)("heard: {messages} for {task}"); got != "heard: use blue | hurry | stop for do it" {
 		t.Errorf("scripted output %q", got)
 	}
 	if strings.Contains(userContent(Request{Task: "t"}), "parent") {

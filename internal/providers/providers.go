@@ -58,6 +58,18 @@ type Request struct {
 	// like ask_user), offered besides the operator's own; the model's calls
 	// to them come back as Response.Calls.
 	Tools []ToolSpec
+	// Document is the region the stage works on (its document_region, or
+	// the draft a person just edited at a checkpoint), nil when none.
+	Document *Document
+	// Directive is a person's instructions to a stage a checkpoint sent
+	// back.
+	Directive string
+}
+
+// Document is a region and its content, as a call carries it.
+type Document struct {
+	Name    string
+	Content string
 }
 
 // ToolSpec is a tool offered to the model.

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -86,8 +87,9 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		// insufficient_quota is out of credits, not a rate limit).
 		return Result{}, apiFailure{status: e.Status, kind: e.Type, message: e.Message}.classify("")
 	}
+	fill := scriptFiller(req)
 	res := Result{
-		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: scriptedOutput(step.Output, req), Items: step.Items},
+		Response: journal.Response{Text: fill(step.Text), Next: step.Next, Complete: step.Complete, Output: fill(step.Output), Items: step.Items},
 		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
 	}
 	res.Response.ToolCalls = len(step.ToolCalls) + len(step.Spawn)
@@ -103,7 +105,7 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		if args == "" {
 			args = "{}"
 		}
-		res.Response.Calls = append(res.Response.Calls, journal.ToolCall{ID: fmt.Sprintf("call_%d_%d", req.Seq, i), Name: tc.Name, Arguments: strings.ReplaceAll(args, "{task}", req.Task)})
+		res.Response.Calls = append(res.Response.Calls, journal.ToolCall{ID: fmt.Sprintf("call_%d_%d", req.Seq, i), Name: tc.Name, Arguments: fillJSON(args, req)})
 	}
 	for _, sp := range step.Spawn {
 		res.Response.Spawns = append(res.Response.Spawns, journal.Spawn{Agent: sp.Agent, Task: sp.Task})
@@ -127,10 +129,31 @@ func scriptedTitle(task string) string {
 	return strings.TrimRight(strings.Join(words, " "), ".,;:")
 }
 
-// scriptedOutput is a step's output with "{task}" replaced by the run's
-// task and "{messages}" by the messages its parent sent that the call
-// shows, joined by " | ", so a test sees what reached the model.
-func scriptedOutput(out string, req Request) string {
-	out = strings.ReplaceAll(out, "{task}", req.Task)
-	return strings.ReplaceAll(out, "{messages}", strings.Join(AllMessages(req), " | "))
+// scriptFiller replaces, in a scripted text or output, {task} with the
+// run's task, {messages} with the messages its parent sent that the call
+// shows (joined by " | ") and {document} with the content of the document
+// the call carries, so a script shows what the model was given.
+func scriptFiller(req Request) func(string) string {
+	doc := ""
+	if req.Document != nil {
+		doc = req.Document.Content
+	}
+	return strings.NewReplacer("{task}", req.Task, "{messages}", strings.Join(AllMessages(req), " | "),
+		"{document}", doc, "{directive}", req.Directive).Replace
+}
+
+// fillJSON is scriptFiller for tool-call arguments: {document} and
+// {directive} are replaced JSON-escaped, since the arguments are a JSON
+// object and those any text. {task} stays as before (verbatim).
+func fillJSON(args string, req Request) string {
+	args = strings.ReplaceAll(args, "{task}", req.Task)
+	doc := ""
+	if req.Document != nil {
+		doc = req.Document.Content
+	}
+	for k, v := range map[string]string{"{document}": doc, "{directive}": req.Directive} {
+		b, _ := json.Marshal(v)
+		args = strings.ReplaceAll(args, k, string(b[1:len(b)-1]))
+	}
+	return args
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -18,10 +19,13 @@ type AnswerSpec struct {
 	Text, Input               *string
 }
 
-// Approve and Deny, as AnswerSpec.Decision spells them.
+// Approve and Deny, as AnswerSpec.Decision spells them; Edit and Revise
+// answer a checkpoint whose point offers edit_options or directives.
 const (
 	DecisionApprove = "Approve"
 	DecisionDeny    = "Deny"
+	DecisionEdit    = "Edit"
+	DecisionRevise  = "Revise"
 )
 
 // AskedPoint is the point of the question the run asks now ("" when it
@@ -62,8 +66,8 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		return nil, fmt.Errorf("the run waits on %s, not on point %q", what, a.Point)
 	}
 	ans := &Answer{Name: a.Name, By: a.By, Decision: a.Decision, Approved: a.Decision == DecisionApprove}
-	if st.Interaction != nil {
-		return ans, needDecision(a, "a checkpoint", DecisionApprove, DecisionDeny)
+	if in := st.Interaction; in != nil {
+		return checkpointAnswer(in.Point, ans, a)
 	}
 	h := st.HeadCall()
 	if in := h.Intent; in != nil {
@@ -174,4 +178,34 @@ func checkSchema(schema json.RawMessage, v string) error {
 		return fmt.Errorf("%s", strings.Replace(why, "the output", "the answer", 1))
 	}
 	return nil
+}
+
+// checkpointAnswer checks an answer to a checkpoint: Approve or Deny, and,
+// where the point offers them, Edit (text is the edited draft, which the
+// next stage gets) and Revise (text is the instructions the stage is sent
+// back with).
+func checkpointAnswer(p blueprint.InteractionPoint, ans *Answer, a AnswerSpec) (*Answer, error) {
+	allowed := []string{DecisionApprove, DecisionDeny}
+	if len(p.EditOptions) > 0 {
+		allowed = append(allowed, DecisionEdit)
+	}
+	if len(p.Directives) > 0 {
+		allowed = append(allowed, DecisionRevise)
+	}
+	if err := needDecision(a, "checkpoint "+strconv.Quote(p.Name), allowed...); err != nil {
+		return nil, err
+	}
+	switch a.Decision {
+	case DecisionEdit:
+		if a.Text == nil {
+			return nil, fmt.Errorf("an Edit answer needs the edited draft as text")
+		}
+		ans.Approved, ans.Edit = true, a.Text
+	case DecisionRevise:
+		if a.Text == nil || strings.TrimSpace(*a.Text) == "" {
+			return nil, fmt.Errorf("a Revise answer needs the instructions as text")
+		}
+		ans.Approved, ans.Directive = true, *a.Text
+	}
+	return ans, nil
 }

@@ -2,6 +2,7 @@ package runstate
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -42,6 +43,9 @@ const (
 	// ActWaitCatalog: the tools the next step needs are being listed from
 	// their MCP servers; wait for the listing (which wakes the run).
 	ActWaitCatalog ActionKind = "WaitCatalog"
+	// ActSeedRegion: journal the next spec.regions content (Facts.SeedRegion)
+	// before the run's first step.
+	ActSeedRegion ActionKind = "SeedRegion"
 )
 
 // Facts are everything Decide looks at. The controller gathers them; Decide
@@ -101,6 +105,11 @@ type Facts struct {
 	// Messages are messages from the parent not known to be taken in yet,
 	// in the order sent.
 	Messages []Message
+	// SeedRegion is the next spec.regions content to journal, when some is
+	// not journaled yet; SeedBlock is why it cannot be read (its ConfigMap
+	// or Secret is gone). Either holds the run before its first step.
+	SeedRegion *journal.Entry
+	SeedBlock  *SetupBlock
 }
 
 // Answer is an AgentRunAnswer as Decide sees it, already checked against
@@ -117,6 +126,11 @@ type Answer struct {
 	Input string
 	// Expired: no person answered; the question timed out.
 	Expired bool
+	// Edit is a person's edit of the draft a checkpoint shows (decision
+	// Edit); Directive a person's instructions sending the stage back
+	// (decision Revise).
+	Edit      *string
+	Directive string
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -182,7 +196,7 @@ func NeedsProvider(f Facts) bool {
 		return false
 	}
 	st := f.State
-	return st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil && st.HeadCall() == nil
+	return f.SeedRegion == nil && f.SeedBlock == nil && st.Outcome == journal.OutcomeNone && st.Interaction == nil && st.FanOut == nil && st.ChildrenGate == nil && st.SleepUntil == nil && st.HeadCall() == nil
 }
 
 // Decide picks the run's next action from the recorded facts.
@@ -202,6 +216,10 @@ func Decide(f Facts) Action {
 		return Action{Kind: ActSpawn}
 	case f.Paused:
 		return Action{Kind: ActHold}
+	case f.SeedBlock != nil:
+		return Action{Kind: ActPark, Markers: Markers{Setup: f.SeedBlock}}
+	case f.SeedRegion != nil:
+		return Action{Kind: ActSeedRegion}
 	}
 	st := f.State
 	if in := st.Interaction; in != nil {
@@ -217,7 +235,7 @@ func Decide(f Facts) Action {
 			// not be passed unattended, which ends the run in Error.
 			return Action{Kind: ActAnswerInteraction, Answer: &Answer{Approved: true, Expired: true, By: "policy: interaction timeout"}}
 		}
-		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: in.Point.Prompt}}})
+		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: pointPrompt(f.Blueprint, in)}}})
 	}
 	if f.InFlight {
 		return Action{Kind: ActNone}
@@ -372,4 +390,30 @@ func decideChildren(f Facts) (Action, bool) {
 	}
 	a.CreateChildren = create
 	return a, a.Kind != ""
+}
+
+// pointPrompt is what a checkpoint asks, followed by what else it takes: a
+// person must learn from the question alone that there is a draft to read
+// and that it may be edited (decision Edit) or sent back (decision Revise).
+func pointPrompt(bp *blueprint.Blueprint, in *journal.PendingInteraction) string {
+	var more []string
+	doc := in.Point.DocumentRegion
+	if bp != nil {
+		if s, _, ok := bp.Stage(in.Stage); ok {
+			doc = s.PointDocument(in.Point)
+		}
+	}
+	if doc != "" {
+		more = append(more, fmt.Sprintf("the draft is region %q", doc))
+	}
+	if len(in.Point.EditOptions) > 0 {
+		more = append(more, "answer Edit with your edit of it")
+	}
+	if len(in.Point.Directives) > 0 {
+		more = append(more, "answer Revise with instructions to send the stage back")
+	}
+	if len(more) == 0 {
+		return in.Point.Prompt
+	}
+	return strings.TrimSpace(in.Point.Prompt + " [" + strings.Join(more, "; ") + "]")
 }

@@ -212,6 +212,8 @@ func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 	switch h.Name {
 	case builtin.CheckAgent, builtin.WaitForAgent, builtin.SendToAgent, builtin.KillAgent:
 		return decideAgentTool(f, h), true
+	case builtin.WriteRegion:
+		return Action{Kind: ActToolCall}, true
 	case builtin.AskUser, builtin.PresentForReview:
 		if f.Unattended() && !f.requiredHere(h.Name) {
 			// Nobody attends a yolo run: the model is told so rather than
