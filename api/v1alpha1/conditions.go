@@ -60,6 +60,15 @@ const (
 	// over for the next in its list; the message names each one skipped and
 	// why.
 	ReasonModelFailover = "ModelFailover"
+	// ReasonSignalTransition (an Event's reason, Warning): the runtime
+	// moved the run on an error, stuck or dead_end edge instead of ending
+	// it; the message names the edge and why (status.lastTransition).
+	ReasonSignalTransition = "SignalTransition"
+	// ReasonValidatorNotRun (an Event's reason, Warning): the blueprint
+	// declares an output validator, a Leviath Rhai script the operator
+	// cannot execute; the output was checked against its format and schema
+	// only, and status.flags.brokenScripts is set.
+	ReasonValidatorNotRun = "ValidatorNotRun"
 	// ReasonQueued: the run waits for one of the manager's active-run slots
 	// (--max-active-runs); runs are admitted in creation order.
 	ReasonQueued = "Queued"

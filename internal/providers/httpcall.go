@@ -125,12 +125,19 @@ func applyToolCall(resp *journal.Response, external map[string]bool, id, name st
 	}
 }
 
-// userContent is the user message of a call: the task, followed by the
-// fan-out workers' outputs when the stage merges them.
+// userContent is the user message of a call: the task, why the run is in
+// this stage, how to leave it, then the fan-out workers' outputs when the
+// stage merges them.
 func userContent(req Request) string {
 	task := req.Task
 	if req.OutputInstructions != "" {
 		task += "\n\nOutput: " + req.OutputInstructions
+	}
+	if req.StageNote != "" {
+		task += "\n\nWhy this stage was entered: " + req.StageNote
+	}
+	if req.TransitionPrompt != "" {
+		task += "\n\n" + req.TransitionPrompt
 	}
 	if len(req.ChildOutputs) == 0 {
 		return task

@@ -57,6 +57,9 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		free := int64(0) // network-free and exact: it costs nothing
 		return Result{Response: journal.Response{Text: scriptedTitle(req.Task)}, CostNanoUSD: &free}, nil
 	}
+	if req.Purpose == journal.PurposeCompact {
+		return Result{Response: journal.Response{Text: scriptedSummary(req.History)}, Usage: journal.Usage{Prompt: 1, Completion: 1}}, nil
+	}
 	s.mu.Lock()
 	s.calls[req.RunUID]++
 	if len(req.ChildOutputs) > 0 {
@@ -87,7 +90,7 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		return Result{}, apiFailure{status: e.Status, kind: e.Type, message: e.Message}.classify("")
 	}
 	res := Result{
-		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: strings.ReplaceAll(step.Output, "{task}", req.Task), Items: step.Items},
+		Response: journal.Response{Text: step.Text, Next: step.Next, Complete: step.Complete, Output: scriptedOutput(step.Output, req), Items: step.Items},
 		Usage:    journal.Usage{Prompt: step.Usage.Prompt, Completion: step.Usage.Completion, Cached: step.Usage.Cached, CacheWrite: step.Usage.CacheWrite},
 	}
 	res.Response.ToolCalls = len(step.ToolCalls) + len(step.Spawn)
@@ -125,4 +128,29 @@ func scriptedTitle(task string) string {
 		words = words[:8]
 	}
 	return strings.TrimRight(strings.Join(words, " "), ".,;:")
+}
+
+// scriptedOutput fills a script's output placeholders from the request, so
+// a test can see what the model was sent: {task}, {note} (why the stage
+// was entered) and {history} (the texts of the turns it was shown, joined
+// by " | ").
+func scriptedOutput(out string, req Request) string {
+	if !strings.Contains(out, "{") {
+		return out
+	}
+	texts := make([]string, 0, len(req.History))
+	for _, t := range req.History {
+		texts = append(texts, t.Assistant)
+	}
+	return strings.NewReplacer("{task}", req.Task, "{note}", req.StageNote, "{history}", strings.Join(texts, " | ")).Replace(out)
+}
+
+// scriptedSummary is a network-free summary of the turns a compact edge
+// carries: their count and texts.
+func scriptedSummary(turns []Turn) string {
+	texts := make([]string, 0, len(turns))
+	for _, t := range turns {
+		texts = append(texts, t.Assistant)
+	}
+	return fmt.Sprintf("%d turns: %s", len(turns), strings.Join(texts, "; "))
 }
