@@ -132,8 +132,9 @@ func scriptedTitle(task string) string {
 
 // scriptedOutput fills a script's output placeholders from the request, so
 // a test can see what the model was sent: {task}, {note} (why the stage
-// was entered) and {history} (the texts of the turns it was shown, joined
-// by " | ").
+// was entered), {history} (the texts of the turns it was shown, joined by
+// " | "), {transitions} (the transition prompt) and {instructions} (the
+// output instructions).
 func scriptedOutput(out string, req Request) string {
 	if !strings.Contains(out, "{") {
 		return out
@@ -142,7 +143,8 @@ func scriptedOutput(out string, req Request) string {
 	for _, t := range req.History {
 		texts = append(texts, t.Assistant)
 	}
-	return strings.NewReplacer("{task}", req.Task, "{note}", req.StageNote, "{history}", strings.Join(texts, " | ")).Replace(out)
+	return strings.NewReplacer("{task}", req.Task, "{note}", req.StageNote, "{history}", strings.Join(texts, " | "),
+		"{transitions}", req.TransitionPrompt, "{instructions}", req.OutputInstructions).Replace(out)
 }
 
 // scriptedSummary is a network-free summary of the turns a compact edge
