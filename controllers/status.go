@@ -68,13 +68,7 @@ func project(s *scope) {
 	st.Flags.MaxIterationsHit = state.MaxIterationsHit
 	st.Flags.ProducedOutput = state.Output != nil
 	st.Flags.GatesForced = state.GatesForced
-	if f.Blueprint != nil {
-		// A declared validator is a Leviath Rhai script, which this
-		// operator cannot run: the seeds treat a validator that cannot run
-		// as broken, not as a rejection, so the output stands and the flag
-		// says it was never validated by the script.
-		st.Flags.BrokenScripts = state.Output != nil && outputSpec(run, f.Blueprint).validator != ""
-	}
+	st.Flags.BrokenScripts = validatorNotRun(run, f.Blueprint, &state)
 	// Every run can hand back output (the complete tool carries it), so a
 	// finished run with no output and no modifications produced nothing.
 	st.Flags.EmptyOutput = st.Phase.IsTerminal() && state.Output == nil && st.Flags.ModifiedFileCount == 0 && !st.Flags.NoOutputTools
@@ -100,6 +94,14 @@ func project(s *scope) {
 	if !sameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
+}
+
+// validatorNotRun: output was submitted under a declared validator. The
+// validator is a Leviath Rhai script, which this operator cannot run; the
+// seeds treat a validator that cannot run as broken, not as a rejection,
+// so the output stands and the flag says the script never checked it.
+func validatorNotRun(run *arv1.AgentRun, bp *blueprint.Blueprint, state *journal.State) bool {
+	return bp != nil && state.Output != nil && outputSpec(run, bp).validator != ""
 }
 
 // lastTransition is the journal's last stage change as status shows it.
