@@ -3,7 +3,10 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -63,6 +66,9 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	if f.offer != nil {
 		req.Tools = f.offer.tools
 		s.after(func() { r.warnUnoffered(run, f.offer) })
+	}
+	if stage != nil && st.Iteration == 0 && st.FailedAttempts == 0 && !measurable(stage, req.Tools) {
+		s.after(func() { r.warnUnmeasured(run, stage) })
 	}
 	if lf := st.LastFanOut; lf != nil && lf.Target == st.Stage {
 		outputs, err := r.mergeInputs(ctx, run, f.children)
@@ -134,4 +140,25 @@ func transitionPrompt(st *journal.State, bp *blueprint.Blueprint, stage *bluepri
 		b.WriteString("\nOr call complete to finish the whole run.")
 	}
 	return b.String()
+}
+
+// measurable: no stuck edge of the stage relies on edits it cannot see.
+// stuck_after_same_file_edits counts write_file and edit_file calls, the
+// operator's only view of files (it has no workdir); a stage offering
+// neither could never reach that threshold.
+func measurable(stage *blueprint.Stage, tools []providers.ToolSpec) bool {
+	for _, t := range stage.Transitions {
+		if t.Stuck == nil || t.Stuck.SameFileEdits == 0 {
+			continue
+		}
+		return slices.ContainsFunc(tools, func(s providers.ToolSpec) bool { return s.Name == "write_file" || s.Name == "edit_file" })
+	}
+	return true
+}
+
+// warnUnmeasured says, once per stage visit, that a same-file-edits
+// threshold is a no-op here, rather than letting it silently never fire.
+func (r *AgentRunReconciler) warnUnmeasured(run *arv1.AgentRun, stage *blueprint.Stage) {
+	r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonStuckThresholdUnmeasured, "Stuck",
+		"Stage %s: stuck_after_same_file_edits counts write_file and edit_file calls, and the stage offers neither tool, so that threshold cannot fire", stage.Name)
 }

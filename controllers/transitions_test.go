@@ -59,6 +59,7 @@ func TestSignalsReachTheModelOverTheWire(t *testing.T) {
 	if l := run.Status.LastTransition; l == nil || l.From != "build" || l.To != "fix" || l.Condition != "error" || !strings.Contains(l.Reason, "context length exceeded") {
 		t.Errorf("lastTransition %+v, want build -> fix by error naming the failure", l)
 	}
+	waitForEvent(t, ns, "r", arv1.ReasonSignalTransition, "Took the error edge from stage build to fix")
 	reqs := srv.All()
 	if len(reqs) != 3 {
 		t.Fatalf("%d requests, want 3", len(reqs))
@@ -86,4 +87,39 @@ func wireText(r providertest.Request) string {
 		lines = append(lines, fmt.Sprintf("%v:%v", m["role"], m["content"]))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestUnmeasurableThresholdAndUnrunValidatorAreSaid: what the operator
+// cannot do is said in Warning events, never silently skipped: a
+// same-file-edits threshold in a stage offering no edit tool, and a
+// validator script it cannot run (the output stands, flagged).
+func TestUnmeasurableThresholdAndUnrunValidatorAreSaid(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	createConfigMap(t, ns, "edits", map[string]string{"check.rhai": "fn validate(c) { () }", "agent.toml": `[agent]
+name = "edits"
+[agent.title]
+enabled = false
+[agent.output]
+validator = "check.rhai"
+[stages.work]
+allow_complete = true
+[stages.work.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[stages.work.transitions.reassess]
+condition = "stuck"
+stuck_after_same_file_edits = 3
+[[stages.work.script]]
+complete = true
+output = "done"
+[stages.reassess]
+`})
+	createRun(t, ns, "r", "edits")
+	run := waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if !run.Status.Flags.BrokenScripts || !run.Status.Flags.ProducedOutput {
+		t.Errorf("flags %+v, want brokenScripts and producedOutput", run.Status.Flags)
+	}
+	waitForEvent(t, ns, "r", arv1.ReasonStuckThresholdUnmeasured, "Stage work: stuck_after_same_file_edits")
+	waitForEvent(t, ns, "r", arv1.ReasonValidatorNotRun, "cannot run")
 }

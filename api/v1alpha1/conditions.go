@@ -69,6 +69,11 @@ const (
 	// cannot execute; the output was checked against its format and schema
 	// only, and status.flags.brokenScripts is set.
 	ReasonValidatorNotRun = "ValidatorNotRun"
+	// ReasonStuckThresholdUnmeasured (an Event's reason, Warning): a stuck
+	// edge's stuck_after_same_file_edits counts write_file and edit_file
+	// calls (there is no workdir to watch), and the stage offers neither,
+	// so that threshold cannot fire; the edge's other thresholds still can.
+	ReasonStuckThresholdUnmeasured = "StuckThresholdUnmeasured"
 	// ReasonQueued: the run waits for one of the manager's active-run slots
 	// (--max-active-runs); runs are admitted in creation order.
 	ReasonQueued = "Queued"
