@@ -494,6 +494,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		}
 		if t, ok := st.signalEdge(bp, stage, blueprint.CondMaxIterations); ok {
 			st.MaxIterationsHit = true
+			st.reason = cutOff(stage)
 			st.leave(bp, stage.Name, t.Target)
 			return
 		}
@@ -530,7 +531,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 	}
 	if hitMax {
 		st.MaxIterationsHit = true
-		st.reason = fmt.Sprintf("stage %q reached max_iterations (%d): its work was cut off, not finished", stage.Name, stage.MaxIterations)
+		st.reason = cutOff(stage)
 	}
 	if !hitMax && stage.FanOut == nil && !st.finishing(bp, stage, target) {
 		return

@@ -122,6 +122,7 @@ func (st *State) refuse(bp *blueprint.Blueprint, stage *blueprint.Stage, why str
 	}
 	st.MaxIterationsHit = true
 	if t, ok := st.signalEdge(bp, stage, blueprint.CondMaxIterations); ok {
+		st.reason = cutOff(stage)
 		st.leave(bp, stage.Name, t.Target)
 		return
 	}
@@ -343,4 +344,10 @@ func (st *State) compactFailed(e *Entry) bool {
 	}
 	st.carried, st.compacting = st.compacting.Turns, nil
 	return true
+}
+
+// cutOff is what the stage after an iteration cap is told: the work was
+// cut off, not finished.
+func cutOff(stage *blueprint.Stage) string {
+	return fmt.Sprintf("stage %q reached max_iterations (%d): its work was cut off, not finished", stage.Name, stage.MaxIterations)
 }

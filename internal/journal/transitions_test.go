@@ -349,3 +349,15 @@ func TestMaxIterationsNote(t *testing.T) {
 		t.Fatalf("stage %q note %q last %+v", st.Stage, st.Note(), st.LastTransition())
 	}
 }
+
+// TestMaxIterationsNoteAfterRefusals: a stage cut off while its output
+// kept being refused tells the next stage the same.
+func TestMaxIterationsNoteAfterRefusals(t *testing.T) {
+	st := Fold(mustParse(t, looping), []Entry{
+		req(0, "work", 0), done(1, 0, Response{OutputRejected: "not JSON"}),
+		req(2, "work", 1), done(3, 2, Response{OutputRejected: "not JSON"}),
+	})
+	if st.Stage != "wrap" || !strings.Contains(st.Note(), "cut off") || !st.MaxIterationsHit {
+		t.Fatalf("stage %q note %q maxIterationsHit %v", st.Stage, st.Note(), st.MaxIterationsHit)
+	}
+}
