@@ -164,8 +164,12 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		Seq: st.NextSeq, Kind: journal.ModelCallRequested, At: f.Now,
 		Stage: st.Stage, Iteration: st.Iteration, Provider: res.provider.Name, Model: res.model,
 	}
-	if a.Title {
+	switch {
+	case a.Title:
 		intent.Purpose = journal.PurposeTitle
+	case st.Compacting() != nil:
+		// A compact edge's summary comes before the stage's first turn.
+		intent.Purpose = journal.PurposeCompact
 	}
 	if a.Reissue {
 		intent = *st.Pending
@@ -240,20 +244,37 @@ func (r *AgentRunReconciler) storeOutput(ctx context.Context, run *arv1.AgentRun
 }
 
 // runOutputSpec is the output a run must hand back: the spec's override,
-// else the blueprint's.
+// else the blueprint's. The spec's replaces the blueprint's whole, as in
+// Leviath: a validator or schema written for one format is retired with it.
 type runOutputSpec struct {
 	check        output.Spec
 	instructions string
+	// validator is the declared Leviath validator script, which this
+	// operator cannot run (see docs/blueprints.md).
+	validator string
 }
 
 func outputSpec(run *arv1.AgentRun, bp *blueprint.Blueprint) runOutputSpec {
 	if o := run.Spec.Output; o != nil {
-		return runOutputSpec{check: output.Spec{Format: string(o.Format), Schema: o.Schema}, instructions: o.Instructions}
+		return runOutputSpec{check: output.Spec{Format: string(o.Format), Schema: o.Schema}, instructions: outputInstructions(o.Instructions, o.Example), validator: o.Validator}
 	}
 	if o := bp.Agent.Output; o != nil {
-		return runOutputSpec{check: output.Spec{Format: o.Format, Schema: o.Schema}, instructions: o.Instructions}
+		return runOutputSpec{check: output.Spec{Format: o.Format, Schema: o.Schema}, instructions: outputInstructions(o.Instructions, o.Example), validator: o.Validator}
 	}
 	return runOutputSpec{}
+}
+
+// outputInstructions are what the model is told of the output: the
+// instructions, then the example, marked as one so it is not taken for
+// the answer.
+func outputInstructions(instructions, example string) string {
+	if example == "" {
+		return instructions
+	}
+	if instructions != "" {
+		instructions += "\n\n"
+	}
+	return instructions + "An example of acceptable output:\n" + example
 }
 
 // requestHash identifies a model request by run, position and model.

@@ -2,6 +2,11 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -42,27 +47,29 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 		Run: steps.RunRef(run), Agent: f.Blueprint.Agent.Name, Intent: intent, Provider: res.provider,
 		SecretVersion: res.secretVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
 	}
-	if intent.Purpose == journal.PurposeTitle {
+	switch intent.Purpose {
+	case journal.PurposeTitle:
 		// The titling call: the task alone, a short answer, no turns.
 		req.Purpose, req.Script, req.SystemPrompt, req.OutputInstructions = journal.PurposeTitle, nil, "", ""
 		req.Task = "Give this task a short title of at most eight words. Answer with the title only, no quotes.\n\nTask: " + run.Spec.Task
 		call.Request = req
 		return call, nil
+	case journal.PurposeCompact:
+		call.Request = compactRequest(req, st, run.Spec.Task)
+		return call, nil
 	}
-	for _, t := range st.Turns {
-		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools, Messages: t.Messages}
-		switch {
-		case t.Rejected != "":
-			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
-		case t.Refused != "":
-			turn.Feedback = "Your move was refused: " + t.Refused + "."
-		}
-		req.History = append(req.History, turn)
+	req.History = append(history(st.Carried()), history(st.Turns)...)
+	req.StageNote = st.Note()
+	if stage != nil {
+		req.TransitionPrompt = transitionPrompt(&st, f.Blueprint, stage)
 	}
 	req.Document, req.Directive = documentOf(&st, f.Blueprint), st.Directive
 	if f.offer != nil {
 		req.Tools = f.offer.tools
 		s.after(func() { r.warnUnoffered(run, f.offer) })
+	}
+	if stage != nil && st.Iteration == 0 && st.FailedAttempts == 0 && !measurable(stage, req.Tools) {
+		s.after(func() { r.warnUnmeasured(run, stage) })
 	}
 	if lf := st.LastFanOut; lf != nil && lf.Target == st.Stage {
 		outputs, err := r.mergeInputs(ctx, run, f.children)
@@ -83,4 +90,86 @@ func documentOf(st *journal.State, bp *blueprint.Blueprint) *providers.Document 
 		return nil
 	}
 	return &providers.Document{Name: name, Content: st.Regions[name].Content}
+}
+
+// history is the turns as the model is told them, each with the feedback
+// on what it asked for: refused output, or a refused move.
+func history(turns []journal.Turn) []providers.Turn {
+	out := make([]providers.Turn, 0, len(turns))
+	for _, t := range turns {
+		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools, Messages: t.Messages}
+		switch {
+		case t.Rejected != "":
+			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
+		case t.Refused != "":
+			turn.Feedback = "That was refused: " + t.Refused + "."
+		}
+		out = append(out, turn)
+	}
+	return out
+}
+
+// compactRequest is the summarization a compact (or summarize) edge asks
+// for before the stage it enters takes its first turn: the carried turns,
+// and the edge's compact_prompt if it has one.
+func compactRequest(req providers.Request, st journal.State, task string) providers.Request {
+	job := st.Compacting()
+	req.Purpose, req.Script, req.SystemPrompt, req.OutputInstructions, req.Tools = journal.PurposeCompact, nil, "", "", nil
+	req.History = history(job.Turns)
+	req.Task = fmt.Sprintf("Summarize the work on this task so far for the next stage, %q: what was decided, what was found, what is left to do. Answer with the summary only.", st.Stage)
+	if job.Prompt != "" {
+		req.Task += "\n\n" + job.Prompt
+	}
+	req.Task += "\n\nTask: " + task
+	return req
+}
+
+// transitionPrompt tells the model how to leave the stage: its
+// transition_prompt (else a built-in sentence), then the edges it may
+// choose, that is the llm_choice edges whose targets have revisits left.
+// Edges that fire on runtime signals are never offered: a dead_end edge
+// offered as a choice would be a shortcut past the pipeline.
+func transitionPrompt(st *journal.State, bp *blueprint.Blueprint, stage *blueprint.Stage) string {
+	choices := st.Choices(bp, stage)
+	if len(choices) == 0 {
+		return stage.TransitionPrompt
+	}
+	var b strings.Builder
+	if stage.TransitionPrompt != "" {
+		b.WriteString(stage.TransitionPrompt)
+	} else {
+		b.WriteString("When this stage's work is done, call the transition tool with the target that fits best.")
+	}
+	b.WriteString("\nTargets:")
+	for _, t := range choices {
+		b.WriteString("\n- " + t.Target)
+		if t.Hint != "" {
+			b.WriteString(": " + t.Hint)
+		}
+	}
+	if stage.AllowComplete {
+		b.WriteString("\nOr call complete to finish the whole run.")
+	}
+	return b.String()
+}
+
+// measurable: no stuck edge of the stage relies on edits it cannot see.
+// stuck_after_same_file_edits counts write_file and edit_file calls, the
+// operator's only view of files (it has no workdir); a stage offering
+// neither could never reach that threshold.
+func measurable(stage *blueprint.Stage, tools []providers.ToolSpec) bool {
+	for _, t := range stage.Transitions {
+		if t.Stuck == nil || t.Stuck.SameFileEdits == 0 {
+			continue
+		}
+		return slices.ContainsFunc(tools, func(s providers.ToolSpec) bool { return s.Name == "write_file" || s.Name == "edit_file" })
+	}
+	return true
+}
+
+// warnUnmeasured says, once per stage visit, that a same-file-edits
+// threshold is a no-op here, rather than letting it silently never fire.
+func (r *AgentRunReconciler) warnUnmeasured(run *arv1.AgentRun, stage *blueprint.Stage) {
+	r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonStuckThresholdUnmeasured, "Stuck",
+		"Stage %s: stuck_after_same_file_edits counts write_file and edit_file calls, and the stage offers neither tool, so that threshold cannot fire", stage.Name)
 }

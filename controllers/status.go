@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +50,7 @@ func project(s *scope) {
 	st.Phase, st.Error = phaseOf(f, a)
 	if f.Spawned {
 		st.Stages = stageStatuses(f.Blueprint, &state, st.Phase)
+		st.LastTransition = lastTransition(&state)
 	}
 	st.WaitingOn, st.SetupRefs = nil, nil
 	if st.Phase == arv1.PhaseWaitingInput {
@@ -69,6 +71,7 @@ func project(s *scope) {
 	if f.Spawned {
 		st.Flags.RequiredRegionsAbandoned = state.RequiredRegionsAbandoned(f.Blueprint)
 	}
+	st.Flags.BrokenScripts = validatorNotRun(run, f.Blueprint, &state)
 	// Every run can hand back output (the complete tool carries it), so a
 	// finished run with no output and no modifications produced nothing.
 	st.Flags.EmptyOutput = st.Phase.IsTerminal() && state.Output == nil && st.Flags.ModifiedFileCount == 0 && !st.Flags.NoOutputTools
@@ -94,6 +97,23 @@ func project(s *scope) {
 	if !sameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
+}
+
+// validatorNotRun: output was submitted under a declared validator. The
+// validator is a Leviath Rhai script, which this operator cannot run; the
+// seeds treat a validator that cannot run as broken, not as a rejection,
+// so the output stands and the flag says the script never checked it.
+func validatorNotRun(run *arv1.AgentRun, bp *blueprint.Blueprint, state *journal.State) bool {
+	return bp != nil && state.Output != nil && outputSpec(run, bp).validator != ""
+}
+
+// lastTransition is the journal's last stage change as status shows it.
+func lastTransition(state *journal.State) *arv1.StageTransition {
+	l := state.LastTransition()
+	if l == nil {
+		return nil
+	}
+	return &arv1.StageTransition{From: l.From, To: l.To, Condition: l.Condition, Reason: clipTo(l.Reason, 4096)}
 }
 
 // projectQueued is the record of a run waiting for an active-run slot:
@@ -394,6 +414,7 @@ func (r *AgentRunReconciler) emitEvents(run *arv1.AgentRun, before *arv1.AgentRu
 		}
 		r.recorder.Eventf(run, nil, typ, string(w.Reason), "Park", "Waiting on %s: %s", w.Summary, waitMessage(w))
 	}
+	r.emitSignalEvents(run, before)
 	if before.Phase == st.Phase || st.Phase == arv1.PhaseRunning || st.Phase == arv1.PhaseStarting || st.Phase == arv1.PhaseWaitingInput {
 		return
 	}
@@ -402,6 +423,25 @@ func (r *AgentRunReconciler) emitEvents(run *arv1.AgentRun, before *arv1.AgentRu
 		typ, msg = corev1.EventTypeWarning, msg+": "+st.Error
 	}
 	r.recorder.Eventf(run, nil, typ, string(st.Phase), "PhaseChange", "%s", msg)
+}
+
+// emitSignalEvents warns when the runtime, not the model, moved the run
+// (an error, stuck or dead_end edge: something went wrong and was
+// recovered from), and when output stands unvalidated because its
+// validator cannot run here.
+func (r *AgentRunReconciler) emitSignalEvents(run *arv1.AgentRun, before *arv1.AgentRunStatus) {
+	st := &run.Status
+	if l := st.LastTransition; l != nil && !reflect.DeepEqual(l, before.LastTransition) {
+		switch l.Condition {
+		case blueprint.CondError, blueprint.CondStuck, blueprint.CondDeadEnd:
+			r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonSignalTransition, "Transition",
+				"Took the %s edge from stage %s to %s: %s", l.Condition, l.From, l.To, l.Reason)
+		}
+	}
+	if st.Flags.BrokenScripts && !before.Flags.BrokenScripts {
+		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonValidatorNotRun, "CheckOutput",
+			"The output validator is a Leviath script this operator cannot run; the output was checked against its format and schema only")
+	}
 }
 
 func orNone(s string) string {

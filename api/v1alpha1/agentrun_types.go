@@ -436,6 +436,12 @@ type AgentRunStatus struct {
 	// +optional
 	// +listType=atomic
 	Stages []StageStatus `json:"stages,omitempty"`
+	// lastTransition is the run's last stage change: the edge taken and,
+	// when the runtime took it on a signal (error, stuck, dead_end,
+	// max_iterations) rather than the model's choice, why. The same reason
+	// is told to the stage entered.
+	// +optional
+	LastTransition *StageTransition `json:"lastTransition,omitempty"`
 
 	// usage is what this run itself has consumed (not its children).
 	// +optional
@@ -565,6 +571,28 @@ type StageStatus struct {
 	// (waits included); the visit in progress adds to it when it ends.
 	// +optional
 	TimeInStage *metav1.Duration `json:"timeInStage,omitempty"`
+}
+
+// StageTransition is one stage change of a run.
+type StageTransition struct {
+	// from is the stage the run left.
+	// +kubebuilder:validation:MaxLength=128
+	From string `json:"from"`
+	// to is the stage the run entered.
+	// +kubebuilder:validation:MaxLength=128
+	To string `json:"to"`
+	// condition is the edge's condition: always, llm_choice, error,
+	// max_iterations, stuck or dead_end; empty for a fan-out stage's move
+	// to its merge stage, which needs no edge.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Condition string `json:"condition,omitempty"`
+	// reason says why a runtime signal took the edge: the failure message
+	// (error), the threshold reached (stuck), the spent revisits
+	// (dead_end), the iteration cap (max_iterations).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Reason string `json:"reason,omitempty"`
 }
 
 // StageState is where a run stands with one stage.

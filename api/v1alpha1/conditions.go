@@ -60,6 +60,20 @@ const (
 	// over for the next in its list; the message names each one skipped and
 	// why.
 	ReasonModelFailover = "ModelFailover"
+	// ReasonSignalTransition (an Event's reason, Warning): the runtime
+	// moved the run on an error, stuck or dead_end edge instead of ending
+	// it; the message names the edge and why (status.lastTransition).
+	ReasonSignalTransition = "SignalTransition"
+	// ReasonValidatorNotRun (an Event's reason, Warning): the blueprint
+	// declares an output validator, a Leviath Rhai script the operator
+	// cannot execute; the output was checked against its format and schema
+	// only, and status.flags.brokenScripts is set.
+	ReasonValidatorNotRun = "ValidatorNotRun"
+	// ReasonStuckThresholdUnmeasured (an Event's reason, Warning): a stuck
+	// edge's stuck_after_same_file_edits counts write_file and edit_file
+	// calls (there is no workdir to watch), and the stage offers neither,
+	// so that threshold cannot fire; the edge's other thresholds still can.
+	ReasonStuckThresholdUnmeasured = "StuckThresholdUnmeasured"
 	// ReasonQueued: the run waits for one of the manager's active-run slots
 	// (--max-active-runs); runs are admitted in creation order.
 	ReasonQueued = "Queued"

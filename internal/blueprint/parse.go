@@ -58,6 +58,7 @@ type rawStage struct {
 	SystemPromptFile  *string                  `toml:"system_prompt_file"`
 	TransitionPrompt  string                   `toml:"transition_prompt"`
 	MaxIterations     *int                     `toml:"max_iterations"`
+	MaxRevisits       *int                     `toml:"max_revisits"`
 	AllowComplete     bool                     `toml:"allow_complete"`
 	RequireOutput     bool                     `toml:"require_output"`
 	RequiresChildren  bool                     `toml:"requires_children"`
@@ -96,10 +97,23 @@ type rawModelRef struct {
 }
 
 type rawTransition struct {
-	Condition      string   `toml:"condition"`
-	Hint           string   `toml:"hint"`
-	RequireRegions []string `toml:"require_regions"`
-	Region         string   `toml:"region"`
+	Condition               string              `toml:"condition"`
+	Hint                    string              `toml:"hint"`
+	RequireRegions          []string            `toml:"require_regions"`
+	Region                  string              `toml:"region"`
+	StuckAfterIterations    *int                `toml:"stuck_after_iterations"`
+	StuckAfterToolCalls     *int                `toml:"stuck_after_tool_calls"`
+	StuckAfterMinutes       *int                `toml:"stuck_after_minutes"`
+	StuckAfterSameFileEdits *int                `toml:"stuck_after_same_file_edits"`
+	Transform               string              `toml:"transform"`
+	TransformConfig         *rawTransformConfig `toml:"transform_config"`
+}
+
+type rawTransformConfig struct {
+	Carry         []string `toml:"carry"`
+	Compact       []string `toml:"compact"`
+	Clear         []string `toml:"clear"`
+	CompactPrompt string   `toml:"compact_prompt"`
 }
 
 type rawInteractionPoint struct {
@@ -268,6 +282,11 @@ func (p *parser) agent(r *rawAgent, a *AgentSection) *ParseError {
 				return p.errf(p.line("agent", "output", "schema"), "agent.output.schema is not a JSON object: %v", err)
 			}
 		}
+		if v := out.Validator; v != "" {
+			if _, ok := p.files[v]; !ok {
+				return p.errf(p.line("agent", "output", "validator"), "agent.output.validator %q is not a key of the blueprint ConfigMap%s", v, flatHint(v))
+			}
+		}
 		a.Output = &out
 	}
 	for _, tool := range sortedKeys(r.ToolPermissions) {
@@ -360,11 +379,7 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 		f := *r.SystemPromptFile
 		text, ok := p.files[f]
 		if !ok {
-			hint := ""
-			if strings.Contains(f, "/") {
-				hint = "; ConfigMap keys are flat, so name the file by its base name"
-			}
-			return nil, fail(at("system_prompt_file"), "system_prompt_file %q is not a key of the blueprint ConfigMap%s", f, hint)
+			return nil, fail(at("system_prompt_file"), "system_prompt_file %q is not a key of the blueprint ConfigMap%s", f, flatHint(f))
 		}
 		s.SystemPrompt, s.SystemPromptFile = text, f
 	}
@@ -374,6 +389,12 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 			return nil, fail(at("max_iterations"), "max_iterations must be >= 1, got %d", *r.MaxIterations)
 		}
 		s.MaxIterations = *r.MaxIterations
+	}
+	if r.MaxRevisits != nil {
+		if *r.MaxRevisits < 0 {
+			return nil, fail(at("max_revisits"), "max_revisits must be >= 0, got %d", *r.MaxRevisits)
+		}
+		s.MaxRevisits = r.MaxRevisits
 	}
 	for i, tool := range r.AvailableTools {
 		if strings.TrimSpace(tool) == "" {
@@ -398,19 +419,14 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 	}
 
 	for _, target := range p.transitionOrder(name, r.Transitions) {
-		t := r.Transitions[target]
-		if t.Condition == "" {
-			t.Condition = CondLLMChoice
-		}
-		if err := p.enum(at("transitions", target, "condition"), fmt.Sprintf("stage %q: transition %q: condition", name, target), t.Condition,
-			CondAlways, CondLLMChoice, CondError, CondMaxIterations, CondStuck, CondDeadEnd); err != nil {
-			return nil, err
-		}
-		req, err := p.transitionRegions(name, target, t)
+		t, err := p.transition(name, target, r.Transitions[target])
 		if err != nil {
 			return nil, err
 		}
-		s.Transitions = append(s.Transitions, Transition{Target: target, Condition: t.Condition, Hint: t.Hint, RequireRegions: req})
+		if t.RequireRegions, err = p.transitionRegions(name, target, r.Transitions[target]); err != nil {
+			return nil, err
+		}
+		s.Transitions = append(s.Transitions, t)
 	}
 
 	if err := p.interactionPoints(s, r.InteractionPoints); err != nil {
@@ -423,6 +439,103 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// transition validates one edge. As in Leviath, a stuck edge needs at
+// least one threshold and thresholds need a stuck edge: either half alone
+// would be an edge that never fires or keys nothing reads.
+func (p *parser) transition(stage, target string, r rawTransition) (Transition, *ParseError) {
+	at := func(key ...string) int {
+		return p.line(append([]string{"stages", stage, "transitions", target}, key...)...)
+	}
+	label := fmt.Sprintf("stage %q: transition %q", stage, target)
+	t := Transition{Target: target, Condition: r.Condition, Hint: r.Hint, Transform: r.Transform}
+	if t.Condition == "" {
+		t.Condition = CondLLMChoice
+	}
+	if err := p.enum(at("condition"), label+": condition", t.Condition,
+		CondAlways, CondLLMChoice, CondError, CondMaxIterations, CondStuck, CondDeadEnd); err != nil {
+		return t, err
+	}
+	stuck, err := p.stuckThresholds(at, label, r)
+	if err != nil {
+		return t, err
+	}
+	switch {
+	case t.Condition == CondStuck && stuck == nil:
+		return t, p.errf(at("condition"), "%s: condition stuck needs at least one of stuck_after_iterations, stuck_after_tool_calls, stuck_after_minutes, stuck_after_same_file_edits", label)
+	case t.Condition != CondStuck && stuck != nil:
+		return t, p.errf(at(), "%s: stuck_after_* thresholds need condition = %q; they would never be read", label, CondStuck)
+	}
+	t.Stuck = stuck
+	if err := p.transform(at, label, &t, r.TransformConfig); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+// stuckThresholds reads the stuck_after_* keys (each >= 1); nil when none
+// is set.
+func (p *parser) stuckThresholds(at func(...string) int, label string, r rawTransition) (*StuckThresholds, *ParseError) {
+	var th StuckThresholds
+	set := false
+	for _, f := range []struct {
+		key string
+		v   *int
+		dst *int
+	}{
+		{"stuck_after_iterations", r.StuckAfterIterations, &th.Iterations},
+		{"stuck_after_tool_calls", r.StuckAfterToolCalls, &th.ToolCalls},
+		{"stuck_after_minutes", r.StuckAfterMinutes, &th.Minutes},
+		{"stuck_after_same_file_edits", r.StuckAfterSameFileEdits, &th.SameFileEdits},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 {
+			return nil, p.errf(at(f.key), "%s: %s must be >= 1, got %d", label, f.key, *f.v)
+		}
+		*f.dst, set = *f.v, true
+	}
+	if !set {
+		return nil, nil
+	}
+	return &th, nil
+}
+
+// transform validates an edge's transform and its transform_config, which
+// only a custom transform reads.
+func (p *parser) transform(at func(...string) int, label string, t *Transition, raw *rawTransformConfig) *ParseError {
+	if t.Transform == "" {
+		t.Transform = TransformDirect
+	}
+	if err := p.enum(at("transform"), label+": transform", t.Transform,
+		TransformDirect, TransformClear, TransformCompact, TransformSummarize, TransformCustom); err != nil {
+		return err
+	}
+	switch {
+	case raw != nil && t.Transform != TransformCustom:
+		return p.errf(at("transform_config"), "%s: transform_config needs transform = %q; it would never be read", label, TransformCustom)
+	case raw == nil && t.Transform == TransformCustom:
+		return p.errf(at("transform"), "%s: transform = %q needs a transform_config table", label, TransformCustom)
+	case raw == nil:
+		return nil
+	}
+	cfg := TransformConfig(*raw)
+	seen := map[string]string{}
+	for _, list := range []struct {
+		key   string
+		names []string
+	}{{"carry", cfg.Carry}, {"compact", cfg.Compact}, {"clear", cfg.Clear}} {
+		for _, n := range list.names {
+			if prev, dup := seen[n]; dup {
+				return p.errf(at("transform_config", list.key), "%s: transform_config names region %q in both %s and %s", label, n, prev, list.key)
+			}
+			seen[n] = list.key
+		}
+	}
+	t.TransformConfig = &cfg
+	return nil
 }
 
 func (p *parser) interactionPoints(s *Stage, raw []rawInteractionPoint) *ParseError {
@@ -639,6 +752,15 @@ func (p *parser) crossCheck(bp *Blueprint, raw map[string]rawStage) *ParseError 
 		}
 	}
 	return nil
+}
+
+// flatHint explains a file reference with a directory in it: ConfigMap
+// keys are flat.
+func flatHint(name string) string {
+	if strings.Contains(name, "/") {
+		return "; ConfigMap keys are flat, so name the file by its base name"
+	}
+	return ""
 }
 
 // enum reports a value outside the allowed set, listing the choices so the

@@ -21,7 +21,7 @@ format = "json"
 instructions = "Return findings."
 example = '{"findings": []}'
 schema = '{"type": "object"}'
-validator = "findings"
+validator = "findings.rhai"
 
 [agent.tool_permissions]
 ask_user = "allow"
@@ -64,9 +64,23 @@ models = [{provider = "demo", model = "scripted-1"}, {provider = "backup", model
 
 [stages.plan.transitions.split]
 hint = "when the plan is ready"
+transform = "clear"
 
 [stages.plan.transitions.plan]
 condition = "max_iterations"
+
+[stages.plan.transitions.work]
+condition = "stuck"
+stuck_after_iterations = 4
+stuck_after_minutes = 30
+stuck_after_same_file_edits = 5
+stuck_after_tool_calls = 100
+transform = "custom"
+
+[stages.plan.transitions.work.transform_config]
+carry = ["conversation"]
+clear = ["scratch"]
+compact_prompt = "Keep the decisions."
 
 [[stages.plan.script]]
 text = "Thinking."
@@ -97,6 +111,7 @@ items = ["a", "b"]
 
 [stages.work]
 system_prompt = "Do one item."
+max_revisits = 2
 require_output = true
 allow_complete = true
 
@@ -128,7 +143,7 @@ name = "notes"
 func ptr[T any](v T) *T { return &v }
 
 func TestParseFull(t *testing.T) {
-	files := map[string]string{"agent.toml": fullManifest, "plan.md": "You plan.\n"}
+	files := map[string]string{"agent.toml": fullManifest, "plan.md": "You plan.\n", "findings.rhai": "fn validate(c) { () }"}
 	bp, err := Parse(files)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +155,7 @@ func TestParseFull(t *testing.T) {
 			EntryStage: "plan", MaxChildDepth: ptr[int32](2),
 			Output: &Output{
 				Format: "json", Instructions: "Return findings.", Example: `{"findings": []}`,
-				Schema: `{"type": "object"}`, Validator: "findings",
+				Schema: `{"type": "object"}`, Validator: "findings.rhai",
 			},
 			ToolPermissions: map[string]string{"ask_user": "allow", "spawn_agent": "ask", "sleep": "deny"},
 			Title:           Title{Enabled: false, Model: "demo/scripted-1"},
@@ -160,8 +175,13 @@ func TestParseFull(t *testing.T) {
 				AvailableTools: []string{"ask_user", "submit_output"},
 				Models:         []ModelRef{{"demo", "scripted-1"}, {"backup", "x"}},
 				Transitions: []Transition{
-					{Target: "split", Condition: "llm_choice", Hint: "when the plan is ready"},
-					{Target: "plan", Condition: "max_iterations"},
+					{Target: "split", Condition: "llm_choice", Hint: "when the plan is ready", Transform: "clear"},
+					{Target: "plan", Condition: "max_iterations", Transform: "direct"},
+					{
+						Target: "work", Condition: "stuck", Transform: "custom",
+						Stuck:           &StuckThresholds{Iterations: 4, Minutes: 30, SameFileEdits: 5, ToolCalls: 100},
+						TransformConfig: &TransformConfig{Carry: []string{"conversation"}, Clear: []string{"scratch"}, CompactPrompt: "Keep the decisions."},
+					},
 				},
 				Script: []ScriptStep{
 					{
@@ -176,7 +196,7 @@ func TestParseFull(t *testing.T) {
 			},
 			{
 				Name: "split", Mode: "fan_out", SystemPrompt: "Split the work.", MaxIterations: 25,
-				Transitions: []Transition{{Target: "approve", Condition: "always"}},
+				Transitions: []Transition{{Target: "approve", Condition: "always", Transform: "direct"}},
 				FanOut: &FanOutSpec{
 					WorkerStage: "work", MergeStage: "approve", MaxWorkers: 0, MaxItems: 8,
 					OnWorkerFailure: "fail_all", MaxAttempts: 2,
@@ -185,7 +205,7 @@ func TestParseFull(t *testing.T) {
 			},
 			{
 				Name: "work", Mode: "autonomous", SystemPrompt: "Do one item.", MaxIterations: 25,
-				RequireOutput: true, AllowComplete: true,
+				RequireOutput: true, AllowComplete: true, MaxRevisits: ptr(2),
 				Script: []ScriptStep{
 					{Error: &ScriptError{Status: 401, Message: "invalid key"}},
 					{Output: `{"findings": []}`, Complete: true},
@@ -525,6 +545,61 @@ style = "essay"
 			name:  "bad clearance",
 			files: map[string]string{"agent.toml": "[agent]\nname = \"x\"\nclearance = \"top\"\n[stages.a]\n"},
 			key:   "agent.toml", line: 3, msg: `agent.clearance`,
+		},
+		{
+			name:  "negative max_revisits",
+			files: map[string]string{"agent.toml": head + "[stages.a]\nmax_revisits = -1\n"},
+			key:   "agent.toml", line: 4, msg: `max_revisits must be >= 0`,
+		},
+		{
+			name:  "stuck edge without threshold",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ncondition = \"stuck\"\n[stages.b]\n"},
+			key:   "agent.toml", line: 4, msg: `condition stuck needs at least one of stuck_after_iterations`,
+		},
+		{
+			name:  "threshold on a non-stuck edge",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\nhint = \"x\"\nstuck_after_minutes = 5\n[stages.b]\n"},
+			key:   "agent.toml", line: 3, msg: `stuck_after_* thresholds need condition = "stuck"`,
+		},
+		{
+			name:  "zero stuck threshold",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ncondition = \"stuck\"\nstuck_after_tool_calls = 0\n[stages.b]\n"},
+			key:   "agent.toml", line: 5, msg: `stuck_after_tool_calls must be >= 1, got 0`,
+		},
+		{
+			name:  "unknown stuck key",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ncondition = \"stuck\"\nstuck_after_turns = 3\n[stages.b]\n"},
+			key:   "agent.toml", line: 5, msg: `unknown key "stages.a.transitions.b.stuck_after_turns"`,
+		},
+		{
+			name:  "bad transform",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ntransform = \"shrink\"\n[stages.b]\n"},
+			key:   "agent.toml", line: 4, msg: `transform "shrink" is not one of direct, clear, compact, summarize, custom`,
+		},
+		{
+			name:  "transform_config without custom",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ntransform = \"clear\"\n[stages.a.transitions.b.transform_config]\ncarry = [\"conversation\"]\n[stages.b]\n"},
+			key:   "agent.toml", line: 5, msg: `transform_config needs transform = "custom"`,
+		},
+		{
+			name:  "custom without transform_config",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ntransform = \"custom\"\n[stages.b]\n"},
+			key:   "agent.toml", line: 4, msg: `needs a transform_config table`,
+		},
+		{
+			name:  "region in two transform lists",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ntransform = \"custom\"\n[stages.a.transitions.b.transform_config]\ncarry = [\"conversation\"]\nclear = [\"conversation\"]\n[stages.b]\n"},
+			key:   "agent.toml", line: 7, msg: `region "conversation" in both carry and clear`,
+		},
+		{
+			name:  "unknown transform_config key",
+			files: map[string]string{"agent.toml": head + "[stages.a.transitions.b]\ntransform = \"custom\"\n[stages.a.transitions.b.transform_config]\nkeep = [\"x\"]\n[stages.b]\n"},
+			key:   "agent.toml", line: 6, msg: `unknown key "stages.a.transitions.b.transform_config.keep"`,
+		},
+		{
+			name:  "validator is not a file",
+			files: map[string]string{"agent.toml": head + "[agent.output]\nvalidator = \"validators/a2ui.rhai\"\n[stages.a]\n"},
+			key:   "agent.toml", line: 4, msg: `validator "validators/a2ui.rhai" is not a key of the blueprint ConfigMap; ConfigMap keys are flat`,
 		},
 		{
 			name:  "negative interaction timeout",

@@ -141,8 +141,11 @@ type Stage struct {
 	SystemPromptFile string
 	TransitionPrompt string
 	// Models is the ordered failover list; empty means the run's model.
-	Models           []ModelRef
-	MaxIterations    int
+	Models        []ModelRef
+	MaxIterations int
+	// MaxRevisits bounds how many times the stage may be re-entered after
+	// its first visit; nil is unlimited.
+	MaxRevisits      *int
 	AllowComplete    bool
 	RequireOutput    bool
 	RequiresChildren bool
@@ -184,7 +187,55 @@ type Transition struct {
 	// RequireRegions gate the transition: it is taken only once each of
 	// these regions holds content (require_regions plus region).
 	RequireRegions []string
+	// Stuck holds the thresholds of a stuck edge (set exactly when
+	// Condition is stuck).
+	Stuck *StuckThresholds
+	// Transform says what the target stage receives of this one's
+	// conversation (default direct).
+	Transform string
+	// TransformConfig is the region list of a custom transform.
+	TransformConfig *TransformConfig
 }
+
+// StuckThresholds arm a stuck edge: the first one reached fires it. Each
+// counts within the current visit of the stage (the counters reset on
+// entry), so measured progress, not the model's word, decides. A zero
+// field is unset.
+type StuckThresholds struct {
+	// Iterations: model turns in this visit.
+	Iterations int
+	// ToolCalls: tool calls the model made in this visit.
+	ToolCalls int
+	// Minutes: wall-clock minutes since the visit began, read from the
+	// journal's own times.
+	Minutes int
+	// SameFileEdits: successful write_file/edit_file calls against one
+	// path in this visit.
+	SameFileEdits int
+}
+
+// TransformConfig is a custom transform: each named region is carried,
+// compacted or cleared. The operator's only region today is
+// "conversation" (the stage's turns).
+type TransformConfig struct {
+	Carry         []string
+	Compact       []string
+	Clear         []string
+	CompactPrompt string
+}
+
+// Edge transforms.
+const (
+	TransformDirect    = "direct"
+	TransformClear     = "clear"
+	TransformCompact   = "compact"
+	TransformSummarize = "summarize"
+	TransformCustom    = "custom"
+)
+
+// RegionConversation is the region a transform config names for the
+// stage's turns.
+const RegionConversation = "conversation"
 
 // InteractionPoint is a question the stage puts to a person.
 type InteractionPoint struct {

@@ -138,6 +138,18 @@ type State struct {
 	Outcome Outcome
 	// Message explains an Error outcome.
 	Message string
+
+	// last is the last stage change; note why a runtime signal entered the
+	// current stage; reason is the signal of the move being made.
+	last   *TransitionRecord
+	note   string
+	reason string
+	// carried are the turns the current stage received over its edge;
+	// compacting is a summarization due before its first turn.
+	carried    []Turn
+	compacting *CompactJob
+	// visit counts what the current stage visit did, for stuck edges.
+	visit visit
 }
 
 // FailedCall is a model's last failure at the current position.
@@ -161,8 +173,9 @@ type Turn struct {
 	Text string
 	// Rejected is why its submitted output was refused, if it was.
 	Rejected string
-	// Refused is why the move it asked for was not made (a transition
-	// whose required regions are empty).
+	// Refused is why the run refused the move it asked for (leaving
+	// without required output, a stage out of revisits, a transition whose
+	// required regions are empty), if it did.
 	Refused string
 	// Tools are the answer's tool calls with their results.
 	Tools []ToolResult
@@ -297,8 +310,12 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		}
 		purpose := st.Pending.Purpose
 		st.Pending = nil
-		if purpose == PurposeTitle {
+		switch purpose {
+		case PurposeTitle:
 			st.titled(e)
+			return
+		case PurposeCompact:
+			st.compacted(e)
 			return
 		}
 		st.complete(bp, e)
@@ -309,6 +326,9 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		ref := st.Pending.Provider + "/" + st.Pending.Model
 		purpose := st.Pending.Purpose
 		st.Pending = nil
+		if purpose == PurposeCompact && st.compactFailed(e) {
+			return
+		}
 		if purpose == PurposeTitle {
 			// A title that cannot be had never holds up or fails the run.
 			st.Titled = true
@@ -327,7 +347,7 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 			st.Failed[ref] = FailedCall{Failure: f, At: e.At}
 			st.FailedAttempts++
 			if f.Class == FailFatal {
-				st.Outcome, st.Message = OutcomeError, "model call failed: "+f.Message
+				st.fail(bp, "model call failed: "+f.Message)
 			}
 		}
 	case InteractionAnswered:
@@ -373,8 +393,7 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		}
 		st.FanOut, st.LastFanOut = nil, fo
 		if e.FailAll {
-			st.Outcome = OutcomeError
-			st.Message = fmt.Sprintf("stage %q: a fan-out worker failed and on_worker_failure = fail_all", fo.Stage)
+			st.fail(bp, fmt.Sprintf("stage %q: a fan-out worker failed and on_worker_failure = fail_all", fo.Stage))
 			return
 		}
 		st.leave(bp, fo.Stage, fo.Target)
@@ -388,7 +407,7 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	case SleepCompleted:
 		st.SleepUntil = nil
 	case SpawnRefused:
-		st.Outcome, st.Message = OutcomeError, e.Message
+		st.fail(bp, e.Message)
 	case MessageReceived:
 		st.receive(e)
 	case RegionWritten:
@@ -449,6 +468,9 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Iteration++
 	st.Moves++
+	if e.Response != nil {
+		st.visit.toolCalls += e.Response.ToolCalls
+	}
 	if r, ok := st.Stages[st.Stage]; ok {
 		r.Iterations++
 		st.Stages[st.Stage] = r
@@ -498,8 +520,9 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		if st.Iteration < stage.MaxIterations {
 			return
 		}
-		if t, ok := stage.TransitionFor(blueprint.CondMaxIterations); ok {
+		if t, ok := st.signalEdge(bp, stage, blueprint.CondMaxIterations); ok {
 			st.MaxIterationsHit = true
+			st.reason = cutOff(stage)
 			st.leave(bp, stage.Name, t.Target)
 			return
 		}
@@ -511,7 +534,10 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 	if r.Output != "" {
 		st.Output = &SubmittedOutput{Text: r.Output, Stage: stage.Name, Seq: e.Seq}
 	}
-	target, done, hitMax, err := nextTarget(stage, r, st.Iteration)
+	if stays(stage, r) && st.stuck(bp, stage, e.At) {
+		return
+	}
+	target, done, hitMax, err := nextTarget(stage, r, st.Iteration, func(s string) bool { return st.CanEnter(bp, s) })
 	if stage.FanOut != nil && err == "" && !done {
 		// A fan_out stage's answer is its items: it moves on once they are done.
 		target, done = "", true
@@ -534,6 +560,10 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 	}
 	if hitMax {
 		st.MaxIterationsHit = true
+		st.reason = cutOff(stage)
+	}
+	if !hitMax && stage.FanOut == nil && !st.finishing(bp, stage, target) {
+		return
 	}
 	if stage.FanOut == nil && target != "" {
 		if missing := st.emptyRegions(stage, target); len(missing) > 0 {
@@ -582,7 +612,7 @@ func (st *State) leave(bp *blueprint.Blueprint, stage, target string) {
 
 // nextTarget says where a stage goes after an answer: a target stage, ""
 // with done=true to complete the run, or done=false to iterate again.
-func nextTarget(stage *blueprint.Stage, r *Response, iteration int) (target string, done, hitMax bool, errMsg string) {
+func nextTarget(stage *blueprint.Stage, r *Response, iteration int, canEnter func(string) bool) (target string, done, hitMax bool, errMsg string) {
 	switch {
 	case r.Complete:
 		if !stage.AllowComplete && len(stage.Transitions) > 0 {
@@ -604,7 +634,10 @@ func nextTarget(stage *blueprint.Stage, r *Response, iteration int) (target stri
 	}
 	if iteration >= stage.MaxIterations {
 		if t, ok := stage.TransitionFor(blueprint.CondMaxIterations); ok {
-			return t.Target, true, true, ""
+			if canEnter(t.Target) {
+				return t.Target, true, true, ""
+			}
+			return "", false, true, fmt.Sprintf("stage %q reached max_iterations (%d) and its max_iterations target %q is out of max_revisits", stage.Name, stage.MaxIterations, t.Target)
 		}
 		return "", false, true, fmt.Sprintf("stage %q reached max_iterations (%d) and declares no max_iterations transition", stage.Name, stage.MaxIterations)
 	}
@@ -622,6 +655,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 		st.Outcome, st.Message = OutcomeError, fmt.Sprintf("transition target %q is not a stage", target)
 		return
 	}
+	st.carryOver(bp, target)
 	st.endVisit()
 	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
 	st.Handoff, st.Directive = "", ""

@@ -169,10 +169,18 @@ func (st *State) finishCall(bp *blueprint.Blueprint, h *CallState, result string
 			st.Turns[n-1].Tools = append(st.Turns[n-1].Tools, ToolResult{ToolCall: c.ToolCall, Result: c.Result, IsError: c.IsError})
 		}
 	}
+	st.countEdits(st.Calls)
 	after := st.afterCalls
 	st.Calls, st.afterCalls = nil, nil
-	if after != nil && movesOn(bp, st, after.Response) {
+	switch {
+	case after == nil:
+	case movesOn(bp, st, after.Response):
 		st.advance(bp, after)
+	default:
+		// The agent loop goes on unless the visit is measurably stuck.
+		if stage, _, ok := bp.Stage(st.Stage); ok {
+			st.stuck(bp, stage, after.At)
+		}
 	}
 }
 

@@ -56,6 +56,9 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, own *shards.
 	for _, ss := range st.Stages {
 		line("  "+ss.Name, "%s", stageLine(ss))
 	}
+	if l := st.LastTransition; l != nil {
+		line("Transition", "%s", transitionLine(l))
+	}
 	model := st.Model
 	if run.Spec.Model != "" {
 		model = run.Spec.Model + " (override)"
@@ -350,6 +353,19 @@ func Failovers(entries []journal.Entry) []string {
 
 // stageLine is one stage of describe's stage list: its state, and for a
 // stage the run entered, its visits, turns and the time of ended visits.
+// transitionLine is the last stage change: the edge, its condition, and
+// why when a runtime signal (error, stuck, dead_end, max_iterations) took it.
+func transitionLine(l *arv1.StageTransition) string {
+	s := l.From + " -> " + l.To
+	if l.Condition != "" {
+		s += " (" + l.Condition + ")"
+	}
+	if l.Reason != "" {
+		s += ": " + l.Reason
+	}
+	return s
+}
+
 func stageLine(ss arv1.StageStatus) string {
 	if ss.Visits == 0 {
 		return string(ss.State)

@@ -342,3 +342,20 @@ func TestDriverText(t *testing.T) {
 		}
 	}
 }
+
+// TestTransitionLine: describe shows the last stage change and, for a
+// runtime signal, why.
+func TestTransitionLine(t *testing.T) {
+	for _, tc := range []struct {
+		l    arv1.StageTransition
+		want string
+	}{
+		{arv1.StageTransition{From: "plan", To: "build", Condition: "llm_choice"}, "plan -> build (llm_choice)"},
+		{arv1.StageTransition{From: "build", To: "fix", Condition: "error", Reason: "model call failed: boom"}, "build -> fix (error): model call failed: boom"},
+		{arv1.StageTransition{From: "split", To: "merge"}, "split -> merge"},
+	} {
+		if got := transitionLine(&tc.l); got != tc.want {
+			t.Errorf("%q, want %q", got, tc.want)
+		}
+	}
+}

@@ -125,9 +125,10 @@ func applyToolCall(resp *journal.Response, external map[string]bool, id, name st
 	}
 }
 
-// userContent is the user message of a call: the task, a person's
-// instructions to a stage sent back, the document the stage works on, and
-// the fan-out workers' outputs when the stage merges them.
+// userContent is the user message of a call: the task, what its parent
+// sent it, a person's instructions to a stage sent back, the document the
+// stage works on, why the run is in this stage, how to leave it, then the
+// fan-out workers' outputs when the stage merges them.
 func userContent(req Request) string {
 	task := req.Task
 	if req.OutputInstructions != "" {
@@ -143,6 +144,12 @@ func userContent(req Request) string {
 			content = "(empty)"
 		}
 		task += fmt.Sprintf("\n\nRegion %q, the document this stage works on (replace it with the write_region tool):\n%s", d.Name, content)
+	}
+	if req.StageNote != "" {
+		task += "\n\nWhy this stage was entered: " + req.StageNote
+	}
+	if req.TransitionPrompt != "" {
+		task += "\n\n" + req.TransitionPrompt
 	}
 	if len(req.ChildOutputs) == 0 {
 		return task

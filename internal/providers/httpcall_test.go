@@ -97,3 +97,17 @@ func TestScriptedFillsDocumentAndDirective(t *testing.T) {
 		t.Errorf("arguments %s (%v)", res.Response.Calls[0].Arguments, err)
 	}
 }
+
+// TestUserContentCarriesNoteAndTransitionPrompt: why the stage was entered
+// and how to leave it reach the model in the user message, after the task
+// and output instructions.
+func TestUserContentCarriesNoteAndTransitionPrompt(t *testing.T) {
+	got := userContent(Request{Task: "fix it", OutputInstructions: "a diff", StageNote: "model call failed: boom", TransitionPrompt: "Targets:\n- review"})
+	want := "fix it\n\nOutput: a diff\n\nWhy this stage was entered: model call failed: boom\n\nTargets:\n- review"
+	if got != want {
+		t.Errorf("user content %q, want %q", got, want)
+	}
+	if got := userContent(Request{Task: "fix it"}); got != "fix it" {
+		t.Errorf("plain request: %q", got)
+	}
+}

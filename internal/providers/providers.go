@@ -52,6 +52,11 @@ type Request struct {
 	Messages []string
 	// OutputInstructions tell the model what output to hand back.
 	OutputInstructions string
+	// StageNote is why the run entered this stage, when a runtime signal
+	// (an error, stuck, dead_end or max_iterations edge) took it there.
+	StageNote string
+	// TransitionPrompt tells the model which edges it may take and how.
+	TransitionPrompt string
 	// Purpose is "title" for the call that names the run.
 	Purpose string
 	// Tools are the tools the run executes itself (MCP and built-in ones

@@ -58,6 +58,9 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		free := int64(0) // network-free and exact: it costs nothing
 		return Result{Response: journal.Response{Text: scriptedTitle(req.Task)}, CostNanoUSD: &free}, nil
 	}
+	if req.Purpose == journal.PurposeCompact {
+		return Result{Response: journal.Response{Text: scriptedSummary(req.History)}, Usage: journal.Usage{Prompt: 1, Completion: 1}}, nil
+	}
 	s.mu.Lock()
 	s.calls[req.RunUID]++
 	if len(req.ChildOutputs) > 0 {
@@ -129,31 +132,51 @@ func scriptedTitle(task string) string {
 	return strings.TrimRight(strings.Join(words, " "), ".,;:")
 }
 
-// scriptFiller replaces, in a scripted text or output, {task} with the
-// run's task, {messages} with the messages its parent sent that the call
-// shows (joined by " | ") and {document} with the content of the document
-// the call carries, so a script shows what the model was given.
-func scriptFiller(req Request) func(string) string {
+// placeholders are the script placeholders a test reads what the model was
+// sent from, with their values for req: {task}, {messages} (what its
+// parent sent it that the call shows, joined by " | "), {document} (the
+// content of the document the call carries), {directive} (a person's
+// instructions to a stage sent back), {note} (why the stage was entered),
+// {history} (the texts of the turns it was shown, joined by " | "),
+// {transitions} (the transition prompt) and {instructions} (the output
+// instructions).
+func placeholders(req Request) []string {
 	doc := ""
 	if req.Document != nil {
 		doc = req.Document.Content
 	}
-	return strings.NewReplacer("{task}", req.Task, "{messages}", strings.Join(AllMessages(req), " | "),
-		"{document}", doc, "{directive}", req.Directive).Replace
+	texts := make([]string, 0, len(req.History))
+	for _, t := range req.History {
+		texts = append(texts, t.Assistant)
+	}
+	return []string{"{task}", req.Task, "{messages}", strings.Join(AllMessages(req), " | "),
+		"{document}", doc, "{directive}", req.Directive, "{note}", req.StageNote, "{history}", strings.Join(texts, " | "),
+		"{transitions}", req.TransitionPrompt, "{instructions}", req.OutputInstructions}
 }
 
-// fillJSON is scriptFiller for tool-call arguments: {document} and
-// {directive} are replaced JSON-escaped, since the arguments are a JSON
-// object and those any text. {task} stays as before (verbatim).
+// scriptFiller fills the placeholders in a scripted text or output.
+func scriptFiller(req Request) func(string) string {
+	return strings.NewReplacer(placeholders(req)...).Replace
+}
+
+// fillJSON fills them in tool-call arguments: JSON-escaped, since the
+// arguments are a JSON object and the values any text, except {task},
+// which stays verbatim as it always was.
 func fillJSON(args string, req Request) string {
-	args = strings.ReplaceAll(args, "{task}", req.Task)
-	doc := ""
-	if req.Document != nil {
-		doc = req.Document.Content
+	pairs := placeholders(req)
+	for i := 2; i < len(pairs); i += 2 {
+		b, _ := json.Marshal(pairs[i+1])
+		pairs[i+1] = string(b[1 : len(b)-1])
 	}
-	for k, v := range map[string]string{"{document}": doc, "{directive}": req.Directive} {
-		b, _ := json.Marshal(v)
-		args = strings.ReplaceAll(args, k, string(b[1:len(b)-1]))
+	return strings.NewReplacer(pairs...).Replace(args)
+}
+
+// scriptedSummary is a network-free summary of the turns a compact edge
+// carries: their count and texts.
+func scriptedSummary(turns []Turn) string {
+	texts := make([]string, 0, len(turns))
+	for _, t := range turns {
+		texts = append(texts, t.Assistant)
 	}
-	return args
+	return fmt.Sprintf("%d turns: %s", len(turns), strings.Join(texts, "; "))
 }

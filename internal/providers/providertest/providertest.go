@@ -167,6 +167,7 @@ type Server struct {
 	last     Reply
 	requests int
 	lastReq  Request
+	all      []Request
 }
 
 type kind int
@@ -231,6 +232,13 @@ func (s *Server) Last() Request {
 	return s.lastReq
 }
 
+// All is every request received, oldest first.
+func (s *Server) All() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.all...)
+}
+
 func (s *Server) next() Reply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -245,6 +253,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests++
 	s.lastReq = Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	s.all = append(s.all, s.lastReq)
 	s.mu.Unlock()
 
 	var ok bool
