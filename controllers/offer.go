@@ -123,7 +123,7 @@ func offerable(bp *blueprint.Blueprint, stage string, srv blueprint.MCPServer, t
 		if e := bp.Tools[t.Name].Effect; e != "" {
 			effect = e
 		}
-		if bp.Permission(t.Name, effect) == blueprint.PermDeny {
+		if bp.Permission(stage, t.Name, effect) == blueprint.PermDeny {
 			continue
 		}
 		out = append(out, providers.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})

@@ -25,6 +25,10 @@ type rawManifest struct {
 	Tools        map[string]rawToolConfig  `toml:"tools"`
 	YoloProfiles map[string]rawYoloProfile `toml:"yolo_profiles"`
 	Limits       rawLimits                 `toml:"limits"`
+	// ToolPermissions and ReadPaths are Leviath's top-level tables (see
+	// permissions.go).
+	ToolPermissions map[string]string `toml:"tool_permissions"`
+	ReadPaths       *rawReadPaths     `toml:"read_paths"`
 }
 
 type rawAgent struct {
@@ -78,6 +82,7 @@ type rawStage struct {
 	RequiredTools      []string          `toml:"required_tools"`
 	AllowBlockingTools *bool             `toml:"allow_blocking_tools"`
 	ToolRouting        map[string]string `toml:"tool_routing"`
+	ToolPermissions    map[string]string `toml:"tool_permissions"`
 	AllowAsWorker      *bool             `toml:"allow_as_worker"`
 	AcceptsMessages    bool              `toml:"accepts_messages"`
 	DocumentRegion     string            `toml:"document_region"`
@@ -218,6 +223,9 @@ func (p *parser) parse(src string) (*Blueprint, *ParseError) {
 		return nil, err
 	}
 	if err := p.tools(&raw, bp); err != nil {
+		return nil, err
+	}
+	if err := p.topLevel(&raw, bp); err != nil {
 		return nil, err
 	}
 

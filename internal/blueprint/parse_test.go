@@ -678,7 +678,7 @@ level = "public"
 		{"search", EffectIdempotent, PermAsk},     // anything else asks
 		{"search", EffectWrite, PermAsk},
 	} {
-		if got := bp.Permission(c.tool, c.effect); got != c.want {
+		if got := bp.Permission("", c.tool, c.effect); got != c.want {
 			t.Errorf("Permission(%s, %s) = %s, want %s", c.tool, c.effect, got, c.want)
 		}
 	}

@@ -34,6 +34,9 @@ type StageTools struct {
 	// AcceptsMessages: while the run is in this stage its parent may send
 	// it messages (send_to_agent); each is shown in the next model turn.
 	AcceptsMessages bool
+	// ToolPermissions are the stage's own allow/ask/deny per tool, which
+	// win over the blueprint-wide ones while the run is in the stage.
+	ToolPermissions map[string]string
 }
 
 // Requires reports whether tool is one of the stage's required tools.
@@ -87,6 +90,12 @@ func (p *parser) stageTools(s *Stage, r rawStage) *ParseError {
 		RequiredTools: r.RequiredTools, ToolRouting: r.ToolRouting, AcceptsMessages: r.AcceptsMessages,
 		HideBlockingTools: r.AllowBlockingTools != nil && !*r.AllowBlockingTools,
 		RefuseWorkers:     r.AllowAsWorker != nil && !*r.AllowAsWorker,
+		ToolPermissions:   r.ToolPermissions,
+	}
+	for _, tool := range sortedKeys(r.ToolPermissions) {
+		if err := p.enum(at("tool_permissions", tool), fmt.Sprintf("stage %q: tool_permissions.%s", s.Name, tool), r.ToolPermissions[tool], PermAllow, PermAsk, PermDeny); err != nil {
+			return err
+		}
 	}
 	for i, tool := range r.RequiredTools {
 		if strings.TrimSpace(tool) == "" {
@@ -128,7 +137,7 @@ func (p *parser) crossCheckTools(bp *Blueprint) *ParseError {
 			}
 		}
 		for _, tool := range s.RequiredTools {
-			if denied(bp, tool) {
+			if bp.Permission(s.Name, tool, EffectRead) == PermDeny {
 				return p.errf(at("required_tools"), "stage %q: required tool %q is denied by the blueprint's tool permissions", s.Name, tool)
 			}
 			if _, ok := bp.ServerIn(s.Name, tool); !isBuiltin(tool) && !ok {
@@ -142,14 +151,6 @@ func (p *parser) crossCheckTools(bp *Blueprint) *ParseError {
 		}
 	}
 	return nil
-}
-
-// denied: the blueprint denies the tool whatever its effect.
-func denied(bp *Blueprint, tool string) bool {
-	if c, ok := bp.Tools[tool]; ok && c.Permission != "" {
-		return c.Permission == PermDeny
-	}
-	return bp.Agent.ToolPermissions[tool] == PermDeny
 }
 
 // WorkerEntryError is why a fan-out worker may not start in stage, or ""

@@ -205,10 +205,16 @@ func (b *Blueprint) ServerFor(tool string) (MCPServer, bool) {
 	return MCPServer{}, false
 }
 
-// Permission is the policy for a tool given its effect: the tool's table,
-// then agent.tool_permissions, then allow for reads and ask for anything
-// else.
-func (b *Blueprint) Permission(tool, effect string) string {
+// Permission is the policy for a tool called in stage given its effect:
+// the stage's tool_permissions, then the tool's table, then
+// agent.tool_permissions (or the top-level [tool_permissions]), then allow
+// for reads and ask for anything else.
+func (b *Blueprint) Permission(stage, tool, effect string) string {
+	if s, _, ok := b.Stage(stage); ok {
+		if p, ok := s.ToolPermissions[tool]; ok {
+			return p
+		}
+	}
 	if c, ok := b.Tools[tool]; ok && c.Permission != "" {
 		return c.Permission
 	}

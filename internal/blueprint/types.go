@@ -92,6 +92,9 @@ type Blueprint struct {
 	// YoloProfiles are the named unattended profiles.
 	YoloProfiles map[string]YoloProfile
 	Limits       Limits
+	// ReadPaths are Leviath's [read_paths] allow entries, kept as written.
+	// There is no workdir for them to grant: see permissions.go.
+	ReadPaths []string
 }
 
 // AgentSection is the manifest's [agent] table.

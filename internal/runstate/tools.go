@@ -160,7 +160,7 @@ func decideTool(f Facts) (Action, bool) {
 	if t != nil {
 		effect = t.Effect
 	}
-	perm := f.Blueprint.Permission(h.Name, effect)
+	perm := f.Blueprint.Permission(st.Stage, h.Name, effect)
 	if perm == blueprint.PermDeny {
 		// Holds under yolo and every profile, built-in tools included.
 		return decided(journal.GateApproval, false, true, false, "policy: permission deny", ""), true
