@@ -139,6 +139,7 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 			{Name: "review", State: arv1.StageActive, Entered: at(now, -30*time.Second), Visits: 2, Iterations: 7},
 			{Name: "ship", State: arv1.StagePending},
 		},
+		LastTransition: &arv1.StageTransition{From: "plan", To: "review", Condition: "error", Reason: "model call failed: bad request"},
 		Usage: arv1.Usage{
 			PromptTokens: 12000, CompletionTokens: 3400, CachedTokens: 8000, CacheWriteTokens: 1200,
 			TotalTokens: 15400, ModelCalls: 9, ToolCalls: 14,
