@@ -461,7 +461,7 @@ func stageStatuses(bp *blueprint.Blueprint, state *journal.State, phase arv1.Pha
 	out := make([]arv1.StageStatus, 0, len(bp.Stages))
 	for _, stage := range bp.Stages {
 		rec, entered := state.Stages[stage.Name]
-		ss := arv1.StageStatus{Name: stage.Name, State: stageState(entered, stage.Name == state.Stage, phase)}
+		ss := arv1.StageStatus{Name: stage.Name, State: stageState(entered, stage.Name == state.Stage, rec.Failed, phase)}
 		if entered {
 			ss.Entered = &metav1.Time{Time: rec.FirstEntered}
 			ss.Visits, ss.Iterations = int32(rec.Visits), int32(rec.Iterations)
@@ -475,12 +475,14 @@ func stageStatuses(bp *blueprint.Blueprint, state *journal.State, phase arv1.Pha
 }
 
 // stageState is where the run stands with one stage.
-func stageState(entered, current bool, phase arv1.Phase) arv1.StageState {
+func stageState(entered, current, failed bool, phase arv1.Phase) arv1.StageState {
 	switch {
 	case !entered && phase.IsTerminal():
 		return arv1.StageSkipped
 	case !entered:
 		return arv1.StagePending
+	case !current && failed:
+		return arv1.StageError // left on its error edge
 	case !current:
 		return arv1.StageComplete
 	}

@@ -237,6 +237,9 @@ type StageRecord struct {
 	Spent time.Duration
 	// Left: the last visit has ended.
 	Left bool
+	// Failed: the last visit ended on the stage's error edge (a failure no
+	// setup change fixes), so the stage shows Error though the run went on.
+	Failed bool
 }
 
 // apply folds one entry, keeping the stages' records: the entry stage is
@@ -263,7 +266,7 @@ func (st *State) enterStage(stage string) {
 	}
 	r := st.Stages[stage]
 	r.Visits++
-	r.LastEntered, r.Left = st.at, false
+	r.LastEntered, r.Left, r.Failed = st.at, false, false
 	if r.FirstEntered.IsZero() {
 		r.FirstEntered = st.at
 	}

@@ -95,6 +95,10 @@ func (st *State) signalEdge(bp *blueprint.Blueprint, stage *blueprint.Stage, con
 func (st *State) fail(bp *blueprint.Blueprint, why string) {
 	if stage, _, ok := bp.Stage(st.Stage); ok {
 		if t, ok := st.signalEdge(bp, stage, blueprint.CondError); ok {
+			if r, ok := st.Stages[st.Stage]; ok {
+				r.Failed = true
+				st.Stages[st.Stage] = r
+			}
 			st.take(bp, t, why)
 			return
 		}
