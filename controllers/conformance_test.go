@@ -57,6 +57,10 @@ type conformanceCase struct {
 	// Regions are the content the run's journal holds for these regions
 	// at the end, exactly.
 	Regions map[string]string `json:"regions"`
+	// Texts are, per stage, a substring some model answer of that stage
+	// (its text, as journaled) must contain: with the scripted provider's
+	// placeholders, what the model was sent.
+	Texts map[string]string `json:"texts"`
 	// ToolResults are results of the run's tool calls, in journal order:
 	// each matches the next completion of its tool after the previous match.
 	ToolResults []toolResultCase `json:"toolResults"`
@@ -162,6 +166,11 @@ func runConformanceCase(t *testing.T, dir string) {
 		}
 		matchSubset(t, "stage "+got.Name, got, want)
 	}
+	for stage, want := range c.Texts {
+		if !answerContains(journalEntries(t, ns, string(run.UID)), stage, want) {
+			t.Errorf("no answer of stage %s contains %q", stage, want)
+		}
+	}
 	if c.Output != nil {
 		if got := finalOutput(t, run); got != *c.Output {
 			t.Errorf("output %q, want %q", got, *c.Output)
@@ -261,6 +270,17 @@ func turnPath(entries []journal.Entry) []string {
 		}
 	}
 	return path
+}
+
+// answerContains: some completed model call of stage answered with text
+// containing want.
+func answerContains(entries []journal.Entry, stage, want string) bool {
+	for _, e := range entries {
+		if e.Kind == journal.ModelCallCompleted && e.Stage == stage && e.Response != nil && strings.Contains(e.Response.Text, want) {
+			return true
+		}
+	}
+	return false
 }
 
 func stageNamed(run *arv1.AgentRun, name any) *arv1.StageStatus {

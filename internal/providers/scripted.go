@@ -138,8 +138,8 @@ func scriptedTitle(task string) string {
 // content of the document the call carries), {directive} (a person's
 // instructions to a stage sent back), {note} (why the stage was entered),
 // {history} (the texts of the turns it was shown, joined by " | "),
-// {transitions} (the transition prompt) and {instructions} (the output
-// instructions).
+// {transitions} (the transition prompt), {instructions} (the output
+// instructions) and {system} (the system prompt).
 func placeholders(req Request) []string {
 	doc := ""
 	if req.Document != nil {
@@ -151,7 +151,7 @@ func placeholders(req Request) []string {
 	}
 	return []string{"{task}", req.Task, "{messages}", strings.Join(AllMessages(req), " | "),
 		"{document}", doc, "{directive}", req.Directive, "{note}", req.StageNote, "{history}", strings.Join(texts, " | "),
-		"{transitions}", req.TransitionPrompt, "{instructions}", req.OutputInstructions}
+		"{transitions}", req.TransitionPrompt, "{instructions}", req.OutputInstructions, "{system}", req.SystemPrompt}
 }
 
 // scriptFiller fills the placeholders in a scripted text or output.
