@@ -58,23 +58,37 @@ func (r *AgentRunReconciler) readRegion(ctx context.Context, run *arv1.AgentRun,
 	case src.Text != nil:
 		return *src.Text, nil, nil
 	case src.ConfigMapKeyRef != nil:
-		ref := src.ConfigMapKeyRef
-		data, _, found, err := r.refs.ConfigMap(ctx, ns, ref.Name)
-		if err != nil {
-			return "", nil, fmt.Errorf("reading region %q from ConfigMap %s/%s: %w", src.Name, ns, ref.Name, err)
-		}
-		v, ok := data[ref.Key]
-		return v, regionBlock(regionSource{"ConfigMap", "configmap", ns, ref.Name, ref.Key, src.Name}, found, ok, len(v)), nil
+		return r.regionFromKey(ctx, regionSource{"ConfigMap", "configmap", ns, src.ConfigMapKeyRef.Name, src.ConfigMapKeyRef.Key, src.Name})
 	case src.SecretKeyRef != nil:
-		ref := src.SecretKeyRef
-		data, _, found, err := r.refs.Secret(ctx, ns, ref.Name)
-		if err != nil {
-			return "", nil, fmt.Errorf("reading region %q from Secret %s/%s: %w", src.Name, ns, ref.Name, err)
-		}
-		v, ok := data[ref.Key]
-		return string(v), regionBlock(regionSource{"Secret", "secret generic", ns, ref.Name, ref.Key, src.Name}, found, ok, len(v)), nil
+		return r.regionFromKey(ctx, regionSource{"Secret", "secret generic", ns, src.SecretKeyRef.Name, src.SecretKeyRef.Key, src.Name})
 	}
 	return "", nil, nil // admission requires one source
+}
+
+// regionFromKey reads a region's seed from a ConfigMap or Secret key, with
+// the setup problem that holds the run when the object, the key or the
+// size is wrong.
+func (r *AgentRunReconciler) regionFromKey(ctx context.Context, s regionSource) (string, *runstate.SetupBlock, error) {
+	var (
+		v          string
+		found, has bool
+		err        error
+	)
+	if s.kind == "ConfigMap" {
+		var data map[string]string
+		data, _, found, err = r.refs.ConfigMap(ctx, s.ns, s.name)
+		v, has = data[s.key]
+	} else {
+		var data map[string][]byte
+		data, _, found, err = r.refs.Secret(ctx, s.ns, s.name)
+		var b []byte
+		b, has = data[s.key]
+		v = string(b)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("reading region %q from %s %s/%s: %w", s.region, s.kind, s.ns, s.name, err)
+	}
+	return v, regionBlock(s, found, has, len(v)), nil
 }
 
 // regionSource names an object key a region is read from, with the
