@@ -113,7 +113,7 @@ func journalEntryFor(f *facts, a runstate.Action) (journal.Entry, bool) {
 		e := journal.Entry{Kind: journal.InteractionAnswered, Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo"}
 		if ans := a.Answer; ans != nil {
 			e.Approved, e.Auto, e.By, e.Message, e.Expired = ans.Approved, ans.Expired, ans.By, ans.Name, ans.Expired
-			e.Directive = ans.Directive
+			e.Directive, e.Choice, e.Abort = ans.Directive, ans.Choice, ans.Abort
 			if ans.Edit != nil {
 				e.Region = pointDocument(f)
 			}

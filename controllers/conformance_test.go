@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -51,6 +52,8 @@ type conformanceCase struct {
 	Output *string `json:"output"`
 	// ErrorContains must be a substring of status.error.
 	ErrorContains string `json:"errorContains"`
+	// ReadyMessage must be a substring of the Ready condition's message.
+	ReadyMessage string `json:"readyMessage"`
 	// Answers are given in order, as the admin user, each once the run
 	// waits on its point; each must be applied before the next is given.
 	Answers []conformanceAnswer `json:"answers"`
@@ -84,6 +87,15 @@ type conformanceAnswer struct {
 	Decision arv1.AnswerDecision `json:"decision"`
 	Text     *string             `json:"text"`
 	Input    *string             `json:"input"`
+	// Question is a substring waitingOn.question must hold before the
+	// answer is given.
+	Question string `json:"question"`
+	// HoldSeconds: first wait this long, and the run must still wait on
+	// the point (no policy or timeout passed it).
+	HoldSeconds int `json:"holdSeconds"`
+	// Rejected: the answer must be rejected with a message containing
+	// this, and the run must still wait on the point.
+	Rejected string `json:"rejected"`
 }
 
 // TestConformance runs every blueprint of testdata/conformance as a user
@@ -178,6 +190,11 @@ func runConformanceCase(t *testing.T, dir string) {
 	}
 	if c.ErrorContains != "" && !strings.Contains(run.Status.Error, c.ErrorContains) {
 		t.Errorf("status.error %q lacks %q", run.Status.Error, c.ErrorContains)
+	}
+	if c.ReadyMessage != "" {
+		if ready := meta.FindStatusCondition(run.Status.Conditions, arv1.ConditionReady); ready == nil || !strings.Contains(ready.Message, c.ReadyMessage) {
+			t.Errorf("Ready condition %+v lacks %q", ready, c.ReadyMessage)
+		}
 	}
 	if c.ToolResults != nil {
 		matchToolResults(t, journalEntries(t, ns, string(run.UID)), c.ToolResults)
@@ -362,12 +379,22 @@ func jsonText(v any) string {
 }
 
 // giveAnswer answers point a.Point once the run waits on it, and waits for
-// the run to apply the answer (a rejected answer fails the case).
+// the run to apply the answer (a rejected answer fails the case, unless
+// the case expects the rejection).
 func giveAnswer(t *testing.T, ns, name string, a conformanceAnswer) {
 	t.Helper()
-	waitFor(t, ns, "run", 60*time.Second, "waiting on point "+a.Point, func(r *arv1.AgentRun) bool {
-		return r.Status.WaitingOn != nil && r.Status.WaitingOn.Point == a.Point
-	})
+	waiting := func(r *arv1.AgentRun) bool { return r.Status.WaitingOn != nil && r.Status.WaitingOn.Point == a.Point }
+	run := waitFor(t, ns, "run", 60*time.Second, "waiting on point "+a.Point, waiting)
+	if a.HoldSeconds > 0 {
+		time.Sleep(time.Duration(a.HoldSeconds) * time.Second)
+		run = getRun(t, ns, "run")
+		if !waiting(run) {
+			t.Fatalf("after %ds the run no longer waits on %s: phase %s, waitingOn %+v", a.HoldSeconds, a.Point, run.Status.Phase, run.Status.WaitingOn)
+		}
+	}
+	if !strings.Contains(run.Status.WaitingOn.Question, a.Question) {
+		t.Errorf("waitingOn.question %q lacks %q", run.Status.WaitingOn.Question, a.Question)
+	}
 	ans := &arv1.AgentRunAnswer{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: arv1.AgentRunAnswerSpec{Run: "run", Point: a.Point, Decision: a.Decision, Text: a.Text, Input: a.Input, By: "admin"}}
 	ctx := context.Background()
@@ -380,6 +407,15 @@ func giveAnswer(t *testing.T, ns, name string, a conformanceAnswer) {
 		if err := k8s.Get(ctx, keyOf(ns, name), ans); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if a.Rejected != "" {
+		if ans.Status.State != arv1.AnswerRejected || !strings.Contains(ans.Status.Message, a.Rejected) {
+			t.Fatalf("answer %s to %s: %q %s, want Rejected with %q", name, a.Point, ans.Status.State, ans.Status.Message, a.Rejected)
+		}
+		if run := getRun(t, ns, "run"); !waiting(run) {
+			t.Fatalf("after the rejected answer %s the run no longer waits on %s: phase %s", name, a.Point, run.Status.Phase)
+		}
+		return
 	}
 	if ans.Status.State != arv1.AnswerApplied {
 		t.Fatalf("answer %s to %s: %q %s", name, a.Point, ans.Status.State, ans.Status.Message)

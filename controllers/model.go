@@ -63,7 +63,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	if stage != nil {
 		req.TransitionPrompt = transitionPrompt(&st, f.Blueprint, stage)
 	}
-	req.Document, req.Directive = documentOf(&st, f.Blueprint), st.Directive
+	req.Document, req.Directive, req.Choices = documentOf(&st, f.Blueprint), st.Directive, st.PointChoices
 	if f.offer != nil {
 		req.Tools = f.offer.tools
 		s.after(func() { r.warnUnoffered(run, f.offer) })

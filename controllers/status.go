@@ -93,7 +93,7 @@ func project(s *scope) {
 	}
 	observeClock(st, now)
 	markCallbackDue(run)
-	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued})
+	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued, cancelled: cancelledWhy(&state)})
 	if !sameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
@@ -228,6 +228,33 @@ type conditionInputs struct {
 	catalogWait bool
 	// queued: the run waits for an active-run slot.
 	queued bool
+	// cancelled is why a person's answer cancelled the run, when one did.
+	cancelled string
+}
+
+// cancelledWhy is why a cancelled run was cancelled by an answer (a
+// checkpoint declined or aborted with an abort option, a write
+// abandoned): the run has no error to show it in, and a person reading
+// Ready must learn which point and option ended it. Empty for a run
+// cancelled from outside (spec.cancel), whose reason is just that.
+func cancelledWhy(st *journal.State) string {
+	if st.Outcome != journal.OutcomeCancelled || st.Message == "" || st.Message == "cancelled" {
+		return ""
+	}
+	return "The run was cancelled: " + st.Message
+}
+
+// cancelMessage is the Cancelled conditions' message: why, when an answer
+// cancelled the run, kept when the conditions are derived again without
+// the journal (a finished run is not folded again).
+func cancelMessage(run *arv1.AgentRun, in conditionInputs) string {
+	if in.cancelled != "" {
+		return in.cancelled
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, arv1.ConditionReady); c != nil && c.Reason == arv1.ReasonCancelled {
+		return c.Message
+	}
+	return "The run was cancelled"
 }
 
 // setConditions derives Ready, Reconciling, Stalled, Waiting and
@@ -244,9 +271,10 @@ func setConditions(run *arv1.AgentRun, in conditionInputs) {
 		meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionReconciling)
 		setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonFailed, st.Error)
 	case arv1.PhaseCancelled:
-		setCondition(run, arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonCancelled, "The run was cancelled")
+		msg := cancelMessage(run, in)
+		setCondition(run, arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonCancelled, msg)
 		meta.RemoveStatusCondition(&st.Conditions, arv1.ConditionReconciling)
-		setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonCancelled, "The run was cancelled")
+		setCondition(run, arv1.ConditionStalled, metav1.ConditionTrue, arv1.ReasonCancelled, msg)
 	default:
 		reason, msg := progressReason(st, in)
 		setCondition(run, arv1.ConditionReady, metav1.ConditionFalse, arv1.ReasonIncomplete, "The run has not completed")

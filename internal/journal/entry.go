@@ -162,6 +162,12 @@ type Entry struct {
 	// Directive is, on an InteractionAnswered, the person's instructions
 	// sending the stage back (a directives choice).
 	Directive string `json:"directive,omitempty"`
+	// Choice is, on an InteractionAnswered, what a person answered a
+	// multiple_choice point (the option) or a free_text one (the text),
+	// which the next stage is told; Abort the abort option a person chose,
+	// which cancelled the run.
+	Choice string `json:"choice,omitempty"`
+	Abort  string `json:"abort,omitempty"`
 }
 
 // PurposeTitle marks the titling call.

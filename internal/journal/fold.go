@@ -134,6 +134,12 @@ type State struct {
 	Regions   map[string]Region
 	Handoff   string
 	Directive string
+	// PointChoices are the answers people gave at the checkpoints the run
+	// passed to enter the current stage (multiple_choice options,
+	// free_text text), in order; choosing collects them while the run is
+	// still at the stage's points.
+	PointChoices []PointChoice
+	choosing     []PointChoice
 
 	Outcome Outcome
 	// Message explains an Error outcome.
@@ -166,6 +172,13 @@ type PendingInteraction struct {
 	Target string
 	// answered counts points of Stage already approved.
 	answered int
+}
+
+// PointChoice is a person's answer at a checkpoint: the option chosen at a
+// multiple_choice point, the text given at a free_text one.
+type PointChoice struct {
+	Point string
+	Text  string
 }
 
 // Turn is one answer of the model in the stage and what it was told back.
@@ -366,9 +379,12 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 			return
 		}
 		if !e.Approved {
-			st.Interaction = nil
+			st.Interaction, st.choosing = nil, nil
 			st.Outcome = OutcomeCancelled
 			st.Message = fmt.Sprintf("interaction point %q was declined", e.Point)
+			if e.Abort != "" {
+				st.Message = fmt.Sprintf("interaction point %q: abort option %q was chosen", e.Point, e.Abort)
+			}
 			return
 		}
 		st.Interaction = nil
@@ -376,7 +392,11 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 			st.GatesForced = true
 		}
 		if st.sentBack(bp, in, e) {
+			st.choosing = nil
 			return
+		}
+		if e.Choice != "" {
+			st.choosing = append(st.choosing, PointChoice{Point: e.Point, Text: e.Choice})
 		}
 		stage, _, _ := bp.Stage(in.Stage)
 		if next := in.answered + 1; stage != nil && next < len(stage.InteractionPoints) {
@@ -385,6 +405,7 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		}
 		st.move(bp, in.Target)
 		st.handOff(e)
+		st.PointChoices, st.choosing = st.choosing, nil
 	case RunCancelled:
 		st.Pending = nil
 		st.Outcome = OutcomeCancelled
@@ -661,7 +682,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 	st.carryOver(bp, target)
 	st.endVisit()
 	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
-	st.Handoff, st.Directive = "", ""
+	st.Handoff, st.Directive, st.PointChoices = "", "", nil
 	st.enterStage(target)
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
 	st.Moves++

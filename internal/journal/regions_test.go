@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -190,5 +191,67 @@ region = "summary"
 	st = Fold(bp, []Entry{wrote(0, "summary", "s", ByModel), req(1, "a", 0), done(2, 1, Response{Text: "working"})})
 	if st.Stage != "b" || st.Outcome != OutcomeNone || st.RequiredRegionsAbandoned(bp) {
 		t.Errorf("with the region written: stage %q outcome %q", st.Stage, st.Outcome)
+	}
+}
+
+// TestFoldCheckpointChoices: the people's choices at a stage's points reach
+// the next stage (in order, for its whole visit) and end with it; an abort
+// option cancels the run naming the point and option; a directive drops
+// the choices of the leave it interrupted.
+func TestFoldCheckpointChoices(t *testing.T) {
+	bp := mustParse(t, `[agent]
+name = "points"
+[stages.pick]
+[stages.pick.transitions.build]
+condition = "always"
+[[stages.pick.interaction_points]]
+name = "colour"
+style = "multiple_choice"
+options = ["blue", "green", "stop"]
+abort_options = ["stop"]
+[[stages.pick.interaction_points]]
+name = "why"
+style = "free_text"
+directives = ["again"]
+[stages.build]
+[stages.build.transitions.ship]
+condition = "always"
+[stages.ship]
+allow_complete = true
+`)
+	base := []Entry{req(0, "pick", 0), done(1, 0, Response{Text: "options ready"})}
+	chose := func(seq int64, point, choice string) Entry {
+		return Entry{Seq: seq, Kind: InteractionAnswered, At: at(seq), Point: point, Approved: true, By: "ann", Choice: choice}
+	}
+	first := append(base[:2:2], chose(2, "colour", "green"))
+	st := Fold(bp, first)
+	if st.Stage != "pick" || st.Interaction == nil || st.Interaction.Point.Name != "why" || len(st.PointChoices) != 0 {
+		t.Fatalf("after the first point: stage %q interaction %+v choices %v", st.Stage, st.Interaction, st.PointChoices)
+	}
+	both := append(first, chose(3, "why", "it matches the logo"))
+	st = Fold(bp, both)
+	want := []PointChoice{{"colour", "green"}, {"why", "it matches the logo"}}
+	if st.Stage != "build" || !slices.Equal(st.PointChoices, want) {
+		t.Fatalf("in build: stage %q choices %v, want %v", st.Stage, st.PointChoices, want)
+	}
+	st = Fold(bp, append(both, req(4, "build", 0), done(5, 4, Response{Text: "built"})))
+	if st.Stage != "ship" || len(st.PointChoices) != 0 {
+		t.Errorf("the choices end with build's visit: stage %q choices %v", st.Stage, st.PointChoices)
+	}
+
+	st = Fold(bp, append(base[:2:2], Entry{Seq: 2, Kind: InteractionAnswered, At: at(2), Point: "colour", By: "ann", Abort: "stop"}))
+	if st.Outcome != OutcomeCancelled || st.Message != `interaction point "colour": abort option "stop" was chosen` {
+		t.Errorf("abort: outcome %q message %q", st.Outcome, st.Message)
+	}
+	st = Fold(bp, append(base[:2:2], answer(2, "colour", false, false)))
+	if st.Outcome != OutcomeCancelled || st.Message != `interaction point "colour" was declined` {
+		t.Errorf("deny: outcome %q message %q", st.Outcome, st.Message)
+	}
+
+	revised := append(first, Entry{Seq: 3, Kind: InteractionAnswered, At: at(3), Point: "why", Approved: true, By: "ann", Directive: "again"})
+	revised = append(revised, req(4, "pick", 0), done(5, 4, Response{Text: "new options"}), chose(6, "colour", "blue"), chose(7, "why", "calm"))
+	st = Fold(bp, revised)
+	if want := []PointChoice{{"colour", "blue"}, {"why", "calm"}}; st.Stage != "build" || !slices.Equal(st.PointChoices, want) {
+		t.Errorf("after a revision: stage %q choices %v, want %v", st.Stage, st.PointChoices, want)
 	}
 }

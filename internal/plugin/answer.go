@@ -44,6 +44,12 @@ type reply struct {
 	input    *string
 }
 
+// checkpointOnly: the reply is one only a checkpoint takes (a choice, an
+// edit, a revision), never a tool call's or review's approval.
+func (r reply) checkpointOnly() bool {
+	return r.decision == arv1.DecisionEdit || r.decision == arv1.DecisionRevise || (r.decision == arv1.DecisionApprove && r.text != nil)
+}
+
 // replyParsers turn each answer command's options into a reply, or a usage
 // error.
 var replyParsers = map[string]func(o options) (reply, error){
@@ -65,9 +71,9 @@ func oneName(cmd string, o options) error {
 }
 
 // parseAnswer reads NAME and exactly one of TEXT, --json or --null; or,
-// for a checkpoint, one of --edit, --edit-file and --revise.
+// for a checkpoint, one of --choice, --edit, --edit-file and --revise.
 func parseAnswer(o options) (reply, error) {
-	if o.edit != nil || o.editFile != nil || o.revise != nil {
+	if o.edit != nil || o.editFile != nil || o.revise != nil || o.choice != nil {
 		return parseCheckpointAnswer(o)
 	}
 	r := reply{family: familyAnswer, verb: "answer"}
@@ -97,19 +103,26 @@ func parseAnswer(o options) (reply, error) {
 	return r, nil
 }
 
-// parseCheckpointAnswer reads the answers a checkpoint takes besides
-// approve and deny: an edit of the draft it shows (--edit TEXT or
-// --edit-file PATH; the point must offer edit_options) or instructions
-// sending its stage back (--revise TEXT; the point must offer directives).
+// parseCheckpointAnswer reads the answers a checkpoint takes besides a
+// plain approve and deny: the option chosen at a multiple_choice point or
+// the text of a free_text one (--choice, an Approve with that text), an
+// edit of the draft it shows (--edit TEXT or --edit-file PATH; the point
+// must offer edit_options) or instructions sending its stage back
+// (--revise TEXT; the point must offer directives).
 func parseCheckpointAnswer(o options) (reply, error) {
 	r := reply{family: familyDecide}
-	if err := oneName("answer --edit/--edit-file/--revise", o); err != nil {
+	if err := oneName("answer --choice/--edit/--edit-file/--revise", o); err != nil {
 		return r, err
 	}
-	if o.json != nil || o.null || countGiven(o.edit, o.editFile, o.revise) != 1 {
-		return r, usagef("give one of --edit TEXT, --edit-file PATH or --revise TEXT, and no other answer")
+	if o.json != nil || o.null || countGiven(o.choice, o.edit, o.editFile, o.revise) != 1 {
+		return r, usagef("give one of --choice TEXT, --edit TEXT, --edit-file PATH or --revise TEXT, and no other answer")
 	}
 	switch {
+	case o.choice != nil:
+		if strings.TrimSpace(*o.choice) == "" {
+			return r, usagef("--choice needs the option (or, at a free_text point, the answer)")
+		}
+		r.verb, r.decision, r.text = "choose", arv1.DecisionApprove, o.choice
 	case o.revise != nil:
 		if strings.TrimSpace(*o.revise) == "" {
 			return r, usagef("--revise needs the instructions the stage is sent back with")
@@ -252,6 +265,15 @@ func writeText(w *arv1.WaitingOn) string {
 	return fmt.Sprintf("%s #%d", w.Tool, *w.Seq)
 }
 
+// takesChoice: the wait is a multiple_choice or free_text checkpoint, as
+// its question says (the run state writes the style there), so a plain
+// approve would be rejected and --choice is the answer.
+func takesChoice(w *arv1.WaitingOn) bool {
+	return w.Reason == arv1.WaitInteractionPoint &&
+		(strings.Contains(w.Question, "[multiple_choice: ") || strings.Contains(w.Question, "[free_text: ") ||
+			strings.Contains(w.Question, "; multiple_choice: ") || strings.Contains(w.Question, "; free_text: "))
+}
+
 // answerCommands are the exact commands that answer what run waits on, for
 // describe and for refusals; none when no answer clears the wait.
 func answerCommands(run *arv1.AgentRun) []string {
@@ -264,6 +286,9 @@ func answerCommands(run *arv1.AgentRun) []string {
 	}
 	switch familyOf(w) {
 	case familyDecide:
+		if takesChoice(w) {
+			return []string{cmd("answer", ` --choice "..."`), cmd("deny", "")}
+		}
 		if w.Reason == arv1.WaitUserPrompt {
 			return []string{cmd("approve", ""), cmd("deny", ` --reason "..."`)}
 		}
@@ -294,8 +319,8 @@ func fit(cmd string, r reply, run *arv1.AgentRun) (*arv1.WaitingOn, error) {
 		return nil, fmt.Errorf("agentrun %q waits on %s, which no answer clears: %s", run.Name, waitText(w), clearHint(w))
 	case w.Point == "":
 		return nil, fmt.Errorf("agentrun %q waits on %s but names no point to answer (status.waitingOn.point is empty)", run.Name, waitText(w))
-	case (r.decision == arv1.DecisionEdit || r.decision == arv1.DecisionRevise) && w.Reason != arv1.WaitInteractionPoint:
-		return nil, fmt.Errorf("agentrun %q waits on %s; --edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only", run.Name, waitText(w))
+	case r.checkpointOnly() && w.Reason != arv1.WaitInteractionPoint:
+		return nil, fmt.Errorf("agentrun %q waits on %s; --choice, --edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only", run.Name, waitText(w))
 	case family != r.family:
 		return nil, fmt.Errorf("agentrun %q waits on %s, which %s does not answer; use %s", run.Name, waitText(w), cmd,
 			strings.Join(answerCommands(run), " or "))

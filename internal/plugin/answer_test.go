@@ -227,3 +227,23 @@ func TestAwait(t *testing.T) {
 		}
 	}
 }
+
+// TestChoiceCheckpointCommands: a checkpoint whose question says it is
+// multiple_choice or free_text is answered with --choice (a bare approve
+// would be rejected); a confirmation with approve.
+func TestChoiceCheckpointCommands(t *testing.T) {
+	for _, tc := range []struct {
+		question string
+		want     string
+	}{
+		{`Which colour? [multiple_choice: answer Approve with one of ["blue","green"]]`, `kubectl agentrun answer r --choice "..." -n team-a`},
+		{`Why? [the draft is region "d"; free_text: answer Approve with your answer as text]`, `kubectl agentrun answer r --choice "..." -n team-a`},
+		{`Deploy? [["stop"] cancels the run]`, "kubectl agentrun approve r -n team-a"},
+		{"Pick a free_text: thing", "kubectl agentrun approve r -n team-a"},
+	} {
+		cmds := answerCommands(waitRun(&arv1.WaitingOn{Reason: arv1.WaitInteractionPoint, Point: "p", Question: tc.question}))
+		if len(cmds) == 0 || cmds[0] != tc.want {
+			t.Errorf("%q: commands %q, want first %q", tc.question, cmds, tc.want)
+		}
+	}
+}

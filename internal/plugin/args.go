@@ -31,6 +31,7 @@ type options struct {
 	edit        *string // --edit (answer: a checkpoint's edited draft)
 	editFile    *string // --edit-file (answer: the same, read from a file)
 	revise      *string // --revise (answer: instructions sending the stage back)
+	choice      *string // --choice (answer: a checkpoint's option or free text)
 }
 
 // flagSet says which optional flags a command accepts beyond the common
@@ -140,6 +141,8 @@ func parseArgs(args []string, fs flagSet) (options, error) {
 			text = accepted(fs.input, &o.editFile)
 		case "--revise":
 			text = accepted(fs.input, &o.revise)
+		case "--choice":
+			text = accepted(fs.input, &o.choice)
 		default:
 			return o, usagef("unknown flag %s", name)
 		}

@@ -184,7 +184,7 @@ Flags:
 `),
 		answerCommand("answer", "Answer a run's question, deliver its signal, or edit or revise at a checkpoint", flagSet{input: true},
 			`Usage: kubectl agentrun answer NAME (TEXT | --json JSON | --null) [--wait] [-n NAMESPACE]
-       kubectl agentrun answer NAME (--edit TEXT | --edit-file PATH | --revise TEXT) [--wait] [-n NAMESPACE]
+       kubectl agentrun answer NAME (--choice TEXT | --edit TEXT | --edit-file PATH | --revise TEXT) [--wait] [-n NAMESPACE]
 
 Answer the question the agent asked (UserPrompt; the question is
 status.waitingOn.question), or deliver the payload of the signal the run
@@ -193,7 +193,10 @@ choices, or yes/no. --json gives the answer as JSON, which must satisfy the
 question's input schema; --null answers JSON null. A TEXT beginning with "-"
 goes after "--".
 
-At a checkpoint (InteractionPoint) whose point offers edit_options, --edit
+At a checkpoint (InteractionPoint), --choice passes a multiple_choice point
+with one of its options (or, at a free_text point, your answer); the next
+stage is told it. Choosing one of the point's abort options cancels the run.
+At a checkpoint whose point offers edit_options, --edit
 or --edit-file passes it with your edit of the draft it shows (see
 kubectl agentrun regions NAME): the edit replaces the draft, and the next
 stage gets it. At one that offers directives, --revise sends the stage back
@@ -202,6 +205,7 @@ with your instructions.
 Flags:
       --json JSON        the answer as JSON text (checked here that it parses)
       --null             the answer is JSON null
+      --choice TEXT      a checkpoint: pass it with this option or free text
       --edit TEXT        a checkpoint: pass it with this edit of its draft
       --edit-file PATH   a checkpoint: the same, the edit read from PATH
       --revise TEXT      a checkpoint: send its stage back with these instructions

@@ -59,7 +59,8 @@ func TestKubectlAgentrunRegions(t *testing.T) {
 
 // TestKubectlAgentrunCheckpointEditAndRevise: `answer --edit`,
 // `--edit-file` and `--revise` answer a checkpoint with decision Edit or
-// Revise and the text; they refuse any other wait and malformed use.
+// Revise and the text, `--choice` with Approve and the option or free
+// text; they refuse any other wait and malformed use.
 func TestKubectlAgentrunCheckpointEditAndRevise(t *testing.T) {
 	controlPlane(t)
 	ns := newNamespace(t)
@@ -80,6 +81,10 @@ func TestKubectlAgentrunCheckpointEditAndRevise(t *testing.T) {
 			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionEdit, Text: ptr("# Edited\n\nfrom a file\n")}},
 		{[]string{"answer", "cp", "--revise=shorter, please"}, `revise "approve-deploy" of cp as test-admin`,
 			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionRevise, Text: ptr("shorter, please")}},
+		{[]string{"answer", "cp", "--choice", "green"}, `choose "approve-deploy" of cp as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove, Text: ptr("green")}},
+		{[]string{"answer", "cp", "--choice=it matches the logo"}, `choose "approve-deploy" of cp as test-admin`,
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove, Text: ptr("it matches the logo")}},
 	} {
 		out := mustPlugin(t, append(tc.args, "-n", ns)...)
 		m := answerCreated.FindStringSubmatch(out)
@@ -102,8 +107,11 @@ func TestKubectlAgentrunCheckpointEditAndRevise(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"answer", "question", "--revise", "x"}, 1, "--edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only"},
-		{[]string{"answer", "cp", "--edit", "a", "--revise", "b"}, 2, "give one of --edit TEXT, --edit-file PATH or --revise TEXT"},
+		{[]string{"answer", "question", "--revise", "x"}, 1, "--choice, --edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only"},
+		{[]string{"answer", "question", "--choice", "staging"}, 1, "--choice, --edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only"},
+		{[]string{"answer", "cp", "--edit", "a", "--revise", "b"}, 2, "give one of --choice TEXT, --edit TEXT, --edit-file PATH or --revise TEXT"},
+		{[]string{"answer", "cp", "--choice", "a", "--edit", "b"}, 2, "give one of --choice TEXT"},
+		{[]string{"answer", "cp", "--choice", " "}, 2, "--choice needs the option"},
 		{[]string{"answer", "cp", "--revise", " "}, 2, "--revise needs the instructions"},
 		{[]string{"answer", "cp", "--edit-file", filepath.Join(t.TempDir(), "missing.md")}, 2, "--edit-file: open"},
 		{[]string{"answer", "cp", "extra", "--edit", "a"}, 2, "takes exactly one run NAME"},

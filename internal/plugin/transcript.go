@@ -164,6 +164,12 @@ func describeEntry(e *journal.Entry) (string, string) {
 		if e.Auto {
 			t += " (automatically: unattended run)"
 		}
+		switch {
+		case e.Abort != "":
+			t += fmt.Sprintf(", abort option %q", oneLine(e.Abort, 120))
+		case e.Choice != "":
+			t += fmt.Sprintf(", answered %q", oneLine(e.Choice, 120))
+		}
 		return "checkpoint", t
 	case journal.RunCancelled:
 		if e.By != "" {

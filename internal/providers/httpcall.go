@@ -126,7 +126,8 @@ func applyToolCall(resp *journal.Response, external map[string]bool, id, name st
 }
 
 // userContent is the user message of a call: the task, what its parent
-// sent it, a person's instructions to a stage sent back, the document the
+// sent it, a person's instructions to a stage sent back, what people
+// answered at the checkpoints before this stage, the document the
 // stage works on, why the run is in this stage, how to leave it, then the
 // fan-out workers' outputs when the stage merges them.
 func userContent(req Request) string {
@@ -137,6 +138,9 @@ func userContent(req Request) string {
 	task += parentMessages(req.Messages)
 	if req.Directive != "" {
 		task += "\n\nA person sent this stage back with these instructions:\n" + req.Directive
+	}
+	for _, c := range req.Choices {
+		task += fmt.Sprintf("\n\nAt checkpoint %q a person answered:\n%s", c.Point, c.Text)
 	}
 	if d := req.Document; d != nil {
 		content := d.Content

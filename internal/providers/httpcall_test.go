@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
 func TestParseCostUSD(t *testing.T) {
@@ -109,5 +110,25 @@ func TestUserContentCarriesNoteAndTransitionPrompt(t *testing.T) {
 	}
 	if got := userContent(Request{Task: "fix it"}); got != "fix it" {
 		t.Errorf("plain request: %q", got)
+	}
+}
+
+// TestCallsCarryCheckpointChoices: what people answered at the checkpoints
+// before the stage reaches its model in the user message (after a
+// directive, before the document) and in a script's {choices}.
+func TestCallsCarryCheckpointChoices(t *testing.T) {
+	choices := []journal.PointChoice{{Point: "colour", Text: "green"}, {Point: "why", Text: "it matches"}}
+	got := userContent(Request{Task: "Build it.", Choices: choices, Document: &Document{Name: "d", Content: "x"}})
+	want := "Build it.\n\nAt checkpoint \"colour\" a person answered:\ngreen\n\nAt checkpoint \"why\" a person answered:\nit matches\n\nRegion \"d\""
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("userContent = %q, want it to start %q", got, want)
+	}
+	res, err := NewScripted().Call(context.Background(), Request{RunUID: "u", Task: "t", Choices: choices,
+		Script: []blueprint.ScriptStep{{Output: "chose={choices}"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "chose=colour: green | why: it matches"; res.Response.Output != want {
+		t.Errorf("output %q, want %q", res.Response.Output, want)
 	}
 }

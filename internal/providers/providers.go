@@ -69,6 +69,9 @@ type Request struct {
 	// Directive is a person's instructions to a stage a checkpoint sent
 	// back.
 	Directive string
+	// Choices are what people answered at the checkpoints the run passed
+	// to enter this stage (a multiple_choice option, a free_text text).
+	Choices []journal.PointChoice
 }
 
 // Document is a region and its content, as a call carries it.

@@ -136,7 +136,9 @@ func scriptedTitle(task string) string {
 // sent from, with their values for req: {task}, {messages} (what its
 // parent sent it that the call shows, joined by " | "), {document} (the
 // content of the document the call carries), {directive} (a person's
-// instructions to a stage sent back), {note} (why the stage was entered),
+// instructions to a stage sent back), {choices} (what people answered at
+// the checkpoints before this stage, "point: text" joined by " | "),
+// {note} (why the stage was entered),
 // {history} (the texts of the turns it was shown, joined by " | "),
 // {transitions} (the transition prompt), {instructions} (the output
 // instructions) and {system} (the system prompt).
@@ -145,12 +147,16 @@ func placeholders(req Request) []string {
 	if req.Document != nil {
 		doc = req.Document.Content
 	}
+	choices := make([]string, 0, len(req.Choices))
+	for _, c := range req.Choices {
+		choices = append(choices, c.Point+": "+c.Text)
+	}
 	texts := make([]string, 0, len(req.History))
 	for _, t := range req.History {
 		texts = append(texts, t.Assistant)
 	}
 	return []string{"{task}", req.Task, "{messages}", strings.Join(AllMessages(req), " | "),
-		"{document}", doc, "{directive}", req.Directive, "{note}", req.StageNote, "{history}", strings.Join(texts, " | "),
+		"{document}", doc, "{directive}", req.Directive, "{choices}", strings.Join(choices, " | "), "{note}", req.StageNote, "{history}", strings.Join(texts, " | "),
 		"{transitions}", req.TransitionPrompt, "{instructions}", req.OutputInstructions, "{system}", req.SystemPrompt}
 }
 

@@ -183,7 +183,7 @@ func checkSchema(schema json.RawMessage, v string) error {
 // checkpointAnswer checks an answer to a checkpoint: Approve or Deny, and,
 // where the point offers them, Edit (text is the edited draft, which the
 // next stage gets) and Revise (text is the instructions the stage is sent
-// back with).
+// back with). An Approve must fit the point's style (styleAnswer).
 func checkpointAnswer(p blueprint.InteractionPoint, ans *Answer, a AnswerSpec) (*Answer, error) {
 	allowed := []string{DecisionApprove, DecisionDeny}
 	if len(p.EditOptions) > 0 {
@@ -196,6 +196,8 @@ func checkpointAnswer(p blueprint.InteractionPoint, ans *Answer, a AnswerSpec) (
 		return nil, err
 	}
 	switch a.Decision {
+	case DecisionApprove:
+		return styleAnswer(p, ans, a)
 	case DecisionEdit:
 		if a.Text == nil {
 			return nil, fmt.Errorf("an Edit answer needs the edited draft as text")
@@ -208,4 +210,48 @@ func checkpointAnswer(p blueprint.InteractionPoint, ans *Answer, a AnswerSpec) (
 		ans.Approved, ans.Directive = true, *a.Text
 	}
 	return ans, nil
+}
+
+// styleAnswer checks an Approve against the point's style: a confirm point
+// takes no text, a multiple_choice one one of its options, a free_text one
+// some text. Text naming one of abort_options is an abort: it cancels the
+// run, as a Deny does, whatever the style.
+func styleAnswer(p blueprint.InteractionPoint, ans *Answer, a AnswerSpec) (*Answer, error) {
+	label := "checkpoint " + strconv.Quote(p.Name)
+	if a.Input != nil {
+		return nil, fmt.Errorf("%s is answered with text, not input", label)
+	}
+	text := ""
+	if a.Text != nil {
+		text = *a.Text
+	}
+	if a.Text != nil && slices.Contains(p.AbortOptions, text) {
+		ans.Approved, ans.Abort = false, text
+		return ans, nil
+	}
+	switch p.Style {
+	case blueprint.StyleMultipleChoice:
+		if !slices.Contains(p.Options, text) {
+			return nil, fmt.Errorf("%s is multiple_choice: answer Approve with one of %s as text, not %q", label, joinQuoted(p.Options), text)
+		}
+		ans.Choice = text
+	case blueprint.StyleFreeText:
+		if strings.TrimSpace(text) == "" {
+			return nil, fmt.Errorf("%s is free_text: answer Approve with your answer as text", label)
+		}
+		ans.Choice = text
+	default:
+		if a.Text != nil {
+			return nil, fmt.Errorf("%s is a confirmation: answer Approve or Deny without text%s", label, abortHint(p))
+		}
+	}
+	return ans, nil
+}
+
+// abortHint names the abort options a confirmation also takes as text.
+func abortHint(p blueprint.InteractionPoint) string {
+	if len(p.AbortOptions) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (or with %s to abort the run)", joinQuoted(p.AbortOptions))
 }

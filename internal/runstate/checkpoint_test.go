@@ -3,6 +3,7 @@ package runstate
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -118,5 +119,104 @@ func TestDecideSeedsRegionsFirst(t *testing.T) {
 	f.Paused, f.SeedBlock = false, nil
 	if !NeedsProvider(f) {
 		t.Error("once seeded, the run wants its provider again")
+	}
+}
+
+// TestCheckpointStyles: an Approve must fit the point's style (confirm: no
+// text; multiple_choice: one of its options; free_text: some text), and
+// text naming an abort option aborts whatever the style. What does not fit
+// is rejected, so the run keeps waiting.
+func TestCheckpointStyles(t *testing.T) {
+	confirm := blueprint.InteractionPoint{Name: "p", Style: blueprint.StyleConfirm}
+	confirmAbort := blueprint.InteractionPoint{Name: "p", Style: blueprint.StyleConfirm, AbortOptions: []string{"stop"}}
+	choice := blueprint.InteractionPoint{Name: "p", Style: blueprint.StyleMultipleChoice, Options: []string{"blue", "green", "abandon"}, AbortOptions: []string{"abandon"}}
+	free := blueprint.InteractionPoint{Name: "p", Style: blueprint.StyleFreeText, AbortOptions: []string{"cancel"}}
+	s := func(v string) *string { return &v }
+	tests := []struct {
+		name     string
+		point    blueprint.InteractionPoint
+		decision string
+		text     *string
+		input    *string
+		err      string
+		approved bool
+		choice   string
+		abort    string
+	}{
+		{name: "confirm approve", point: confirm, decision: DecisionApprove, approved: true},
+		{name: "confirm deny", point: confirm, decision: DecisionDeny},
+		{name: "confirm deny with a reason", point: confirm, decision: DecisionDeny, text: s("not now")},
+		{name: "confirm approve with text", point: confirm, decision: DecisionApprove, text: s("yes please"), err: "is a confirmation: answer Approve or Deny without text"},
+		{name: "confirm abort option", point: confirmAbort, decision: DecisionApprove, text: s("stop"), abort: "stop"},
+		{name: "confirm names its abort options", point: confirmAbort, decision: DecisionApprove, text: s("go"), err: `(or with ["stop"] to abort the run)`},
+		{name: "choice", point: choice, decision: DecisionApprove, text: s("green"), approved: true, choice: "green"},
+		{name: "choice not offered", point: choice, decision: DecisionApprove, text: s("red"), err: `is multiple_choice: answer Approve with one of ["blue","green","abandon"] as text, not "red"`},
+		{name: "choice is exact", point: choice, decision: DecisionApprove, text: s("Green"), err: "not \"Green\""},
+		{name: "choice missing", point: choice, decision: DecisionApprove, err: "is multiple_choice"},
+		{name: "choice as input", point: choice, decision: DecisionApprove, input: s(`"green"`), err: "with text, not input"},
+		{name: "choice abort option", point: choice, decision: DecisionApprove, text: s("abandon"), abort: "abandon"},
+		{name: "choice deny", point: choice, decision: DecisionDeny},
+		{name: "free text", point: free, decision: DecisionApprove, text: s("ship it on Friday"), approved: true, choice: "ship it on Friday"},
+		{name: "free text empty", point: free, decision: DecisionApprove, text: s("  "), err: "is free_text"},
+		{name: "free text missing", point: free, decision: DecisionApprove, err: "is free_text"},
+		{name: "free text abort option", point: free, decision: DecisionApprove, text: s("cancel"), abort: "cancel"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &journal.State{Interaction: &journal.PendingInteraction{Stage: "a", Point: tt.point}}
+			ans, err := CheckAnswer(st, "p", AnswerSpec{Name: "n", By: "ann", Point: "p", Decision: tt.decision, Text: tt.text, Input: tt.input})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ans.Approved != tt.approved || ans.Choice != tt.choice || ans.Abort != tt.abort {
+				t.Errorf("answer %+v, want approved %v choice %q abort %q", ans, tt.approved, tt.choice, tt.abort)
+			}
+		})
+	}
+}
+
+// TestRequiredPoint: a required point is never passed by policy: neither
+// yolo nor the interaction timeout moves it, while a point that is not
+// required is passed by both.
+func TestRequiredPoint(t *testing.T) {
+	bp := &blueprint.Blueprint{Limits: blueprint.Limits{InteractionTimeoutSeconds: 60}}
+	asked := journal.Entry{Kind: journal.QuestionAsked, Point: "approve-plan", At: now.Add(-time.Hour)}
+	facts := func(required, yolo bool) Facts {
+		f := running()
+		f.Blueprint, f.Yolo = bp, yolo
+		f.State.Interaction = interaction(blueprint.UnattendedAutoApprove)
+		f.State.Interaction.Point.Required = required
+		f.State.Apply(nil, asked)
+		return f
+	}
+	for _, tt := range []struct {
+		name           string
+		required, yolo bool
+		want           ActionKind
+		expired        bool
+	}{
+		{name: "yolo passes a point that is not required", yolo: true, want: ActAnswerInteraction},
+		{name: "timeout passes a point that is not required", want: ActAnswerInteraction, expired: true},
+		{name: "yolo does not pass a required point", required: true, yolo: true, want: ActPark},
+		{name: "a required point never expires", required: true, want: ActPark},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := Decide(facts(tt.required, tt.yolo))
+			if a.Kind != tt.want {
+				t.Fatalf("action %+v, want %s", a, tt.want)
+			}
+			if got := a.Answer != nil && a.Answer.Expired; got != tt.expired {
+				t.Errorf("expired answer %v, want %v", got, tt.expired)
+			}
+			if a.Kind == ActPark && (a.RetryAt != nil || !strings.Contains(a.Markers.InteractionPoint.Prompt, "required: only a person's answer passes it")) {
+				t.Errorf("park %+v: a required point sets no retry and says it is required", a)
+			}
+		})
 	}
 }

@@ -131,6 +131,11 @@ type Answer struct {
 	// (decision Revise).
 	Edit      *string
 	Directive string
+	// Choice is a person's answer to a multiple_choice or free_text
+	// checkpoint (its option or text), which the next stage is told; Abort
+	// the abort option a person chose, which cancels the run.
+	Choice string
+	Abort  string
 }
 
 // Credential names a provider and the Secret key it authenticates with.
@@ -226,10 +231,15 @@ func Decide(f Facts) Action {
 		if f.Answer != nil {
 			return Action{Kind: ActAnswerInteraction, Answer: f.Answer}
 		}
-		if f.Unattended() && in.Point.Unattended != blueprint.UnattendedAsk {
+		if f.Unattended() && in.Point.Unattended != blueprint.UnattendedAsk && !in.Point.Required {
 			return Action{Kind: ActAnswerInteraction}
 		}
 		expired, expiry := f.questionExpiry(in.Point.Name)
+		if in.Point.Required {
+			// A required point passes on a person's answer only: a
+			// timeout is no answer, so it never expires.
+			expired, expiry = false, nil
+		}
 		if expired {
 			// The seeds' rule: an expired checkpoint proceeds, unless it may
 			// not be passed unattended, which ends the run in Error.
@@ -392,6 +402,25 @@ func decideChildren(f Facts) (Action, bool) {
 	return a, a.Kind != ""
 }
 
+// styleHelp says what a checkpoint's style takes, which options abort the
+// run, and that a required one waits for a person whatever the policy.
+func styleHelp(p blueprint.InteractionPoint) []string {
+	var more []string
+	switch p.Style {
+	case blueprint.StyleMultipleChoice:
+		more = append(more, "multiple_choice: answer Approve with one of "+joinQuoted(p.Options))
+	case blueprint.StyleFreeText:
+		more = append(more, "free_text: answer Approve with your answer as text")
+	}
+	if len(p.AbortOptions) > 0 {
+		more = append(more, joinQuoted(p.AbortOptions)+" cancels the run")
+	}
+	if p.Required {
+		more = append(more, "required: only a person's answer passes it")
+	}
+	return more
+}
+
 // pointPrompt is what a checkpoint asks, followed by what else it takes: a
 // person must learn from the question alone that there is a draft to read
 // and that it may be edited (decision Edit) or sent back (decision Revise).
@@ -406,6 +435,7 @@ func pointPrompt(bp *blueprint.Blueprint, in *journal.PendingInteraction) string
 	if doc != "" {
 		more = append(more, fmt.Sprintf("the draft is region %q", doc))
 	}
+	more = append(more, styleHelp(in.Point)...)
 	if len(in.Point.EditOptions) > 0 {
 		more = append(more, "answer Edit with your edit of it")
 	}
