@@ -12,7 +12,7 @@ func TestStageState(t *testing.T) {
 	cases := []struct {
 		entered, current, failed bool
 		phase                    arv1.Phase
-		want             arv1.StageState
+		want                     arv1.StageState
 	}{
 		{false, false, false, arv1.PhaseRunning, arv1.StagePending},
 		{false, false, false, arv1.PhaseComplete, arv1.StageSkipped},
