@@ -182,7 +182,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.admission = admission.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
-		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, Callback: d.CallbackPolicy, StepTimout: d.StepTimeout,
+		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, CallbackPolicy: d.CallbackPolicy, StepTimeout: d.StepTimeout,
 	})
 	if err != nil {
 		return nil, err

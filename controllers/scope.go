@@ -14,6 +14,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
@@ -200,26 +201,13 @@ func (r *AgentRunReconciler) wakeup(ctx context.Context, s *scope) ctrl.Result {
 
 // failures remembers each run's last failed reconcile, so the next status
 // that can be written shows it (a failed status write cannot show itself).
-type failures struct {
-	mu sync.Mutex
-	m  map[types.UID]string
-}
+type failures struct{ box *perrun.Box[string] }
 
-func newFailures() *failures { return &failures{m: map[types.UID]string{}} }
+func newFailures() *failures { return &failures{box: perrun.New[string]()} }
 
-func (f *failures) put(uid types.UID, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.m[uid] = err.Error()
-}
+func (f *failures) put(uid types.UID, err error) { f.box.Put(uid, err.Error()) }
 
-func (f *failures) take(uid types.UID) (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	msg, ok := f.m[uid]
-	delete(f.m, uid)
-	return msg, ok
-}
+func (f *failures) take(uid types.UID) (string, bool) { return f.box.Take(uid) }
 
 // pressureShownAfter is how long a run must have found the executor full
 // before its status says so: a moment's backpressure is normal and would

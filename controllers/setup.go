@@ -155,27 +155,49 @@ func (r *AgentRunReconciler) credentials(ctx context.Context, run *arv1.AgentRun
 	}
 	sref := p.APIKeySecret
 	out.credential.Secret, out.credential.Key = sref.Name, sref.Key
-	secRef := []string{"Secret/" + sref.Name}
-	data, rv, found, err := r.refs.Secret(ctx, ns, sref.Name)
-	switch {
-	case err != nil:
-		return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", ns, sref.Name, err)
-	case !found:
-		return out, &runstate.SetupBlock{
-			Blocker: arv1.BlockerSecretMissing, Refs: secRef,
-			Remedy: fmt.Sprintf("Create the Secret %s/%s holding provider %q's API key under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<api key>",
-				ns, sref.Name, p.Name, sref.Key, sref.Name, ns, sref.Key),
-		}, nil
+	key, rv, block, err := r.secretValue(ctx, secretCredential{
+		ns: ns, name: sref.Name, key: sref.Key, placeholder: "api key",
+		holds: fmt.Sprintf("provider %q's API key", p.Name), owner: fmt.Sprintf("provider %q", p.Name),
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	out.secretVersion = rv
-	key := strings.TrimSpace(string(data[sref.Key]))
-	if key == "" {
-		return out, &runstate.SetupBlock{
-			Blocker: arv1.BlockerSecretKeyMissing, Refs: secRef,
-			Remedy: fmt.Sprintf("The Secret %s/%s has no non-empty key %q for provider %q: kubectl create secret generic %s -n %s --from-literal=%s=<api key> --dry-run=client -o yaml | kubectl apply -f -",
-				ns, sref.Name, sref.Key, p.Name, sref.Name, ns, sref.Key),
-		}, nil
+	if block != nil {
+		return out, block, nil
 	}
 	out.apiKey = providers.Secret(key)
 	return out, nil, nil
+}
+
+// secretCredential names a credential kept in a Secret key, and how the
+// remedies that ask for it speak of it.
+type secretCredential struct {
+	ns, name, key string
+	// holds ("provider "x"'s API key") and owner ("provider "x"") name it
+	// in remedies; placeholder is the value's stand-in in the kubectl line.
+	holds, owner, placeholder string
+}
+
+// secretValue reads a credential: its trimmed value and the Secret's
+// resourceVersion, or the NeedsSetup blocker a missing Secret or an empty
+// key is, with the kubectl line that fixes it.
+func (r *AgentRunReconciler) secretValue(ctx context.Context, c secretCredential) (string, string, *runstate.SetupBlock, error) {
+	refs := []string{"Secret/" + c.name}
+	data, rv, found, err := r.refs.Secret(ctx, c.ns, c.name)
+	switch {
+	case err != nil:
+		return "", "", nil, fmt.Errorf("reading Secret %s/%s: %w", c.ns, c.name, err)
+	case !found:
+		return "", "", &runstate.SetupBlock{Blocker: arv1.BlockerSecretMissing, Refs: refs, Remedy: fmt.Sprintf(
+			"Create the Secret %s/%s holding %s under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<%s>",
+			c.ns, c.name, c.holds, c.key, c.name, c.ns, c.key, c.placeholder)}, nil
+	}
+	v := strings.TrimSpace(string(data[c.key]))
+	if v == "" {
+		return "", rv, &runstate.SetupBlock{Blocker: arv1.BlockerSecretKeyMissing, Refs: refs, Remedy: fmt.Sprintf(
+			"The Secret %s/%s has no non-empty key %q for %s: kubectl create secret generic %s -n %s --from-literal=%s=<%s> --dry-run=client -o yaml | kubectl apply -f -",
+			c.ns, c.name, c.key, c.owner, c.name, c.ns, c.key, c.placeholder)}, nil
+	}
+	return v, rv, nil, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -151,22 +150,12 @@ func (r *AgentRunReconciler) toolServer(ctx context.Context, run *arv1.AgentRun,
 	if srv.AuthSecret == "" {
 		return conn, nil, nil
 	}
-	ns := run.Namespace
-	refs := []string{"Secret/" + srv.AuthSecret}
-	data, _, found, err := r.refs.Secret(ctx, ns, srv.AuthSecret)
-	switch {
-	case err != nil:
-		return conn, nil, fmt.Errorf("reading Secret %s/%s: %w", ns, srv.AuthSecret, err)
-	case !found:
-		return conn, &runstate.SetupBlock{Blocker: arv1.BlockerSecretMissing, Refs: refs, Remedy: fmt.Sprintf(
-			"Create the Secret %s/%s holding the token of MCP server %q under key %q: kubectl create secret generic %s -n %s --from-literal=%s=<token>",
-			ns, srv.AuthSecret, srv.Name, srv.AuthKey, srv.AuthSecret, ns, srv.AuthKey)}, nil
-	}
-	token := strings.TrimSpace(string(data[srv.AuthKey]))
-	if token == "" {
-		return conn, &runstate.SetupBlock{Blocker: arv1.BlockerSecretKeyMissing, Refs: refs, Remedy: fmt.Sprintf(
-			"The Secret %s/%s has no non-empty key %q for MCP server %q: kubectl create secret generic %s -n %s --from-literal=%s=<token> --dry-run=client -o yaml | kubectl apply -f -",
-			ns, srv.AuthSecret, srv.AuthKey, srv.Name, srv.AuthSecret, ns, srv.AuthKey)}, nil
+	token, _, block, err := r.secretValue(ctx, secretCredential{
+		ns: run.Namespace, name: srv.AuthSecret, key: srv.AuthKey, placeholder: "token",
+		holds: fmt.Sprintf("the token of MCP server %q", srv.Name), owner: fmt.Sprintf("MCP server %q", srv.Name),
+	})
+	if err != nil || block != nil {
+		return conn, block, err
 	}
 	conn.server.Token = token
 	return conn, nil, nil

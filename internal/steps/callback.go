@@ -3,15 +3,14 @@ package steps
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
@@ -38,46 +37,10 @@ type DeliveryReport struct {
 }
 
 // Deliveries hold reports until the run's reconcile records them.
-type Deliveries struct {
-	mu sync.Mutex
-	m  map[types.UID]DeliveryReport
-}
+type Deliveries = perrun.Box[DeliveryReport]
 
 // NewDeliveries makes an empty report store.
-func NewDeliveries() *Deliveries { return &Deliveries{m: map[types.UID]DeliveryReport{}} }
-
-// Take returns and forgets the run's report, if there is one.
-func (d *Deliveries) Take(uid types.UID) (DeliveryReport, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, ok := d.m[uid]
-	delete(d.m, uid)
-	return r, ok
-}
-
-// Has reports whether a report waits to be recorded.
-func (d *Deliveries) Has(uid types.UID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.m[uid]
-	return ok
-}
-
-// Restore puts back a report whose recording failed, so the next
-// reconcile records it instead of sending the webhook again.
-func (d *Deliveries) Restore(uid types.UID, r DeliveryReport) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, newer := d.m[uid]; !newer {
-		d.m[uid] = r
-	}
-}
-
-func (d *Deliveries) put(uid types.UID, r DeliveryReport) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.m[uid] = r
-}
+func NewDeliveries() *Deliveries { return perrun.New[DeliveryReport]() }
 
 // RunDelivery sends a run's due webhook and reports the outcome. The run is
 // read afresh first: a delivery recorded since (by this or another
@@ -101,7 +64,7 @@ func (rt *Runtime) RunDelivery(ctx context.Context, d Delivery) {
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && len(sec.Data[ref.Key]) == 0):
 			cb.LastError = fmt.Sprintf("the signing key Secret %s/%s key %q is missing or empty; create it and the delivery goes out", run.Namespace, ref.Name, ref.Key)
-			rt.Deliveries.put(run.UID, DeliveryReport{Callback: *cb, SetupRefs: []string{"Secret/" + ref.Name}})
+			rt.Deliveries.Put(run.UID, DeliveryReport{Callback: *cb, SetupRefs: []string{"Secret/" + ref.Name}})
 			return
 		case err != nil:
 			log.Error(err, "Reading the signing key")
@@ -126,5 +89,5 @@ func (rt *Runtime) RunDelivery(ctx context.Context, d Delivery) {
 	} else {
 		cb.State, cb.LastError = arv1.CallbackFailed, clip(providers.Redact(res.Err.Error(), string(key)), 1000)
 	}
-	rt.Deliveries.put(run.UID, DeliveryReport{Callback: *cb})
+	rt.Deliveries.Put(run.UID, DeliveryReport{Callback: *cb})
 }

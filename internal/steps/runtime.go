@@ -35,14 +35,21 @@ const DefaultStepTimeout = 5 * time.Minute
 
 // Runtime holds what steps share. Build it with New.
 type Runtime struct {
+	Options
+	// Deliveries hold webhook outcomes for the reconcile to record.
+	Deliveries *Deliveries
+	// ListTimeout bounds one listing of a tool server.
+	ListTimeout time.Duration
+}
+
+// Options are the runtime's dependencies; New fills in what is left zero.
+type Options struct {
 	// Journal records calls' intents and completions.
 	Journal *store.Store
 	// Catalog records tool-server listings.
 	Catalog *toolcatalog.Catalog
 	// Breakers are the providers' circuit breakers.
 	Breakers *circuit.Breakers
-	// Deliveries hold webhook outcomes for the reconcile to record.
-	Deliveries *Deliveries
 	// Providers are provider clients by type (the scripted one, a test's);
 	// other types get an SDK client for their base URL.
 	Providers map[string]providers.Provider
@@ -56,38 +63,15 @@ type Runtime struct {
 
 	Clock          clock.PassiveClock
 	StepTimeout    time.Duration
-	ListTimeout    time.Duration
 	CallbackPolicy webhook.Policy
 	Log            logr.Logger
 }
 
-// Options are the runtime's dependencies.
-type Options struct {
-	Journal    *store.Store
-	Catalog    *toolcatalog.Catalog
-	Breakers   *circuit.Breakers
-	Providers  map[string]providers.Provider
-	HTTP       func(namespace string) *http.Client
-	Reader     client.Reader
-	Wake       func(runs ...types.NamespacedName)
-	Clock      clock.PassiveClock
-	Log        logr.Logger
-	Callback   webhook.Policy
-	StepTimout time.Duration
-}
-
-// New builds a runtime; nil dependencies get working defaults where one
-// exists and are refused where none does.
 func New(o Options) (*Runtime, error) {
 	if o.Journal == nil || o.Reader == nil || o.Wake == nil {
 		return nil, errors.New("steps: a Journal, a Reader and a Wake function are required")
 	}
-	rt := &Runtime{
-		Journal: o.Journal, Catalog: o.Catalog, Breakers: o.Breakers, Deliveries: NewDeliveries(),
-		Providers: o.Providers, HTTP: o.HTTP, Reader: o.Reader, Wake: o.Wake,
-		Clock: o.Clock, StepTimeout: o.StepTimout, ListTimeout: 20 * time.Second,
-		CallbackPolicy: o.Callback, Log: o.Log,
-	}
+	rt := &Runtime{Options: o, Deliveries: NewDeliveries(), ListTimeout: 20 * time.Second}
 	if rt.Catalog == nil {
 		rt.Catalog = toolcatalog.New(0, 0)
 	}

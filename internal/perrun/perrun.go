@@ -1,0 +1,54 @@
+// Package perrun keeps one pending value per run, for the reconcile to take
+// once: a step's report, a failure to show. Steps and the reconcile run on
+// different goroutines, so the map is guarded.
+package perrun
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Box holds at most one value per run UID. The zero value is not usable;
+// make one with New.
+type Box[V any] struct {
+	mu sync.Mutex
+	m  map[types.UID]V
+}
+
+// New makes an empty Box.
+func New[V any]() *Box[V] { return &Box[V]{m: map[types.UID]V{}} }
+
+// Put sets the run's value, replacing any earlier one.
+func (b *Box[V]) Put(uid types.UID, v V) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.m[uid] = v
+}
+
+// Take returns and forgets the run's value, if there is one.
+func (b *Box[V]) Take(uid types.UID) (V, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.m[uid]
+	delete(b.m, uid)
+	return v, ok
+}
+
+// Has reports whether a value waits for the run.
+func (b *Box[V]) Has(uid types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.m[uid]
+	return ok
+}
+
+// Restore puts back a value whose handling failed, unless a newer one came
+// meanwhile.
+func (b *Box[V]) Restore(uid types.UID, v V) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, newer := b.m[uid]; !newer {
+		b.m[uid] = v
+	}
+}
