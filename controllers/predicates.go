@@ -66,6 +66,13 @@ func (childChanged) Update(e event.UpdateEvent) bool {
 // start (no breadth-first convoy).
 const wakePriority = 10
 
+// queuedPriority is how a run waiting in line for an active-run slot is
+// looked at again: after everything else, since that look only shows (or
+// keeps showing) that it waits. A burst of one tenant's runs then never
+// holds the reconcilers from another tenant's new runs; the run whose turn
+// comes is woken at wakePriority by admission.
+const queuedPriority = -10
+
 // wakeHandler enqueues the executor's wake events at wakePriority.
 type wakeHandler struct{}
 

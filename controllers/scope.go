@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -182,6 +183,9 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 // finished has something that will wake it again.
 func (r *AgentRunReconciler) wakeup(ctx context.Context, s *scope) ctrl.Result {
 	res := ctrl.Result{RequeueAfter: s.out.requeueAfter}
+	if s.out.queued {
+		res.Priority = ptr.To(queuedPriority)
+	}
 	if s.run.Status.Phase.IsTerminal() {
 		return r.retention(s.run, s.now, res)
 	}
