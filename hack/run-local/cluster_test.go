@@ -32,7 +32,8 @@ func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 	}
 	buildInto(t, dir, [2]string{"run-local", "./hack/run-local"})
 	runLocal := startRunLocal(t, filepath.Join(dir, "run-local"), append(os.Environ(), "KUBECONFIG="+kubeconfig),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--local-kubeconfig", filepath.Join(dir, "unused", "kubeconfig"))
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--local-kubeconfig", filepath.Join(dir, "unused", "kubeconfig"),
+		"--verbose") // the manager's log says when its workers start
 	kubectl := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command(testenv.KubectlPath(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)

@@ -59,8 +59,23 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 	if !strings.Contains(runLocal.Logs(), "kubectl create secret generic demo-model-key -n agentrun-demo") {
 		t.Errorf("the terminal does not say how to unblock the parked run:\n%s", runLocal.Logs())
 	}
+	wait("the terminal showing review-pr complete", 10*time.Second, func() bool {
+		return strings.Contains(runLocal.Logs(), "agentrun-demo/review-pr: Complete")
+	})
+	// A first run is quiet: the hints and one short line per phase change,
+	// not the manager's development log (that is --verbose).
+	for _, line := range strings.Split(runLocal.Logs(), "\n") {
+		if strings.Contains(line, "DEBUG") || strings.Contains(line, "INFO") {
+			t.Errorf("the terminal shows the manager's log without --verbose: %q", line)
+			break
+		}
+	}
 	wait("summarise-notes parked on its Secret", 30*time.Second, func() bool { return phase("summarise-notes") == "WaitingInput/NeedsSetup: SecretMissing" })
 	wait("deploy-release at its checkpoint", 30*time.Second, func() bool { return phase("deploy-release") == "WaitingInput/InteractionPoint" })
+	wait("the terminal showing the parked run", 10*time.Second, func() bool {
+		return strings.Contains(runLocal.Logs(), "agentrun-demo/summarise-notes: WaitingInput at ") &&
+			strings.Contains(runLocal.Logs(), "waiting on NeedsSetup: SecretMissing")
+	})
 
 	if out, err := kubectl("create", "secret", "generic", "demo-model-key", "-n", "agentrun-demo", "--from-literal=api-key=anything"); err != nil {
 		t.Fatal(err, out)

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -35,6 +36,7 @@ func main() {
 		kubeconfig string
 		local      bool
 		demo       bool
+		verbose    bool
 	)
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Metrics endpoint address (\"0\" turns it off).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", "127.0.0.1:8081", "Health probe address.")
@@ -44,10 +46,16 @@ func main() {
 	// Loopback stays refused here as everywhere: a developer whose model or
 	// tool server listens on this machine opts in (docs/egress.md).
 	egress.BindFlags(flag.CommandLine, &o.Egress)
+	flag.BoolVar(&verbose, "verbose", false, "Print the manager's full development log (debug level) instead of only its errors and the runs' progress.")
 	zo := zap.Options{Development: true}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	if !verbose {
+		// A first run shows its hints and the runs' phase changes; the
+		// manager's own log would bury them within seconds.
+		zo.Development, zo.Level = false, zapcore.ErrorLevel
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo), zap.ConsoleEncoder()))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -74,6 +82,7 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 					return err
 				}
 			}
+			go printPhases(ctx, cfg, os.Stdout)
 			return manager.Run(ctx, cfg, o)
 		}
 	}
@@ -110,8 +119,9 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
      kubectl describe agentrun deploy-release -n agentrun-demo
      PATH=$PWD/bin:$PATH kubectl agentrun approve deploy-release -n agentrun-demo
      PATH=$PWD/bin:$PATH kubectl agentrun answer deploy-release production -n agentrun-demo
->> Ctrl-C stops the manager and the control plane.
+>> Ctrl-C stops the manager and the control plane. The runs' progress follows (--verbose: the manager's full log).
 `, env.Config.Host, path, filepath.Dir(testenv.KubectlPath()))
+	go printPhases(ctx, env.Config, os.Stdout)
 	return manager.Run(ctx, env.Config, o)
 }
 
