@@ -64,13 +64,14 @@ func working(runs []arv1.AgentRun) []admission.Run {
 }
 
 // releaseIfIdle gives the run's slot back when it no longer works: it
-// finished, parked or is paused, or its next step waits on one MCP server
-// (its tool listing, or a slot of the server's lane), so that runs held up
-// by a slow or hung server do not hold the active-run slots every other
-// run needs. Something waking it queues it again, with its place.
+// finished, parked or is paused, or it waits on MCP servers only (its tool
+// listing, a slot of the server's lane, or tool calls in flight), so that
+// runs held up by a slow or hung server do not hold the active-run slots
+// every other run needs. Something waking it (the call's end among them)
+// queues it again, with its place.
 func (r *AgentRunReconciler) releaseIfIdle(run *arv1.AgentRun, out actOutcome) {
 	switch {
-	case out.catalogWait || out.serverWait:
+	case out.catalogWait || out.serverWait || r.pool.OnlyRemote(run.UID):
 	case run.Status.Phase == arv1.PhaseStarting, run.Status.Phase == arv1.PhaseRunning:
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 )
 
@@ -305,5 +306,41 @@ func TestUnusedSnapshotsAreSwept(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // more sweeps
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: b.Status.BlueprintSnapshot}, &corev1.ConfigMap{}); err != nil {
 		t.Errorf("the snapshot run b refers to was swept: %v", err)
+	}
+}
+
+// TestRunsInAToolCallHoldNoActiveSlot: runs whose tool calls sit on a
+// server that does not answer give their active-run slots back, so with
+// every slot's run stuck in such a call a new run is still admitted and
+// completes; the stuck runs complete once the server answers.
+func TestRunsInAToolCallHoldNoActiveSlot(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	entered, release := srv.Hold("read_doc")
+	defer release()
+	startManagerWith(t, manager.Options{MaxActiveRuns: 2, MaxConcurrentSteps: 8, MaxStepsPerServer: 4})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "tooling", map[string]string{"agent.toml": toolAgent(srv.URL(), "", "", `read_doc {"id":"a"}`)})
+	createConfigMap(t, ns, "three", map[string]string{"agent.toml": stages(3)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	for i := range 2 {
+		createRun(t, ns, fmt.Sprintf("stuck%d", i), "tooling")
+	}
+	for i := range 2 {
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of the 2 tool calls reached the server", i)
+		}
+	}
+	createRun(t, ns, "fresh", "three")
+	waitFor(t, ns, "fresh", 30*time.Second, "Complete beside two runs stuck in tool calls", phaseIs(arv1.PhaseComplete))
+	for i := range 2 {
+		if r := getRun(t, ns, fmt.Sprintf("stuck%d", i)); r.Status.Phase.IsTerminal() {
+			t.Fatalf("stuck%d ended %s while its call was held", i, r.Status.Phase)
+		}
+	}
+	release()
+	for i := range 2 {
+		waitFor(t, ns, fmt.Sprintf("stuck%d", i), 30*time.Second, "Complete once the server answers", phaseIs(arv1.PhaseComplete))
 	}
 }

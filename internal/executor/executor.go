@@ -53,6 +53,8 @@ type Pool struct {
 	lanes    map[string]int // lane -> reserved or running
 	inflight map[Key]context.CancelFunc
 	reserved map[Key]bool
+	// laneOf is the lane of each reserved or running step that has one.
+	laneOf map[Key]string
 	// waiting holds runs that found no room, woken in the order they
 	// asked when room frees.
 	waiting map[types.UID]waiter
@@ -78,6 +80,7 @@ func New(size, laneLimit int) *Pool {
 		lanes:    map[string]int{},
 		inflight: map[Key]context.CancelFunc{},
 		reserved: map[Key]bool{},
+		laneOf:   map[Key]string{},
 		waiting:  map[types.UID]waiter{},
 	}
 }
@@ -121,6 +124,32 @@ func (p *Pool) InFlightSeqs(run types.UID) map[int64]bool {
 // RunInFlight reports whether any step of the run is reserved or running.
 func (p *Pool) RunInFlight(run types.UID) bool { return len(p.InFlightSeqs(run)) > 0 }
 
+// OnlyRemote reports whether the run has steps reserved or running and
+// every one of them is in a lane: it waits on remote servers (MCP tool
+// calls or listings) and on nothing this process does, so it need not
+// hold one of the active-run slots other runs wait for.
+func (p *Pool) OnlyRemote(run types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, local := 0, false
+	count := func(k Key) {
+		if k.Run != run {
+			return
+		}
+		n++
+		if _, remote := p.laneOf[k]; !remote {
+			local = true
+		}
+	}
+	for k := range p.inflight {
+		count(k)
+	}
+	for k := range p.reserved {
+		count(k)
+	}
+	return n > 0 && !local
+}
+
 // Ticket is a reserved slot: Start runs the step in it, Release gives it
 // back. Both are safe on a nil ticket (nothing was reserved).
 type Ticket struct {
@@ -159,6 +188,7 @@ func (p *Pool) Reserve(s Step) (t *Ticket, ok bool) {
 	p.busy++
 	if s.Lane != "" {
 		p.lanes[s.Lane]++
+		p.laneOf[s.Key] = s.Lane
 	}
 	p.reserved[s.Key] = true
 	return &Ticket{p: p, step: s}, true
@@ -188,6 +218,7 @@ func (t *Ticket) Start(fn func(context.Context)) {
 			cancel()
 			p.mu.Lock()
 			delete(p.inflight, t.step.Key)
+			delete(p.laneOf, t.step.Key)
 			next := p.free(t.step.Lane)
 			p.mu.Unlock()
 			p.Notify(append([]event.GenericEvent{t.step.Wake}, next...)...)
@@ -206,6 +237,7 @@ func (t *Ticket) Release() {
 	p := t.p
 	p.mu.Lock()
 	delete(p.reserved, t.step.Key)
+	delete(p.laneOf, t.step.Key)
 	next := p.free(t.step.Lane)
 	p.mu.Unlock()
 	p.Notify(next...)

@@ -567,3 +567,36 @@ func TestStartStopCancelsEverything(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyRemote: a run whose every reserved or running step is in a lane
+// waits on remote servers only; one local step (a model call) or none at
+// all is not that.
+func TestOnlyRemote(t *testing.T) {
+	p := New(8, 4)
+	run := key("r", 1).Run
+	if p.OnlyRemote(run) {
+		t.Fatal("a run with nothing in flight counts as waiting on a remote")
+	}
+	tool := newBlocker()
+	p.Submit(Step{Key: key("r", 1), Lane: "mcp:slow", Wake: wakeFor("r")}, tool.fn)
+	recv(t, tool.started, "tool step")
+	if !p.OnlyRemote(run) {
+		t.Fatal("a run with only a tool call running does not count as waiting on a remote")
+	}
+	model, ok := p.Reserve(Step{Key: key("r", 2), Wake: wakeFor("r")})
+	if !ok || model == nil {
+		t.Fatal("the model step was refused")
+	}
+	if p.OnlyRemote(run) {
+		t.Fatal("a run with a model call reserved counts as waiting on a remote only")
+	}
+	model.Release()
+	if !p.OnlyRemote(run) {
+		t.Fatal("releasing the model step left the run not waiting on its tool call")
+	}
+	close(tool.release)
+	nextEvent(t, p)
+	if p.OnlyRemote(run) {
+		t.Fatal("a finished tool step still counts")
+	}
+}

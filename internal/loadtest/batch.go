@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -43,6 +44,11 @@ type Batch struct {
 	// Manager, if set, is scraped before and after for the reconcile
 	// histogram and read for its memory at the end.
 	Manager *Manager
+	// ProfileTo, if set, receives a CPU profile of the API server over the
+	// batch's first ProfileFor (default 10s); the API server must serve
+	// /debug/pprof (AGENTRUN_TESTENV_PROFILING=1).
+	ProfileTo  string
+	ProfileFor time.Duration
 }
 
 // BatchResult is what RunBatch measured.
@@ -73,6 +79,10 @@ type BatchResult struct {
 	// end.
 	Reconcile Histogram
 	Memory    Memory
+	// CPU is what each process used over the window, and Requests what
+	// the API server was asked.
+	CPU      CPUSample
+	Requests Requests
 	// Size is the first run's size once it reached Until.
 	Size RunSize
 }
@@ -179,6 +189,14 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 		return nil, err
 	}
 	res.FirstCreate = time.Now()
+	cpu0 := CPUNow(b.Manager)
+	if b.ProfileTo != "" {
+		go c.profileAPIServer(ctx, b.ProfileTo, b.ProfileFor)
+	}
+	req0, err := c.APIRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
 	created := make(chan error, 1)
 	go func() {
 		err := c.CreateRuns(ctx, b.Namespace, b.Agent, b.Prefix, b.N, b.Concurrency)
@@ -228,6 +246,12 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 		return nil, err
 	}
 	res.Writes, res.Window = rev1-rev0, time.Since(res.FirstCreate)
+	res.CPU = CPUNow(b.Manager).Sub(cpu0)
+	req1, err := c.APIRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Requests = req1.Sub(req0)
 	if b.Manager != nil {
 		sc, err := b.Manager.Scrape(ctx)
 		if err != nil {
@@ -356,3 +380,19 @@ func (r *BatchResult) WritesPerRunLessNoise(idleRate float64) float64 {
 
 // LeftPerRun is Left[kind] / N.
 func (r *BatchResult) LeftPerRun(kind string) float64 { return float64(r.Left[kind]) / float64(r.N) }
+
+// profileAPIServer writes a CPU profile of the API server over d to path;
+// a failure is only logged: the profile is a diagnostic, not a result.
+func (c *Cluster) profileAPIServer(ctx context.Context, path string, d time.Duration) {
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "profiling the API server: %v\n", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -172,6 +173,9 @@ func batch(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.M
 		b.Fatal(err)
 	}
 	spec := loadtest.Batch{Namespace: ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m}
+	if dir := os.Getenv("LOADTEST_APISERVER_PROFILE_DIR"); dir != "" && name != "warmup" {
+		spec.ProfileTo = filepath.Join(dir, name+".pprof")
+	}
 	for _, t := range tweak {
 		t(&spec)
 	}
@@ -216,6 +220,8 @@ func describeBatch(r *report, label string, res *loadtest.BatchResult, idle floa
 	r.row(label+": left per run", "%s", strings.Join(left, ", "))
 	h := res.Reconcile
 	r.row(label+": reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms, mean %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Sum/math.Max(h.Count, 1)))
+	r.row(label+": CPU", "%s", res.CPU.PerRun(res.N))
+	r.row(label+": API requests", "%s per run", res.Requests.PerRun(res.N))
 	r.row(label+": manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 	r.row(label+": one run's JSON", "%d bytes, %d without managedFields", res.Size.JSON, res.Size.WithoutManagedFields)
 }
@@ -249,7 +255,8 @@ func BenchmarkRunEconomy300(b *testing.B) {
 		ratio := op.RunsPerSec() / bareRate
 
 		for i, bare := range []loadtest.CeilingResult{bare1, bare2} {
-			r.row(fmt.Sprintf("bare client, pass %d", i+1), "%d runs (create + %d status patches) in %.2fs: %.1f runs/s, %.2f writes/run", n, loadtest.CeilingStatusPatches, secs(bare.Elapsed), bare.RunsPerSec(), bare.WritesPerRun())
+			r.row(fmt.Sprintf("bare client, pass %d", i+1), "%d runs (create + %d status patches) in %.2fs: %.1f runs/s, %.2f writes/run; CPU %s", n, loadtest.CeilingStatusPatches, secs(bare.Elapsed), bare.RunsPerSec(), bare.WritesPerRun(), bare.CPU.PerRun(n))
+			r.row(fmt.Sprintf("bare client, pass %d", i+1), "API requests %s per run", bare.Requests.PerRun(n))
 		}
 		describeBatch(r, "operator", op, idle)
 		r.row("ratio", "%.3f (operator runs/s / mean bare runs/s %.1f; %.3f and %.3f against each pass)", ratio, bareRate, op.RunsPerSec()/bare1.RunsPerSec(), op.RunsPerSec()/bare2.RunsPerSec())

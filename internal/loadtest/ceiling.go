@@ -95,6 +95,10 @@ type CeilingResult struct {
 	Elapsed        time.Duration
 	// Writes is the etcd revision's movement over the batch.
 	Writes int64
+	// CPU is what each process used over the batch, and Requests what the
+	// API server was asked.
+	CPU      CPUSample
+	Requests Requests
 }
 
 // RunsPerSec is the batch's throughput.
@@ -120,7 +124,11 @@ func (c *Cluster) BareCeiling(ctx context.Context, ns string, n, concurrency int
 	if err != nil {
 		return res, err
 	}
-	start := time.Now()
+	req0, err := c.APIRequests(ctx)
+	if err != nil {
+		return res, err
+	}
+	start, cpu0 := time.Now(), CPUNow()
 	err = Parallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("c-%05d", i)
 		u := &unstructured.Unstructured{Object: map[string]any{
@@ -142,10 +150,15 @@ func (c *Cluster) BareCeiling(ctx context.Context, ns string, n, concurrency int
 		}
 		return nil
 	})
-	res.Elapsed = time.Since(start)
+	res.Elapsed, res.CPU = time.Since(start), CPUNow().Sub(cpu0)
 	if err != nil {
 		return res, err
 	}
+	req1, err := c.APIRequests(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Requests = req1.Sub(req0)
 	r1, err := c.Revision(ctx)
 	if err != nil {
 		return res, err

@@ -344,3 +344,55 @@ func TestProcMemory(t *testing.T) {
 		t.Errorf("memory = %+v", m)
 	}
 }
+
+// TestProcCPUGrowsWithWork: the CPU read from /proc moves when this
+// process computes, and the control plane's processes are found as its
+// children.
+func TestProcCPUGrowsWithWork(t *testing.T) {
+	sharedCluster(t)
+	before := loadtest.CPUNow()
+	x := 0
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+		x++
+	}
+	after := loadtest.CPUNow()
+	if d := after.Sub(before)["harness"]; d < 100*time.Millisecond {
+		t.Errorf("300ms of spinning (%d rounds) moved this process's CPU by %v", x, d)
+	}
+	for _, p := range []string{"kube-apiserver", "etcd"} {
+		if after[p] <= 0 {
+			t.Errorf("no CPU read for %s: %v", p, after)
+		}
+	}
+}
+
+// TestAPIRequestsCountWrites: a ConfigMap create shows up in the API
+// server's request counters as one POST configmaps.
+func TestAPIRequestsCountWrites(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := context.Background()
+	ns, err := c.NewNamespace(ctx, "requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, err := c.APIRequests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := c.CreateConfigMap(ctx, ns, fmt.Sprintf("cm%d", i), map[string]string{"k": "v"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, err := c.APIRequests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r1.Sub(r0)
+	if d["POST configmaps"] != 3 {
+		t.Errorf("POST configmaps moved by %v, want 3 (all: %v)", d["POST configmaps"], d)
+	}
+	if s := d.PerRun(3); !strings.Contains(s, "POST configmaps 1.00") {
+		t.Errorf("per run: %q, want POST configmaps 1.00", s)
+	}
+}
