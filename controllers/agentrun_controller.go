@@ -103,6 +103,9 @@ type Deps struct {
 	// replica drives gets a cache of its own runs.
 	Sharding   Sharding
 	RestConfig *rest.Config
+	// ToolListingRetry is how long a failed MCP server listing is trusted
+	// before the server is listed again (toolcatalog.DefaultRetry when 0).
+	ToolListingRetry time.Duration
 }
 
 // AgentRunReconciler drives AgentRuns. Build it with NewAgentRunReconciler.
@@ -164,7 +167,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
-		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, 0), breakers: d.Breakers,
+		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: newRefCache(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, shardCaches: newShardCaches(), restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),

@@ -3,10 +3,12 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,5 +344,63 @@ func TestRunsInAToolCallHoldNoActiveSlot(t *testing.T) {
 	release()
 	for i := range 2 {
 		waitFor(t, ns, fmt.Sprintf("stuck%d", i), 30*time.Second, "Complete once the server answers", phaseIs(arv1.PhaseComplete))
+	}
+}
+
+// TestDeadToolServerRetriesCostNoWrites: runs parked on an MCP server
+// whose listings fail stay parked, their status untouched, while the
+// server is listed again and again (a run looking while another run's
+// retry is under way included); the retries cost the API server nothing.
+func TestDeadToolServerRetriesCostNoWrites(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			// Each listing fails, after a while: the runs' retry timers
+			// fire while it is under way.
+			time.AfterFunc(700*time.Millisecond, func() { _ = c.Close() })
+		}
+	}()
+	startManagerWith(t, manager.Options{ToolListingRetry: 200 * time.Millisecond})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "tooling", map[string]string{"agent.toml": toolAgent("http://"+ln.Addr().String()+"/mcp", "", "", `read_doc {"id":"a"}`)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	names := []string{"r0", "r1", "r2"}
+	for _, name := range names {
+		createRun(t, ns, name, "tooling")
+	}
+	before := map[string]string{}
+	for _, name := range names {
+		waitFor(t, ns, name, 30*time.Second, "parked on the dead server", func(r *arv1.AgentRun) bool {
+			return r.Status.WaitingOn != nil && r.Status.WaitingOn.Blocker == arv1.BlockerToolServerUnavailable
+		})
+	}
+	time.Sleep(time.Second) // let the parks' own writes land
+	for _, name := range names {
+		before[name] = getRun(t, ns, name).ResourceVersion
+	}
+	from := accepted.Load()
+	deadline := time.Now().Add(30 * time.Second)
+	for accepted.Load() < from+4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	retries := accepted.Load() - from
+	if retries < 4 {
+		t.Fatalf("the dead server was listed %d more times in 30s, want at least 4 retries", retries)
+	}
+	for _, name := range names {
+		if after := getRun(t, ns, name); after.ResourceVersion != before[name] {
+			t.Errorf("%s was written during %d retries of its server (resourceVersion %s -> %s; now waitingOn %+v, conditions %+v)",
+				name, retries, before[name], after.ResourceVersion, after.Status.WaitingOn, after.Status.Conditions)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
-	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 )
 
 // offer is what a model is offered in a turn, and the servers whose tools
@@ -67,10 +66,10 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 			continue
 		}
 		e := r.lookupTools(run, f, conn)
-		switch e.State {
-		case toolcatalog.Unknown, toolcatalog.Listing:
+		switch {
+		case e.Pending():
 			f.ToolsPending = true
-		case toolcatalog.Failed, toolcatalog.RetryDue:
+		case e.Unavailable():
 			b := toolServerBlock(run, srv, e.Err)
 			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: b.Remedy, blocker: b.Blocker})
 		default:

@@ -57,10 +57,10 @@ func (r *AgentRunReconciler) requiredTool(ctx context.Context, run *arv1.AgentRu
 		return block, false, err
 	}
 	e := r.lookupTools(run, f, conn)
-	switch e.State {
-	case toolcatalog.Unknown, toolcatalog.Listing:
+	switch {
+	case e.Pending():
 		return nil, true, nil
-	case toolcatalog.Failed, toolcatalog.RetryDue:
+	case e.Unavailable():
 		return toolServerBlock(run, srv, e.Err), false, nil
 	}
 	if !slices.ContainsFunc(e.Tools, func(t mcptool.Tool) bool { return t.Name == tool }) {

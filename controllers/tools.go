@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -71,11 +72,11 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 		return err
 	}
 	e := r.lookupTools(run, f, conn)
-	switch e.State {
-	case toolcatalog.Unknown, toolcatalog.Listing:
+	switch {
+	case e.Pending():
 		fact.Pending = true
 		return nil
-	case toolcatalog.Failed, toolcatalog.RetryDue:
+	case e.Unavailable():
 		retry := e.RetryAt
 		if !retry.After(f.Now) {
 			retry = f.Now.Add(toolcatalog.DefaultRetry)
@@ -179,9 +180,19 @@ func toolServerBlock(run *arv1.AgentRun, srv blueprint.MCPServer, err error) *ru
 			srv.Name, srv.URL, run.Namespace, srv.AuthSecret, srv.AuthKey, ce.Status)
 		return b
 	}
-	b.Remedy = clipTo(fmt.Sprintf("MCP server %q at %s could not be used: %v. Check the server and its URL in the blueprint; the run retries every %s.",
-		srv.Name, srv.URL, err, toolcatalog.DefaultRetry), 1024)
+	b.Remedy = clipTo(fmt.Sprintf("MCP server %q at %s could not be used: %s. Check the server and its URL in the blueprint; the run retries every %s.",
+		srv.Name, srv.URL, stableError(err), toolcatalog.DefaultRetry), 1024)
 	return b
+}
+
+// localAddr is the "ip:port->" a socket error names its own end by.
+var localAddr = regexp.MustCompile(`[0-9A-Fa-f.:\[\]]+:\d+->`)
+
+// stableError is err's text without the local address of the connection
+// it failed on: that port is new on every retry, and a remedy that changes
+// with it would cost a parked run a status write per retry.
+func stableError(err error) string {
+	return localAddr.ReplaceAllString(fmt.Sprint(err), "")
 }
 
 // idempotencyKey is the key recorded with a tool call's intent: the run and

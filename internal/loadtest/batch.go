@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -120,6 +121,45 @@ func (c *Cluster) CreateRuns(ctx context.Context, ns, agent, prefix string, n, c
 		}
 		return nil
 	})
+}
+
+// CancelRuns sets spec.cancel on every AgentRun of ns and waits until all
+// of them have ended.
+func (c *Cluster) CancelRuns(ctx context.Context, ns string, timeout time.Duration) error {
+	var list arv1.AgentRunList
+	if err := c.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		run := &list.Items[i]
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
+		if err := c.Client.Patch(ctx, run, patch); err != nil {
+			return fmt.Errorf("cancelling %s/%s: %w", ns, run.Name, err)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := c.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		open := 0
+		for _, run := range list.Items {
+			if !run.Status.Phase.IsTerminal() {
+				open++
+			}
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d runs in %s had not ended %v after their cancel", open, len(list.Items), ns, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // IsComplete is the default Until: phase Complete.

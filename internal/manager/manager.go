@@ -60,6 +60,9 @@ type Options struct {
 	// caches watch only them and it reads nothing elsewhere, so Roles in
 	// them (config/namespaced) are all the RBAC it needs.
 	Namespaces []string
+	// ToolListingRetry is how long a failed MCP server listing stands
+	// before the server is listed again (tests shorten it; default 30s).
+	ToolListingRetry time.Duration
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
 	SnapshotSweep controllers.Sweep
@@ -217,6 +220,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		MaxActiveRunsPerNamespace: o.MaxActiveRunsPerNamespace,
 		NamespaceCaps:             len(o.Namespaces) == 0,
 		Sweep:                     o.SnapshotSweep,
+		ToolListingRetry:          o.ToolListingRetry,
 		OnReconcile:               o.OnReconcile,
 		OnWake:                    o.OnWake,
 		WakeThrough:               o.WakeThrough,

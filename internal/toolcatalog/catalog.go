@@ -75,6 +75,20 @@ type Entry struct {
 	RetryAt time.Time
 }
 
+// Unavailable reports whether the server's last listing failed, a
+// re-listing under way included: runs that need it stay parked on it until
+// a listing succeeds, so each retry of a dead server costs them no status
+// writes (no flip to "listing" and back).
+func (e Entry) Unavailable() bool {
+	return e.State == Failed || e.State == RetryDue || (e.State == Listing && e.Err != nil)
+}
+
+// Pending reports whether the server has never been listed and is being
+// (or is about to be): runs wait for that listing.
+func (e Entry) Pending() bool {
+	return e.State == Unknown || (e.State == Listing && e.Err == nil)
+}
+
 // NeedsListing reports whether a listing should be started now.
 func (e Entry) NeedsListing() bool {
 	return e.State == Unknown || e.State == Stale || e.State == RetryDue

@@ -22,8 +22,8 @@ func TestEntryLifecycle(t *testing.T) {
 	if !c.Begin(k) || c.Begin(k) {
 		t.Fatal("Begin must start one listing and refuse a second while it runs")
 	}
-	if s := state(t0); s != Listing || c.Lookup(k, t0).NeedsListing() {
-		t.Fatalf("during the first listing: %v, want Listing not needing another", s)
+	if e := c.Lookup(k, t0); e.State != Listing || e.NeedsListing() || !e.Pending() || e.Unavailable() {
+		t.Fatalf("during the first listing: %+v, want Listing, Pending, not needing another", e)
 	}
 	run := types.NamespacedName{Namespace: "ns", Name: "r"}
 	c.Wait(k, run)
@@ -51,9 +51,12 @@ func TestEntryLifecycle(t *testing.T) {
 	if s := state(t0.Add(2*time.Minute + 30*time.Second)); s != RetryDue {
 		t.Fatalf("at the retry time: %v, want RetryDue", s)
 	}
+	if e := c.Lookup(k, t0.Add(2*time.Minute+30*time.Second)); !e.Unavailable() || e.Pending() {
+		t.Fatalf("a failed server due for a retry: %+v, want Unavailable, not Pending", e)
+	}
 	c.Begin(k)
-	if s := state(t0.Add(3 * time.Minute)); s != Listing {
-		t.Fatalf("retrying a failed server: %v, want Listing", s)
+	if e := c.Lookup(k, t0.Add(3*time.Minute)); e.State != Listing || !e.Unavailable() || e.Pending() {
+		t.Fatalf("retrying a failed server: %+v, want Listing, still Unavailable (its runs stay parked), not Pending", e)
 	}
 	c.Abort(k)
 	if s := state(t0.Add(3 * time.Minute)); s != RetryDue {
