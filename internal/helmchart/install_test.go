@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	if env != nil {
 		_ = env.Stop()
 	}
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
 	os.Exit(code)
 }
 

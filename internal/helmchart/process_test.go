@@ -32,6 +32,9 @@ type managerProcess struct {
 	exited          chan error
 }
 
+// buildDir holds the built manager; TestMain removes it.
+var buildDir string
+
 // buildManager builds cmd/manager once per test binary, with the
 // Dockerfile's flags.
 var buildManager = sync.OnceValues(func() (string, error) {
@@ -39,6 +42,7 @@ var buildManager = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	buildDir = dir
 	bin := filepath.Join(dir, "manager")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/manager")
 	build.Dir, build.Env = testenv.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
