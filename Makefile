@@ -21,6 +21,18 @@ all: build
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." paths="./internal/manager/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(MAKE) --no-print-directory chart
+
+# The Helm chart carries the generated CRDs and the manager's RBAC rules as
+# copies, so it cannot drift from config/ (internal/helmchart fails when the
+# copies differ).
+CHART_DIR ?= charts/agentrun-operator
+
+.PHONY: chart
+chart: ## Copy the generated CRDs and manager RBAC rules from config/ into the Helm chart.
+	rm -f $(CHART_DIR)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the API reference (docs/api-reference.md).
@@ -45,7 +57,7 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail if generated files are not committed.
-	@git diff --exit-code -- api config docs/api-reference.md || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+	@git diff --exit-code -- api config charts docs/api-reference.md || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
 
 # BENCH picks benchmarks by name (a go test -bench pattern), e.g.
 # `make bench BENCH=RunEconomy300`; the default runs them all. The load

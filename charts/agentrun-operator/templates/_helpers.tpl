@@ -1,0 +1,62 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "agentrun-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The prefix of every object's name: fullnameOverride, else the release name,
+followed by the chart name unless the release name already contains it.
+Kept to 52 characters so that suffixed names ("-leader-election") stay
+within the 63 a label value allows.
+*/}}
+{{- define "agentrun-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "agentrun-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "agentrun-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentrun-operator
+{{- end -}}
+
+{{/* Labels that select the manager's pods. */}}
+{{- define "agentrun-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "agentrun-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The manager's ServiceAccount. */}}
+{{- define "agentrun-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "agentrun-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The manager image. */}}
+{{- define "agentrun-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Refuses value combinations the manager would run wrongly with. */}}
+{{- define "agentrun-operator.validate" -}}
+{{- if lt (int .Values.shards) 1 -}}
+{{- fail (printf "shards must be at least 1, not %v" .Values.shards) -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (eq (int .Values.shards) 1) (not .Values.leaderElect) -}}
+{{- fail "replicas above 1 with shards 1 need leaderElect: true, else every replica drives every run" -}}
+{{- end -}}
+{{- end -}}
