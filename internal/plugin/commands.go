@@ -349,4 +349,3 @@ func answerSpec(use, short, long string, flags func(fs *pflag.FlagSet, o *option
 		check: func(_ *cobra.Command, o options) error { _, err := replyParsers[name](o); return err },
 		run:   answerCmd(name)}
 }
-
