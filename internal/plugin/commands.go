@@ -98,6 +98,17 @@ Shell completion: kubectl agentrun completion --help.`,
 	for _, s := range specs() {
 		root.AddCommand(a.command(s))
 	}
+	root.SetOut(a.stdout) // before the completion command takes its writer
+	root.SetErr(a.stderr)
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("no completion for %q: give bash, zsh, fish or powershell", args[0])
+			}
+			return cmd.Help()
+		}
+	}
 	return root
 }
 

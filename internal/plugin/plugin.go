@@ -122,8 +122,6 @@ func (e *runError) Unwrap() error { return e.err }
 func (a *app) execute(ctx context.Context, args []string) int {
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
 	cmd, err := root.ExecuteContextC(ctx)
 	var failed *runError
 	switch {
@@ -141,10 +139,22 @@ func (a *app) execute(ctx context.Context, args []string) int {
 
 // explain turns API errors a person can act on into sentences.
 func explain(err error) error {
-	if meta.IsNoMatchError(err) {
+	switch {
+	case meta.IsNoMatchError(err):
 		return fmt.Errorf("the AgentRun API (%s) is not installed in this cluster: %w", arv1.GroupVersion, err)
+	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err) && bareStatus(err):
+		// A refusal that names no user or resource: discovery refused to
+		// an anonymous or unknown caller.
+		return fmt.Errorf("the API server did not accept the credentials (%s; check --token, --user, --as or the kubeconfig): %w",
+			apierrors.ReasonForError(err), err)
 	}
 	return err
+}
+
+// bareStatus: the API error says nothing beyond its code.
+func bareStatus(err error) bool {
+	var se *apierrors.StatusError
+	return errors.As(err, &se) && (se.ErrStatus.Message == "" || se.ErrStatus.Message == "unknown")
 }
 
 // restConfig is the connection kubectl would make with the same flags:
