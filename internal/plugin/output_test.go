@@ -106,4 +106,3 @@ func TestKubectlAgentrunStatusFormats(t *testing.T) {
 		t.Errorf("-o name: %q", out)
 	}
 }
-
