@@ -109,8 +109,11 @@ func TestKubectlAgentrunTokenAndServer(t *testing.T) {
 
 	for _, tls := range [][]string{{"--certificate-authority", ca}, {"--insecure-skip-tls-verify"}} {
 		args := append([]string{"ps", "-n", ns, "--kubeconfig", empty, "--server", server, "--token", token}, tls...)
-		rows, _, _ := psRows(t, mustPlugin(t, args...), psHeader)
-		if rows["r"]["PHASE"] != "Running" {
+		out, stderr, code := kubectlPlugin(t, args...) // not mustPlugin: its failure would print the token
+		if code != 0 {
+			t.Fatalf("ps with --token and %q: exit %d, %q", tls, code, strings.ReplaceAll(stderr, token, "<token>"))
+		}
+		if rows, _, _ := psRows(t, out, psHeader); rows["r"]["PHASE"] != "Running" {
 			t.Errorf("%q: rows %v", tls, rows)
 		}
 	}
