@@ -144,8 +144,9 @@ func (a *app) command(s spec) *cobra.Command {
 	return cmd
 }
 
-// runCommand connects and runs one command, within the request timeout
-// (no overall bound for a watch, which runs until interrupted).
+// runCommand connects and runs one command, within --request-timeout
+// (plus --wait's 30s; no overall bound for a watch, which runs until
+// interrupted, nor with --request-timeout=0).
 func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 	cfg, err := a.restConfig()
 	if err != nil {
@@ -156,7 +157,11 @@ func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 		return err
 	}
 	ctx := cmd.Context()
-	if bound := cfg.Timeout; bound > 0 && !o.watch {
+	bound := cfg.Timeout
+	if o.wait { // --wait's own bound comes on top of the requests'
+		bound += a.waitFor
+	}
+	if cfg.Timeout > 0 && !o.watch {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
