@@ -83,8 +83,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `kubectl agentrun: inspect and steer AgentRuns (agentrun.dev/v1alpha1).
 
 Every kubectl connection flag works (--context, --kubeconfig, -n, --as,
---token, --server, --request-timeout, ...); see "Global Flags" below.
-Shell completion: kubectl agentrun completion --help.`,
+--as-group, --token, --server, --request-timeout, ...), before or after
+the command. Shell completion: kubectl agentrun completion --help.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl agentrun"},
 		SilenceErrors: true,
 		SilenceUsage:  true,
