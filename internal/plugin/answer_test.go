@@ -43,13 +43,12 @@ func TestParseReplies(t *testing.T) {
 		{args: []string{"resolve", "r", "--retry"}, decision: arv1.DecisionRetry, verb: "retry"},
 		{args: []string{"resolve", "--abandon", "r"}, decision: arv1.DecisionAbandon, verb: "abandon"},
 	} {
-		c := lookup(tc.args[0])
-		o, err := parseArgs(tc.args[1:], c.flags)
-		if err != nil {
-			t.Errorf("%q: %v", tc.args, err)
+		a, code, errOut := parse(t, tc.args...)
+		if code != ExitError || a.parsed == nil {
+			t.Errorf("%q: exit %d, %s", tc.args, code, errOut)
 			continue
 		}
-		r, err := replyParsers[c.name](o)
+		r, err := replyParsers[tc.args[0]](*a.parsed)
 		if err != nil || r.decision != tc.decision || r.verb != tc.verb || !sameText(r.text, tc.text) || !sameText(r.input, tc.input) {
 			t.Errorf("%q: reply %+v (text %v, input %v), %v", tc.args, r, deref(r.text), deref(r.input), err)
 		}
@@ -75,8 +74,8 @@ func TestAnswerUsageErrors(t *testing.T) {
 	}{
 		{[]string{"approve"}, "approve takes exactly one run NAME"},
 		{[]string{"approve", "a", "b"}, "approve takes exactly one run NAME"},
-		{[]string{"approve", "r", "--reason", "x"}, "unknown flag --reason for this command"},
-		{[]string{"deny", "r", "--reason"}, "flag --reason needs a value"},
+		{[]string{"approve", "r", "--reason", "x"}, "unknown flag: --reason"},
+		{[]string{"deny", "r", "--reason"}, "flag needs an argument: --reason"},
 		{[]string{"answer"}, "answer takes a run NAME and one answer"},
 		{[]string{"answer", "r", "a", "b"}, "answer takes a run NAME and one answer (quote a TEXT with spaces)"},
 		{[]string{"answer", "r"}, "answer needs exactly one of TEXT, --json JSON or --null (got 0)"},
@@ -85,18 +84,18 @@ func TestAnswerUsageErrors(t *testing.T) {
 		{[]string{"answer", "r", "--json", "{env: prod}"}, `--json "{env: prod}" is not valid JSON`},
 		{[]string{"answer", "r", "--json", ""}, `--json "" is not valid JSON`},
 		{[]string{"answer", "r", "--json", "yes"}, "give plain text without the flag"},
-		{[]string{"answer", "r", "--null=true"}, "flag --null takes no value"},
-		{[]string{"answer", "r", "--done"}, "unknown flag --done for this command"},
+		{[]string{"answer", "r", "--null=maybe"}, `invalid argument "maybe" for "--null" flag`},
+		{[]string{"answer", "r", "--done"}, "unknown flag: --done"},
 		{[]string{"resolve", "r"}, "resolve needs exactly one of --done, --retry or --abandon"},
 		{[]string{"resolve", "r", "--done", "--retry"}, "resolve needs exactly one of --done, --retry or --abandon"},
 		{[]string{"resolve", "r", "--retry", "--output", "x"}, "they go with --done only"},
 		{[]string{"resolve", "r", "--done", "--output", "x", "--output-json", "1"}, "give the output once"},
 		{[]string{"resolve", "r", "--done", "--output-json", "{"}, `--output-json "{" is not valid JSON`},
-		{[]string{"resolve", "r", "-o", "json", "--retry"}, "unknown flag -o for this command"},
-		{[]string{"resolve", "r", "--done", "--output"}, "flag --output needs a value"},
+		{[]string{"resolve", "r", "-o", "json", "--retry"}, "unknown shorthand flag: 'o' in -o"},
+		{[]string{"resolve", "r", "--done", "--output"}, "flag needs an argument: --output"},
 		{[]string{"resolve", "r", "--done"}, `--done needs the write's output: --output TEXT or --output-json JSON (--output "" if it had none)`},
-		{[]string{"ps", "--wait"}, "unknown flag --wait for this command"},
-		{[]string{"status", "r", "--output", "yaml"}, "unsupported output format"},
+		{[]string{"ps", "--wait"}, "unknown flag: --wait"},
+		{[]string{"status", "r", "--output", "wide"}, "unsupported output format"},
 	} {
 		var out, errOut bytes.Buffer
 		code := Main(slices.Concat([]string{"kubectl-agentrun", tc.args[0], "--kubeconfig", "/nonexistent/kubeconfig"}, tc.args[1:]), &out, &errOut)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -70,6 +71,7 @@ func controlPlane(t *testing.T) {
 		logf.SetLogger(logr.Discard())
 		scheme := runtime.NewScheme()
 		utilruntime.Must(corev1.AddToScheme(scheme))
+		utilruntime.Must(rbacv1.AddToScheme(scheme))
 		utilruntime.Must(arv1.AddToScheme(scheme))
 		if scratchDir, envErr = os.MkdirTemp("", "kubectl-agentrun-test-"); envErr != nil {
 			return

@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/duration"
+
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
@@ -40,7 +42,43 @@ type psNode struct {
 // unfinished run, and when its shard has no live holder, whether the shard
 // is only changing hands or no replica is alive to take it.
 func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bool, own *shards.Ownership) error {
+	return renderPs(w, runs, now, psColumns{allNamespaces: allNamespaces}, own)
+}
+
+// psColumns says which columns beyond the usual a listing has.
+type psColumns struct {
+	allNamespaces bool // NAMESPACE first
+	wide          bool // -o wide: AGENT, STATE and AGE last
+}
+
+// header is the listing's header line, tab-separated.
+func (c psColumns) header() string {
+	h := "RUN\tPHASE\tWAITING\tSTAGE\tTOKENS\tCOST\tWORKING\tLAST MOVED\tDRIVER"
+	if c.allNamespaces {
+		h = "NAMESPACE\t" + h
+	}
+	if c.wide {
+		h += "\tAGENT\tSTATE\tAGE"
+	}
+	return h
+}
+
+// line is one run's row, tab-separated; name is its RUN cell (with the
+// tree drawn before it).
+func (c psColumns) line(run *arv1.AgentRun, r wire.PsRow, name, driver string, now time.Time) string {
+	l := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", name, r.Phase, r.Waiting, r.Stage, r.Tokens, r.Cost, r.Working, r.LastMoved, driver)
+	if c.allNamespaces {
+		l = r.Namespace + "\t" + l
+	}
+	if c.wide {
+		l += fmt.Sprintf("\t%s\t%s\t%s", orDash(run.Spec.Agent), r.State, duration.HumanDuration(now.Sub(r.Created)))
+	}
+	return l
+}
+
+func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, own *shards.Ownership) error {
 	nodes := make(map[string]*psNode, len(runs))
+	objs := make(map[*psNode]*arv1.AgentRun, len(runs))
 	key := func(ns, name string) string { return ns + "/" + name }
 	order := make([]*psNode, 0, len(runs))
 	needing := 0
@@ -48,6 +86,7 @@ func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bo
 	for i := range runs {
 		n := &psNode{row: wire.NewPsRow(&runs[i], now)}
 		drivers[n] = DriverText(&runs[i], own)
+		objs[n] = &runs[i]
 		nodes[key(n.row.Namespace, n.row.Name)] = n
 		order = append(order, n)
 		if n.row.NeedsAPerson {
@@ -91,11 +130,7 @@ func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bo
 	}
 
 	tw := newTable(w)
-	header := "RUN\tPHASE\tWAITING\tSTAGE\tTOKENS\tCOST\tWORKING\tLAST MOVED\tDRIVER"
-	if allNamespaces {
-		header = "NAMESPACE\t" + header
-	}
-	fmt.Fprintln(tw, header)
+	fmt.Fprintln(tw, cols.header())
 	printed := map[*psNode]bool{}
 	var emit func(n *psNode, prefix, connector string)
 	emit = func(n *psNode, prefix, connector string) {
@@ -103,12 +138,7 @@ func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bo
 			return
 		}
 		printed[n] = true
-		r := n.row
-		if allNamespaces {
-			fmt.Fprintf(tw, "%s\t", r.Namespace)
-		}
-		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			prefix, connector, r.Name, r.Phase, r.Waiting, r.Stage, r.Tokens, r.Cost, r.Working, r.LastMoved, drivers[n])
+		fmt.Fprintln(tw, cols.line(objs[n], n.row, prefix+connector+n.row.Name, drivers[n], now))
 		sortNodes(n.children)
 		childPrefix := prefix
 		switch connector {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -257,18 +258,47 @@ func TestDescribeGolden(t *testing.T) {
 	golden(t, "describe.golden", buf.Bytes())
 }
 
-func TestParseArgs(t *testing.T) {
-	o, err := parseArgs([]string{"x", "-n", "ns", "-ojson", "--kubeconfig=/k", "--context", "c"}, flagSet{output: true})
-	if err != nil || o.namespace != "ns" || o.output != "json" || o.kubeconfig != "/k" || o.context != "c" ||
-		len(o.args) != 1 || o.args[0] != "x" {
-		t.Errorf("parsed %+v, %v", o, err)
+// parse runs the plugin on args with a kubeconfig that does not exist, so
+// that a command stops right after parsing (exit 1 when connecting), and
+// returns the app with what it parsed.
+func parse(t *testing.T, args ...string) (*app, int, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := newApp(&out, &errOut)
+	code := a.execute(context.Background(), append([]string{"--kubeconfig", "/nonexistent/kubeconfig"}, args...))
+	return a, code, errOut.String()
+}
+
+// TestFlagSpellings: flags anywhere among the arguments, in every spelling
+// kubectl takes ("-n ns", "-nns", "-n=ns", "--namespace ns",
+// "--namespace=ns", "-ojson"), kubectl's connection flags before or after
+// the command, and "--" ending the flags.
+func TestFlagSpellings(t *testing.T) {
+	a, code, errOut := parse(t, "status", "x", "-n", "ns", "-ojson", "--context", "c", "--as=alice", "--as-group", "g1", "--as-group=g2")
+	if code != ExitError || !strings.Contains(errOut, "loading the kubeconfig") {
+		t.Fatalf("exit %d, %q", code, errOut)
 	}
-	if o, err := parseArgs([]string{"-A", "--namespace=x"}, flagSet{allNamespaces: true}); err != nil || !o.allNamespaces || o.namespace != "x" {
-		t.Errorf("parsed %+v, %v", o, err)
+	if o := a.parsed; o == nil || o.output != "json" || len(o.args) != 1 || o.args[0] != "x" {
+		t.Errorf("parsed %+v", a.parsed)
 	}
-	for _, bad := range [][]string{{"-A"}, {"-o", "json"}, {"--bogus"}, {"-n"}, {"--namespace="}} {
-		if _, err := parseArgs(bad, flagSet{}); err == nil {
-			t.Errorf("%q accepted", bad)
+	if f := a.flags; *f.Namespace != "ns" || *f.Context != "c" || *f.Impersonate != "alice" ||
+		strings.Join(*f.ImpersonateGroup, ",") != "g1,g2" || *f.KubeConfig != "/nonexistent/kubeconfig" {
+		t.Errorf("connection flags: ns %q context %q as %q groups %q", *f.Namespace, *f.Context, *f.Impersonate, *f.ImpersonateGroup)
+	}
+	for _, args := range [][]string{{"ps", "-nns"}, {"ps", "-n=ns"}, {"ps", "--namespace", "ns"}, {"-n", "ns", "ps"}, {"--namespace=ns", "ps", "-w"}} {
+		if a, code, errOut := parse(t, args...); code != ExitError || *a.flags.Namespace != "ns" {
+			t.Errorf("%q: exit %d, namespace %q, %s", args, code, *a.flags.Namespace, errOut)
+		}
+	}
+	if a, _, _ := parse(t, "ps", "-A=false", "--watch"); a.parsed.allNamespaces || !a.parsed.watch {
+		t.Errorf("-A=false --watch: %+v", a.parsed)
+	}
+	if a, _, _ := parse(t, "answer", "r", "--", "-n"); a.parsed == nil || strings.Join(a.parsed.args, ",") != "r,-n" || *a.flags.Namespace != "" {
+		t.Errorf(`"--" did not end the flags: %+v`, a.parsed)
+	}
+	for _, bad := range [][]string{{"describe", "x", "-A"}, {"describe", "x", "-o", "json"}, {"ps", "--bogus"}, {"ps", "-n"}, {"ps", "-A=maybe"}} {
+		if _, code, errOut := parse(t, bad...); code != ExitUsage {
+			t.Errorf("%q: exit %d, %q", bad, code, errOut)
 		}
 	}
 }
@@ -279,28 +309,35 @@ func TestUsageAndGates(t *testing.T) {
 		code := Main(append([]string{"kubectl-agentrun"}, args...), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
-	if code, _, errOut := run(); code != ExitUsage || !strings.Contains(errOut, "Commands:") {
+	if code, _, errOut := run(); code != ExitUsage || !strings.Contains(errOut, "Answer what a run waits on:") {
 		t.Errorf("no command: %d %q", code, errOut)
 	}
 	if code, out, _ := run("--help"); code != ExitOK || !strings.Contains(out, "transcript") {
 		t.Errorf("--help: %d %q", code, out)
 	}
 	for _, c := range []string{"ps", "describe", "status", "pause", "resume", "cancel", "output", "transcript", "approve", "deny", "answer", "resolve"} {
-		if code, out, _ := run(c, "--help"); code != ExitOK || !strings.HasPrefix(out, "Usage: kubectl agentrun "+c) {
+		if code, out, _ := run(c, "--help"); code != ExitOK || !strings.Contains(out, "\nUsage:\n  kubectl agentrun "+c+" ") ||
+			!strings.Contains(out, "--request-timeout") {
 			t.Errorf("%s --help: %d %q", c, code, out)
 		}
 	}
 	if code, _, errOut := run("describe"); code != ExitUsage || !strings.Contains(errOut, "exactly one run NAME") {
 		t.Errorf("describe without a name: %d %q", code, errOut)
 	}
-	if code, _, errOut := run("status", "x", "-o", "yaml"); code != ExitUsage || !strings.Contains(errOut, "unsupported output format") {
-		t.Errorf("status -o yaml: %d %q", code, errOut)
+	if code, _, errOut := run("status", "x", "-o", "wide"); code != ExitUsage || !strings.Contains(errOut, "unsupported output format") {
+		t.Errorf("status -o wide: %d %q", code, errOut)
+	}
+	if code, _, errOut := run("ps", "-o", "csv"); code != ExitUsage || !strings.Contains(errOut, `unsupported output format "csv" (supported: wide, json, yaml`) {
+		t.Errorf("ps -o csv: %d %q", code, errOut)
+	}
+	if code, out, _ := run("help", "deny"); code != ExitOK || !strings.Contains(out, "--reason") {
+		t.Errorf("help deny: %d %q", code, out)
 	}
 	if code, _, errOut := run("ps", "-A", "-n", "x"); code != ExitUsage || !strings.Contains(errOut, "cannot be used together") {
 		t.Errorf("ps -A -n: %d %q", code, errOut)
 	}
-	if code, _, _ := run("frobnicate"); code != ExitUsage {
-		t.Errorf("unknown command: %d", code)
+	if code, _, errOut := run("frobnicate"); code != ExitUsage || !strings.Contains(errOut, `unknown command "frobnicate" for "kubectl agentrun"`) {
+		t.Errorf("unknown command: %d %q", code, errOut)
 	}
 	if code, _, errOut := run("ps", "--kubeconfig", "/nonexistent/kubeconfig"); code != ExitError || !strings.Contains(errOut, "kubeconfig") {
 		t.Errorf("missing kubeconfig: %d %q", code, errOut)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -13,7 +14,7 @@ import (
 )
 
 // regionArgs takes a run NAME and, optionally, one REGION.
-func regionArgs(o options) error {
+func regionArgs(_ *cobra.Command, o options) error {
 	if len(o.args) != 1 && len(o.args) != 2 {
 		return usagef("regions takes a run NAME and, optionally, a REGION")
 	}
