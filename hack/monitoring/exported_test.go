@@ -1,8 +1,10 @@
 package monitoring
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -98,7 +100,20 @@ output = "done"
 func TestExpressionsSelectExportedMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	exported := scrapeDrivenManager(ctx, t)
+	exported, body, ns := scrapeDrivenManager(ctx, t)
+	// The gauges this dashboard needed added to the manager show the runs
+	// driven above: the run waiting on its interaction point, the failing
+	// provider's circuit, the executor's queue.
+	for _, want := range []string{
+		fmt.Sprintf(`agentrun_runs_waiting_oldest_seconds{namespace=%q,needs_a_person="true",reason="InteractionPoint"} `, ns),
+		fmt.Sprintf(`agentrun_circuit_open{namespace=%q,provider="down"} `, ns),
+		"agentrun_executor_waiting_runs 0",
+		`agentrun_reconcile_errors_total{kind="terminal"} `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the scrape has no %s", want)
+		}
+	}
 
 	d := loadDashboard(t)
 	exprs, err := d.Exprs()
@@ -159,7 +174,9 @@ agentrun_model_call_duration_seconds_count{provider="demo"} 3
 	}
 }
 
-func scrapeDrivenManager(ctx context.Context, t *testing.T) Exported {
+// scrapeDrivenManager returns what the scrape exported, its text, and the
+// runs' namespace.
+func scrapeDrivenManager(ctx context.Context, t *testing.T) (Exported, string, string) {
 	t.Helper()
 	c, err := loadtest.StartCluster()
 	if err != nil {
@@ -227,11 +244,15 @@ func scrapeDrivenManager(ctx context.Context, t *testing.T) Exported {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", m.MetricsURL, resp.Status)
 	}
-	exported, err := ParseExposition(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported, err := ParseExposition(bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("parsing %s: %v", m.MetricsURL, err)
 	}
-	return exported
+	return exported, string(body), ns
 }
 
 func blockedOn(r *arv1.AgentRun) arv1.SetupBlocker {
