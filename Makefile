@@ -54,6 +54,14 @@ controlplane: ## Build kube-apiserver, etcd and kubectl from Go modules into bin
 .PHONY: test
 test: manifests generate vet controlplane ## Regenerate, vet, build the control plane if missing, run all tests.
 	go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) test-monitoring
+
+# hack/monitoring is its own module (Prometheus's parser and rule engine
+# would raise the operator's own dependencies): it checks config/monitoring
+# against the metrics a running manager exports.
+.PHONY: test-monitoring
+test-monitoring: controlplane ## Check the dashboard and alerts of config/monitoring against the manager's metrics.
+	cd hack/monitoring && go vet ./... && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail if generated files are not committed.

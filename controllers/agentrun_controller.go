@@ -246,7 +246,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	if err := mgr.Add(r.sweeper()); err != nil {
 		return err
 	}
-	metrics.Register(r.runsReader, r.pool)
+	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Now: r.clock.Now})
 	if err := r.observeWrites(mgr); err != nil {
 		return err
 	}

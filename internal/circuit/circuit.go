@@ -71,3 +71,24 @@ func (b *Breakers) Open(key string, now time.Time) (open bool, until time.Time, 
 	}
 	return true, s.openUntil, s.lastClass
 }
+
+// State is one breaker as the metrics report it.
+type State struct {
+	// Key is the breaker's key (namespace/provider).
+	Key string
+	// Open is true while the cooldown runs; false for a breaker that has
+	// failures below the threshold or is half-open.
+	Open bool
+}
+
+// States lists the breakers that have recorded a failure since their last
+// success (a provider that never failed, or recovered, has none), as at now.
+func (b *Breakers) States(now time.Time) []State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]State, 0, len(b.m))
+	for k, s := range b.m {
+		out = append(out, State{Key: k, Open: now.Before(s.openUntil)})
+	}
+	return out
+}

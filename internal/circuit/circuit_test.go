@@ -34,3 +34,31 @@ func TestBreakerOpensAfterThresholdAndCloses(t *testing.T) {
 		t.Fatal("a success did not close the circuit")
 	}
 }
+
+// TestStatesListFailingBreakers: States shows each provider with failures
+// since its last success, open only during the cooldown.
+func TestStatesListFailingBreakers(t *testing.T) {
+	b := New()
+	now := time.Unix(1000, 0)
+	if got := b.States(now); len(got) != 0 {
+		t.Fatalf("States of fresh breakers = %v, want none", got)
+	}
+	b.Failure("ns/flaky", "ProviderFailed", now)
+	for range DefaultThreshold {
+		b.Failure("ns/down", "ProviderUnreachable", now)
+	}
+	b.Failure("ns/healed", "ProviderFailed", now)
+	b.Success("ns/healed")
+	got := map[string]bool{}
+	for _, s := range b.States(now.Add(time.Second)) {
+		got[s.Key] = s.Open
+	}
+	if want := map[string]bool{"ns/flaky": false, "ns/down": true}; len(got) != len(want) || got["ns/flaky"] || !got["ns/down"] {
+		t.Fatalf("States = %v, want %v", got, want)
+	}
+	for _, s := range b.States(now.Add(DefaultCooldown)) {
+		if s.Open {
+			t.Errorf("%s open once the cooldown passed (half-open)", s.Key)
+		}
+	}
+}

@@ -102,6 +102,14 @@ func (p *Pool) Busy() int {
 	return p.busy
 }
 
+// Waiting is how many runs found no free slot (in the pool or their
+// lane) and wait to be woken when one frees: the executor's queue.
+func (p *Pool) Waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiting)
+}
+
 // InFlightSeqs is the set of the run's steps (by key seq) reserved or
 // running now.
 func (p *Pool) InFlightSeqs(run types.UID) map[int64]bool {

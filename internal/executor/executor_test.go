@@ -256,6 +256,11 @@ func TestFullPoolWakesWaitingRun(t *testing.T) {
 		t.Error("a refused step is reported in flight")
 	}
 	noEvent(t, p, 20*time.Millisecond)
+	// Asking again while waiting keeps one place in the queue.
+	p.Submit(Step{Key: key("b", 1), Wake: wakeFor("run-b")}, func(context.Context) { ranB = true })
+	if n := p.Waiting(); n != 1 {
+		t.Errorf("Waiting = %d with run b refused (twice), want 1", n)
+	}
 
 	close(a.release)
 	if err := a.endErr(t); err != nil {
@@ -264,6 +269,9 @@ func TestFullPoolWakesWaitingRun(t *testing.T) {
 	got := map[string]bool{nextEvent(t, p): true, nextEvent(t, p): true}
 	if !got["run-a"] || !got["run-b"] {
 		t.Errorf("wake events %v, want run-a (finished) and run-b (waiting)", got)
+	}
+	if n := p.Waiting(); n != 0 {
+		t.Errorf("Waiting = %d once run b was woken, want 0", n)
 	}
 	if ranB {
 		t.Error("the refused fn ran")
@@ -388,7 +396,13 @@ func TestCancelForgetsWaitingRun(t *testing.T) {
 	if p.Submit(Step{Key: key("b", 1), Wake: wakeFor("run-b")}, func(context.Context) {}) {
 		t.Fatal("Submit into a full pool returned true")
 	}
+	if n := p.Waiting(); n != 1 {
+		t.Errorf("Waiting = %d, want 1", n)
+	}
 	p.Cancel("b")
+	if n := p.Waiting(); n != 0 {
+		t.Errorf("Waiting = %d after Cancel, want 0", n)
+	}
 	close(a.release)
 	if got := nextEvent(t, p); got != "run-a" {
 		t.Errorf("wake for %q, want run-a", got)

@@ -1,11 +1,15 @@
 // Package metrics exposes the operator's Prometheus metrics on the manager's
 // metrics endpoint: what runs are doing and waiting on (read from the cache
-// at scrape time, so they cannot drift), and counters for model calls,
-// tokens and cost recorded as calls complete.
+// at scrape time, so they cannot drift, as are the executor's queue and the
+// providers' circuits), and counters for model calls, tokens and cost
+// recorded as calls complete. No label names a run: cardinality stays at
+// namespaces x (phases, reasons, providers, agents).
 package metrics
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 )
 
 var (
@@ -91,6 +96,25 @@ var (
 type Pool interface {
 	Size() int
 	Busy() int
+	// Waiting is how many runs wait for a free slot.
+	Waiting() int
+}
+
+// Circuits are the providers' circuit breakers, keyed namespace/provider.
+type Circuits interface {
+	States(now time.Time) []circuit.State
+}
+
+// Sources are what the scrape-time gauges are read from; any may be nil
+// (its gauges are then left out).
+type Sources struct {
+	// Runs reads AgentRuns (the manager's cache).
+	Runs     client.Reader
+	Pool     Pool
+	Circuits Circuits
+	// Now is the manager's clock (the one status timestamps are written
+	// with); time.Now when nil.
+	Now func() time.Time
 }
 
 var (
@@ -98,15 +122,26 @@ var (
 	collector = &stateCollector{}
 )
 
+// reconcileErrorKinds are ReconcileErrors' label values, exported as zero
+// from the start: a counter that first appears at 1 hides its first
+// increase from rate(), and the alert on it would miss the first error.
+var reconcileErrorKinds = []string{"transient", "terminal"}
+
 // Register adds the metrics to controller-runtime's registry (once per
-// process) and points the state collector at this manager's cache and pool.
-func Register(reader client.Reader, pool Pool) {
+// process) and points the state collector at this manager's sources.
+func Register(src Sources) {
 	once.Do(func() {
 		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, collector)
+		for _, k := range reconcileErrorKinds {
+			ReconcileErrors.WithLabelValues(k)
+		}
 	})
+	if src.Now == nil {
+		src.Now = time.Now
+	}
 	collector.mu.Lock()
 	defer collector.mu.Unlock()
-	collector.reader, collector.pool = reader, pool
+	collector.src = src
 }
 
 // RecordCall records one finished model call.
@@ -131,43 +166,75 @@ func RecordCall(namespace, agent, provider, outcome string, took time.Duration, 
 var (
 	runsDesc     = prometheus.NewDesc("agentrun_runs", "Runs by namespace and phase.", []string{"namespace", "phase"}, nil)
 	waitingDesc  = prometheus.NewDesc("agentrun_runs_waiting", "Parked runs by namespace, waiting reason and whether they need a person.", []string{"namespace", "reason", "needs_a_person"}, nil)
+	oldestDesc   = prometheus.NewDesc("agentrun_runs_waiting_oldest_seconds", "How long the longest-parked run has waited (since status.waitingOn.since), by namespace, waiting reason and whether it needs a person.", []string{"namespace", "reason", "needs_a_person"}, nil)
 	blockersDesc = prometheus.NewDesc("agentrun_setup_blockers", "Runs parked on NeedsSetup by namespace and blocker.", []string{"namespace", "blocker"}, nil)
 	poolDesc     = prometheus.NewDesc("agentrun_executor_slots", "Executor pool slots by state (busy, total).", []string{"state"}, nil)
+	queueDesc    = prometheus.NewDesc("agentrun_executor_waiting_runs", "Runs with a step due that wait for a free executor slot (the pool's or their MCP server's lane).", nil, nil)
+	circuitDesc  = prometheus.NewDesc("agentrun_circuit_open", "1 while a provider's circuit is open, 0 for one with failures below the threshold or half-open; providers without recent failures are absent.", []string{"namespace", "provider"}, nil)
 )
 
-// stateCollector reads runs from the cache at scrape time.
+// stateCollector reads runs from the cache, and the pool and circuits, at
+// scrape time.
 type stateCollector struct {
-	mu     sync.Mutex
-	reader client.Reader
-	pool   Pool
+	mu  sync.Mutex
+	src Sources
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- runsDesc
-	ch <- waitingDesc
-	ch <- blockersDesc
-	ch <- poolDesc
+	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, circuitDesc} {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	reader, pool := c.reader, c.pool
+	src := c.src
 	c.mu.Unlock()
-	if pool != nil {
-		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(pool.Busy()), "busy")
-		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(pool.Size()), "total")
+	if src.Now == nil {
+		return // not registered yet
 	}
-	if reader == nil {
-		return
+	now := src.Now()
+	if p := src.Pool; p != nil {
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Busy()), "busy")
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Size()), "total")
+		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(p.Waiting()))
 	}
+	if src.Circuits != nil {
+		collectCircuits(ch, src.Circuits.States(now))
+	}
+	if src.Runs != nil {
+		collectRuns(ch, src.Runs, now)
+	}
+}
+
+// collectCircuits reports each breaker; its key is namespace/provider.
+func collectCircuits(ch chan<- prometheus.Metric, states []circuit.State) {
+	for _, s := range states {
+		ns, provider, ok := strings.Cut(s.Key, "/")
+		if !ok {
+			continue
+		}
+		v := 0.0
+		if s.Open {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, ns, provider)
+	}
+}
+
+type key struct{ a, b, c string }
+
+// collectRuns reports the runs' phases and waits, aggregated so that no
+// label carries a run's name.
+func collectRuns(ch chan<- prometheus.Metric, reader client.Reader, now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var runs arv1.AgentRunList
 	if err := reader.List(ctx, &runs); err != nil {
 		return // the cache is not ready yet; report nothing rather than zeros
 	}
-	type key struct{ a, b, c string }
 	phases, waits, blockers := map[key]int{}, map[key]int{}, map[key]int{}
+	oldest := map[key]time.Duration{}
 	for i := range runs.Items {
 		st := &runs.Items[i].Status
 		ns := runs.Items[i].Namespace
@@ -176,15 +243,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			phase = "Pending"
 		}
 		phases[key{ns, phase, ""}]++
-		if w := st.WaitingOn; w != nil {
-			needs := "false"
-			if w.Reason.NeedsAPerson() {
-				needs = "true"
-			}
-			waits[key{ns, string(w.Reason), needs}]++
-			if w.Reason == arv1.WaitNeedsSetup {
-				blockers[key{ns, string(w.Blocker), ""}]++
-			}
+		w := st.WaitingOn
+		if w == nil {
+			continue
+		}
+		k := key{ns, string(w.Reason), strconv.FormatBool(w.Reason.NeedsAPerson())}
+		waits[k]++
+		if w.Since != nil {
+			oldest[k] = max(oldest[k], now.Sub(w.Since.Time))
+		}
+		if w.Reason == arv1.WaitNeedsSetup {
+			blockers[key{ns, string(w.Blocker), ""}]++
 		}
 	}
 	for k, n := range phases {
@@ -192,6 +261,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range waits {
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(n), k.a, k.b, k.c)
+	}
+	for k, d := range oldest {
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, max(d, 0).Seconds(), k.a, k.b, k.c)
 	}
 	for k, n := range blockers {
 		ch <- prometheus.MustNewConstMetric(blockersDesc, prometheus.GaugeValue, float64(n), k.a, k.b)

@@ -1,0 +1,122 @@
+package metrics
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
+)
+
+type pool struct{ size, busy, waiting int }
+
+func (p pool) Size() int    { return p.size }
+func (p pool) Busy() int    { return p.busy }
+func (p pool) Waiting() int { return p.waiting }
+
+func parked(ns, name string, reason arv1.WaitReason, since time.Time) *arv1.AgentRun {
+	return &arv1.AgentRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Status: arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: &arv1.WaitingOn{
+			Reason: reason, NeedsAPerson: reason.NeedsAPerson(), Since: &metav1.Time{Time: since}}},
+	}
+}
+
+// gather collects c into a fresh registry and returns each sample's value
+// by name and labels ("name{a=x,b=y}", labels in name order).
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.Metric {
+			out[sampleKey(f.GetName(), m)] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+func sampleKey(name string, m *dto.Metric) string {
+	k := name + "{"
+	for i, l := range m.Label {
+		if i > 0 {
+			k += ","
+		}
+		k += l.GetName() + "=" + l.GetValue()
+	}
+	return k + "}"
+}
+
+// TestStateGauges: the oldest wait per namespace and reason is measured
+// from status.waitingOn.since with the manager's clock, the queue and the
+// circuits come from the pool and the breakers, and no label names a run.
+func TestStateGauges(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	scheme := runtime.NewScheme()
+	if err := arv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		parked("a", "old", arv1.WaitInteractionPoint, now.Add(-2*time.Hour)),
+		parked("a", "zz-newest", arv1.WaitInteractionPoint, now.Add(-time.Minute)),
+		parked("a", "setup", arv1.WaitNeedsSetup, now.Add(-10*time.Minute)),
+		parked("b", "sleeper", arv1.WaitSleeping, now.Add(-30*time.Second)),
+		&arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "fresh"}},
+	).Build()
+	breakers := circuit.New()
+	for range circuit.DefaultThreshold {
+		breakers.Failure("a/down", "ProviderUnreachable", now)
+	}
+	breakers.Failure("b/flaky", "ProviderFailed", now)
+
+	got := gather(t, &stateCollector{src: Sources{Runs: reader, Pool: pool{size: 4, busy: 4, waiting: 3}, Circuits: breakers, Now: func() time.Time { return now }}})
+	want := map[string]float64{
+		"agentrun_runs_waiting_oldest_seconds{namespace=a,needs_a_person=true,reason=InteractionPoint}": 7200,
+		"agentrun_runs_waiting_oldest_seconds{namespace=a,needs_a_person=true,reason=NeedsSetup}":       600,
+		"agentrun_runs_waiting_oldest_seconds{namespace=b,needs_a_person=false,reason=Sleeping}":        30,
+		"agentrun_runs_waiting{namespace=a,needs_a_person=true,reason=InteractionPoint}":                2,
+		"agentrun_runs{namespace=b,phase=Pending}":                                                      1,
+		"agentrun_executor_slots{state=busy}":                                                           4,
+		"agentrun_executor_slots{state=total}":                                                          4,
+		"agentrun_executor_waiting_runs{}":                                                              3,
+		"agentrun_circuit_open{namespace=a,provider=down}":                                              1,
+		"agentrun_circuit_open{namespace=b,provider=flaky}":                                             0,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if n := countPrefix(got, "agentrun_runs_waiting_oldest_seconds{"); n != 3 {
+		t.Errorf("%d oldest-wait series, want 3 (one per namespace and reason): %v", n, got)
+	}
+}
+
+func countPrefix(m map[string]float64, p string) int {
+	n := 0
+	for k := range m {
+		if len(k) >= len(p) && k[:len(p)] == p {
+			n++
+		}
+	}
+	return n
+}
+
+// TestUnregisteredCollectorReportsNothing: before Register there is no
+// clock and no source, and a scrape must not panic.
+func TestUnregisteredCollectorReportsNothing(t *testing.T) {
+	if got := gather(t, &stateCollector{}); len(got) != 0 {
+		t.Fatalf("an unregistered collector reported %v", got)
+	}
+}
