@@ -150,8 +150,8 @@ serviceAccount: {annotations: {iam.example/role: agentrun}}
 		t.Errorf("ServiceMonitor selects %v in %v, the metrics Service is labelled %v in %s", sm.Spec.Selector.MatchLabels, sm.Spec.NamespaceSelector.MatchNames, svc.Labels, releaseNS)
 	}
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" ||
-		sm.Spec.Endpoints[0].Interval != "15s" || sm.Spec.Endpoints[0].ScrapeTimeout != "5s" {
-		t.Errorf("ServiceMonitor endpoints %+v, want the Service's port %q every 15s", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+		sm.Spec.Endpoints[0].Interval != "15s" || sm.Spec.Endpoints[0].ScrapeTimeout != "5s" || !sm.Spec.Endpoints[0].HonorLabels {
+		t.Errorf("ServiceMonitor endpoints %+v, want the Service's port %q every 15s, honouring the metrics' namespace label", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
 	}
 }
 
@@ -171,6 +171,7 @@ type serviceMonitor struct {
 			Scheme        string `json:"scheme"`
 			Interval      string `json:"interval"`
 			ScrapeTimeout string `json:"scrapeTimeout"`
+			HonorLabels   bool   `json:"honorLabels"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
