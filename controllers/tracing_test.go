@@ -1,7 +1,11 @@
 package controllers_test
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -325,5 +329,61 @@ usage = {prompt = 7, completion = 4}
 	}
 	if n := len(spansWhere(spans, "agentrun.stage", "plan")); n != 2 {
 		t.Errorf("%d plan spans, want its call and its visit once each:\n%s", n, otlptest.Describe(spans))
+	}
+}
+
+// TestManagerBinaryTracesFromEnv: the manager binary turns tracing on
+// from the standard OTEL_* variables, names itself by OTEL_SERVICE_NAME,
+// honours --trace-content, and flushes on SIGTERM: with the batch delay
+// far longer than the test, every span arrives at shutdown.
+func TestManagerBinaryTracesFromEnv(t *testing.T) {
+	rcv := otlptest.Start(t)
+	dir := t.TempDir()
+	kubeconfig, err := env.Kubeconfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(dir, "manager.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	cmd := exec.Command(buildManager(t), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--trace-content")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL(),
+		"OTEL_SERVICE_NAME=from-env", "OTEL_BSP_SCHEDULE_DELAY=600000")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &managerProcess{cmd: cmd}
+	t.Cleanup(p.kill)
+
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "one", map[string]string{"agent.toml": "[agent]\nname = \"one\"\n[agent.title]\nenabled = false\n[stages.only]\nallow_complete = true\n[stages.only.model]\nmodels = [{provider = \"demo\", model = \"scripted-1\"}]\n"})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	run := createRun(t, ns, "b", "one", func(r *arv1.AgentRun) { r.Spec.Task = "BINARY-TASK-7" })
+	waitFor(t, ns, "b", 60*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	time.Sleep(500 * time.Millisecond)
+	if n := len(rcv.Spans()); n != 0 {
+		t.Fatalf("%d spans sent before shutdown with a 10-minute batch delay: the environment was not read", n)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the manager stopped with %v", err)
+	}
+	p.cmd.ProcessState = &os.ProcessState{}
+	spans := rcv.Spans()
+	r, ok := runSpan(spans, "b")
+	if !ok || r.Service != "from-env" || r.TraceID != tracing.RunOf(string(run.UID), "").Trace.String() {
+		t.Fatalf("after SIGTERM: run span %+v (found %v), want one from service from-env in the run's trace:\n%s", r, ok, otlptest.Describe(spans))
+	}
+	chats, in := spansWhere(spans, "gen_ai.operation.name", "chat"), ""
+	if len(chats) == 1 {
+		in, _ = chats[0].Attrs["gen_ai.input.messages"].(string)
+	}
+	if !strings.Contains(in, "BINARY-TASK-7") {
+		t.Errorf("chat spans %+v: want one carrying the task (--trace-content)", chats)
 	}
 }
