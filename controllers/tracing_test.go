@@ -32,14 +32,27 @@ func spansWhere(spans []otlptest.Span, key string, value any) []otlptest.Span {
 	return out
 }
 
-// runSpan is the span of the run with the given name, if received.
-func runSpan(spans []otlptest.Span, name string) (otlptest.Span, bool) {
+// runSpan is the span of the run ns/name, if received. (The suite's
+// managers drive every namespace's runs, so a receiver also gets the
+// spans of other tests' runs.)
+func runSpan(spans []otlptest.Span, ns, name string) (otlptest.Span, bool) {
 	for _, s := range spansWhere(spans, "gen_ai.operation.name", "invoke_agent") {
-		if s.Attrs["agentrun.run"] == name {
+		if s.Attrs["agentrun.run"] == name && s.Attrs["k8s.namespace.name"] == ns {
 			return s, true
 		}
 	}
 	return otlptest.Span{}, false
+}
+
+// treeOf is the run ns/name's span and every span whose parent chain
+// reaches it: the run's tree as the parent links draw it.
+func treeOf(t *testing.T, spans []otlptest.Span, ns, name string) (otlptest.Span, []otlptest.Span) {
+	t.Helper()
+	root, ok := runSpan(spans, ns, name)
+	if !ok {
+		t.Fatalf("no span of run %s/%s:\n%s", ns, name, otlptest.Describe(spans))
+	}
+	return root, append([]otlptest.Span{root}, inRun(spans, root)...)
 }
 
 // inRun are the spans whose parent chain reaches the run's span.
@@ -92,12 +105,13 @@ func TestTraceFanOut(t *testing.T) {
 	names := []string{"p", "p-w0", "p-w1", "p-w2"}
 	spans := rcv.WaitFor(t, 20*time.Second, "the run spans of the parent and its workers", func(s []otlptest.Span) bool {
 		for _, n := range names {
-			if _, ok := runSpan(s, n); !ok {
+			if _, ok := runSpan(s, ns, n); !ok {
 				return false
 			}
 		}
 		return true
 	})
+	root, spans := treeOf(t, spans, ns, "p")
 	tree := tracing.RunOf(string(parent.UID), "")
 	for _, s := range spans {
 		if s.TraceID != tree.Trace.String() {
@@ -107,7 +121,6 @@ func TestTraceFanOut(t *testing.T) {
 			t.Errorf("span %s from service %q", s.Name, s.Service)
 		}
 	}
-	root, _ := runSpan(spans, "p")
 	if root.SpanID != tree.Span().String() || root.ParentID != "" || root.Name != "invoke_agent fan" || root.Attrs["agentrun.phase"] != "Complete" {
 		t.Errorf("the parent's run span %+v: want root %s invoke_agent fan, Complete", root, tree.Span())
 	}
@@ -124,7 +137,7 @@ func TestTraceFanOut(t *testing.T) {
 		t.Errorf("split visit span %s, want %s (derived from the UID)", split.SpanID, tree.Visit(0))
 	}
 	for _, n := range names[1:] {
-		w, _ := runSpan(spans, n)
+		w, _ := runSpan(spans, ns, n)
 		if w.ParentID != split.SpanID || w.Attrs["agentrun.child.kind"] != "worker" {
 			t.Errorf("worker %s: parent %s kind %v, want the split visit %s", n, w.ParentID, w.Attrs["agentrun.child.kind"], split.SpanID)
 		}
@@ -198,8 +211,8 @@ func TestTraceToolCallsAndApproval(t *testing.T) {
 	alice := grantAnswering(t, ns, "alice")
 	answer(t, alice, ns, "ok", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Decision = arv1.DecisionApprove })
 	waitFor(t, ns, "r", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	spans := rcv.WaitFor(t, 20*time.Second, "the run's span", func(s []otlptest.Span) bool { _, ok := runSpan(s, "r"); return ok })
-
+	spans := rcv.WaitFor(t, 20*time.Second, "the run's span", func(s []otlptest.Span) bool { _, ok := runSpan(s, ns, "r"); return ok })
+	_, spans = treeOf(t, spans, ns, "r")
 	tr := tracing.RunOf(string(run.UID), "")
 	visit := tr.Visit(0).String()
 	for _, tc := range []struct{ tool, effect string }{{"read_doc", "read"}, {"create_ticket", "write"}} {
@@ -252,10 +265,13 @@ output = "out"
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createRun(t, ns, "c", "one", func(r *arv1.AgentRun) { r.Spec.Task = "TASK-TEXT-42" })
 	waitFor(t, ns, "c", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	spans := rcv.WaitFor(t, 20*time.Second, "the chat span", func(s []otlptest.Span) bool {
-		return len(spansWhere(s, "gen_ai.operation.name", "chat")) > 0
-	})
-	chat := spansWhere(spans, "gen_ai.operation.name", "chat")[0]
+	spans := rcv.WaitFor(t, 20*time.Second, "the run's span", func(s []otlptest.Span) bool { _, ok := runSpan(s, ns, "c"); return ok })
+	_, spans = treeOf(t, spans, ns, "c")
+	chats := spansWhere(spans, "gen_ai.operation.name", "chat")
+	if len(chats) != 1 {
+		t.Fatalf("%d chat spans in the run, want 1:\n%s", len(chats), otlptest.Describe(spans))
+	}
+	chat := chats[0]
 	in, _ := chat.Attrs["gen_ai.input.messages"].(string)
 	out, _ := chat.Attrs["gen_ai.output.messages"].(string)
 	if !strings.Contains(in, "TASK-TEXT-42") || !strings.Contains(out, "ANSWER-TEXT-42") {
@@ -298,8 +314,14 @@ usage = {prompt = 7, completion = 4}
 `})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	run := createRun(t, ns, "s", "slow")
+	tr := tracing.RunOf(string(run.UID), "")
 	rcv.WaitFor(t, 30*time.Second, "the first manager's plan visit", func(s []otlptest.Span) bool {
-		return len(spansWhere(s, "agentrun.stage", "plan")) >= 2 // its call and its visit
+		for _, v := range spansWhere(s, "agentrun.stage", "plan") {
+			if v.TraceID == tr.Trace.String() && v.Name == "stage plan" {
+				return true
+			}
+		}
+		return false
 	})
 	waitFor(t, ns, "s", 10*time.Second, "the build call in flight", func(r *arv1.AgentRun) bool {
 		return r.Status.PendingCall != nil && r.Status.PendingCall.Stage == "build"
@@ -307,9 +329,8 @@ usage = {prompt = 7, completion = 4}
 	h1.stop()
 	startManager(t, managerOpts{tracing: tracedTo(rcv, "second", false)})
 	waitFor(t, ns, "s", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	spans := rcv.WaitFor(t, 20*time.Second, "the run's span", func(s []otlptest.Span) bool { _, ok := runSpan(s, "s"); return ok })
-
-	tr := tracing.RunOf(string(run.UID), "")
+	spans := rcv.WaitFor(t, 20*time.Second, "the run's span", func(s []otlptest.Span) bool { _, ok := runSpan(s, ns, "s"); return ok })
+	_, spans = treeOf(t, spans, ns, "s")
 	by := map[string][]string{}
 	for _, s := range spans {
 		if s.TraceID != tr.Trace.String() {
@@ -320,7 +341,7 @@ usage = {prompt = 7, completion = 4}
 	if len(by["first"]) == 0 || len(by["second"]) == 0 {
 		t.Fatalf("spans by manager %v: want some from each", by)
 	}
-	if r, _ := runSpan(spans, "s"); r.Service != "second" || r.SpanID != tr.Span().String() {
+	if r, _ := runSpan(spans, ns, "s"); r.Service != "second" || r.SpanID != tr.Span().String() {
 		t.Errorf("run span from %q id %s, want the second manager's, %s", r.Service, r.SpanID, tr.Span())
 	}
 	builds := spansWhere(spansWhere(spans, "agentrun.stage", "build"), "gen_ai.operation.name", "chat")
@@ -375,10 +396,11 @@ func TestManagerBinaryTracesFromEnv(t *testing.T) {
 	}
 	p.cmd.ProcessState = &os.ProcessState{}
 	spans := rcv.Spans()
-	r, ok := runSpan(spans, "b")
+	r, ok := runSpan(spans, ns, "b")
 	if !ok || r.Service != "from-env" || r.TraceID != tracing.RunOf(string(run.UID), "").Trace.String() {
 		t.Fatalf("after SIGTERM: run span %+v (found %v), want one from service from-env in the run's trace:\n%s", r, ok, otlptest.Describe(spans))
 	}
+	_, spans = treeOf(t, spans, ns, "b")
 	chats, in := spansWhere(spans, "gen_ai.operation.name", "chat"), ""
 	if len(chats) == 1 {
 		in, _ = chats[0].Attrs["gen_ai.input.messages"].(string)
