@@ -41,6 +41,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
 
@@ -106,6 +107,8 @@ type Deps struct {
 	// ToolListingRetry is how long a failed MCP server listing is trusted
 	// before the server is listed again (toolcatalog.DefaultRetry when 0).
 	ToolListingRetry time.Duration
+	// Tracer emits the runs' spans (nil: tracing off).
+	Tracer *tracing.Tracer
 }
 
 // AgentRunReconciler drives AgentRuns. Build it with NewAgentRunReconciler.
@@ -148,6 +151,7 @@ type AgentRunReconciler struct {
 	scheme      *runtime.Scheme
 	mapper      meta.RESTMapper
 	ctrl        controller.Controller
+	tracer      *tracing.Tracer
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -171,7 +175,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		providers: d.Providers, refs: newRefCache(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, shardCaches: newShardCaches(), restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
-		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake,
+		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
 	if r.sharded() {
 		if d.RestConfig == nil || d.Sharding.Owns == nil {
@@ -186,6 +190,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, CallbackPolicy: d.CallbackPolicy, StepTimeout: d.StepTimeout,
+		Tracer: d.Tracer,
 	})
 	if err != nil {
 		return nil, err

@@ -132,6 +132,7 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 	if s, ok := run.Labels[shards.LabelShard]; ok {
 		child.Labels[shards.LabelShard] = s // a run tree stays in one shard
 	}
+	r.traceChild(run, child, f)
 	return child, nil
 }
 

@@ -46,6 +46,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	call := steps.ModelCall{
 		Run: steps.RunRef(run), Agent: f.Blueprint.Agent.Name, Intent: intent, Provider: res.provider,
 		SecretVersion: res.secretVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
+		Trace: r.traceParent(s),
 	}
 	switch intent.Purpose {
 	case journal.PurposeTitle:

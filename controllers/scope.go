@@ -155,6 +155,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		metrics.ReconcileErrors.WithLabelValues(kind).Inc()
 		return ctrl.Result{}, err
 	}
+	r.traceStatus(s)
 	if !r.drives(s.run) {
 		// The shard's Lease ended while the status was written: start
 		// nothing; whoever drives the shard now takes the intents up.

@@ -26,6 +26,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
 // The suite runs one real control plane; each test starts its own manager
@@ -132,6 +133,8 @@ type harness struct {
 type managerOpts struct {
 	steps       int
 	metricsAddr string
+	// tracing, when Enabled, sends the manager's traces to an OTLP receiver.
+	tracing tracing.Config
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -144,6 +147,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		Scripted:           h.scripted,
 		Egress:             loopbackEgress(),
 		EgressOptions:      suiteEgressOptions(),
+		Tracing:            o.tracing,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

@@ -262,7 +262,7 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 	if !s.action.Reissue {
 		st.Apply(f.Blueprint, intent)
 	}
-	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server}
+	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server, Trace: r.traceParent(s)}
 	s.intents = append(s.intents, stepKey(run, intent.Seq))
 	s.start(ticket, func(ctx context.Context) { r.steps.RunToolCall(ctx, call) })
 	return false, nil

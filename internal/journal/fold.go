@@ -67,6 +67,9 @@ type State struct {
 	// by name; at is the time of the entry being folded.
 	Stages map[string]StageRecord
 	at     time.Time
+	// Visits are the stage visits in the order the run made them, with
+	// their times, so each can be told apart (tracing gives each a span).
+	Visits []Visit
 
 	// Interaction is the checkpoint the run waits on, if any.
 	Interaction *PendingInteraction
@@ -255,6 +258,14 @@ type StageRecord struct {
 	Failed bool
 }
 
+// Visit is one stay in a stage: from the entry that moved the run there
+// to the one that moved it on or ended the run.
+type Visit struct {
+	Stage         string
+	Entered, Left time.Time
+	Ended, Failed bool
+}
+
 // apply folds one entry, keeping the stages' records: the entry stage is
 // entered with the first entry, and the stage the run ends in is left
 // when it ends.
@@ -284,6 +295,7 @@ func (st *State) enterStage(stage string) {
 		r.FirstEntered = st.at
 	}
 	st.Stages[stage] = r
+	st.Visits = append(st.Visits, Visit{Stage: stage, Entered: st.at})
 }
 
 // endVisit ends the current stage's visit at the current entry's time.
@@ -297,6 +309,10 @@ func (st *State) endVisit() {
 	}
 	r.Left = true
 	st.Stages[st.Stage] = r
+	if n := len(st.Visits); n > 0 {
+		v := &st.Visits[n-1]
+		v.Left, v.Ended, v.Failed = st.at, true, r.Failed
+	}
 }
 
 func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {

@@ -188,8 +188,8 @@ func diffState(got, want State) []string {
 		if !f.IsExported() {
 			continue // bookkeeping, seen through the exported fields and methods
 		}
-		if f.Name == "Stages" && want.Stages == nil {
-			continue // TestFoldStages checks them
+		if (f.Name == "Stages" && want.Stages == nil) || (f.Name == "Visits" && want.Visits == nil) {
+			continue // TestFoldStages and TestFoldVisits check them
 		}
 		g, w := gv.Field(i).Interface(), wv.Field(i).Interface()
 		if !reflect.DeepEqual(g, w) {
@@ -1024,5 +1024,32 @@ func TestFoldStages(t *testing.T) {
 	iter := Fold(loop, []Entry{req(0, "work", 0), done(1, 0, Response{Text: "one"}), req(2, "work", 1), done(3, 2, Response{Text: "two"})}).Stages
 	if w := iter["work"]; w.Visits != 1 || w.Iterations != 2 {
 		t.Errorf("iterations in one visit: %+v", w)
+	}
+}
+
+// TestFoldVisits: the visit log has one entry per stay, in order, with the
+// times the stage records have, ended as the run moves on; the stay the
+// run is in stays open.
+func TestFoldVisits(t *testing.T) {
+	three := mustParse(t, threeStage)
+	entries := []Entry{
+		req(0, "plan", 0),
+		done(1, 0, Response{Text: "plan ok", Next: "build"}),
+		req(2, "build", 0),
+		done(3, 2, Response{Text: "built"}),
+		req(4, "review", 0),
+		done(6, 4, Response{Text: "lgtm", Complete: true, Output: "final report"}),
+	}
+	want := []Visit{
+		{Stage: "plan", Entered: at(0), Left: at(1), Ended: true},
+		{Stage: "build", Entered: at(1), Left: at(3), Ended: true},
+		{Stage: "review", Entered: at(3), Left: at(6), Ended: true},
+	}
+	if got := Fold(three, entries).Visits; !reflect.DeepEqual(got, want) {
+		t.Errorf("finished run: visits %+v, want %+v", got, want)
+	}
+	open := Fold(three, entries[:3]).Visits
+	if len(open) != 2 || !open[0].Ended || open[1].Ended || open[1].Stage != "build" {
+		t.Errorf("run in build: visits %+v, want plan ended and build open", open)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
 // Options are the manager's knobs, one per command-line flag.
@@ -110,6 +111,9 @@ type Options struct {
 	Lease LeaseOptions
 	// Identity names this replica (default: host name and a random suffix).
 	Identity string
+	// Tracing says whether and where the runs' traces go (cmd/manager
+	// reads it from the OTEL_* environment; off when not Enabled).
+	Tracing tracing.Config
 }
 
 // DefaultMaxConcurrentReconciles is how many runs are reconciled at once.
@@ -199,6 +203,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Shards > 1 {
 		httpClients = namedReplica(eg.client, o.Identity)
 	}
+	tracer, err := tracing.New(context.Background(), o.Tracing)
+	if err != nil {
+		return nil, err
+	}
 	var r *controllers.AgentRunReconciler
 	sharding, err := shardsFor(mgr, cfg, o, func(ctx context.Context, shard int) { r.DriveShard(ctx, shard) })
 	if err != nil {
@@ -227,6 +235,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Sharding:                  sharding,
 		RestConfig:                cfg,
 		Identity:                  o.Identity,
+		Tracer:                    tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -245,7 +254,27 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, err
 		}
 	}
+	if tracer.On() {
+		return tracedManager{Manager: mgr, tracer: tracer}, nil
+	}
 	return mgr, nil
+}
+
+// tracedManager shuts its tracer down once everything the manager ran has
+// stopped, so the spans of the last reconciles and steps are sent too.
+type tracedManager struct {
+	ctrl.Manager
+	tracer *tracing.Tracer
+}
+
+func (m tracedManager) Start(ctx context.Context) error {
+	err := m.Manager.Start(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := m.tracer.Shutdown(sctx); serr != nil {
+		ctrl.Log.WithName("tracing").Error(serr, "Flushing the last spans")
+	}
+	return err
 }
 
 // cacheOptions keep the manager's memory to what it reads: managed fields

@@ -93,6 +93,7 @@ func (p *Anthropic) Call(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	res.Response.Text = strings.Join(text, "\n")
+	res.ResponseModel, res.FinishReason = string(msg.Model), string(msg.StopReason)
 	u := msg.Usage
 	res.Usage = journal.Usage{
 		// input_tokens already excludes tokens read from or written to cache.

@@ -86,6 +86,7 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 
 	var res Result
 	msg := resp.Choices[0].Message
+	res.ResponseModel, res.FinishReason = resp.Model, resp.Choices[0].FinishReason
 	res.Response.Text = msg.Content
 	for _, tc := range msg.ToolCalls {
 		if tc.Type != "" && tc.Type != "function" {

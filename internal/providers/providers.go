@@ -99,6 +99,10 @@ type Result struct {
 	Usage    journal.Usage
 	// CostNanoUSD is the provider's own cost figure, when it reports one.
 	CostNanoUSD *int64
+	// ResponseModel is the model that answered, as the provider named it,
+	// and FinishReason why it stopped (its own word: "stop", "tool_calls",
+	// "end_turn", "max_tokens", ...), when it says; for traces.
+	ResponseModel, FinishReason string
 }
 
 // Error is a classified provider failure.

@@ -69,7 +69,7 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 	s.mu.Unlock()
 
 	if len(req.Script) == 0 {
-		return Result{Response: journal.Response{Text: "ok", Complete: true}, Usage: journal.Usage{Prompt: 1, Completion: 1}}, nil
+		return Result{Response: journal.Response{Text: "ok", Complete: true}, Usage: journal.Usage{Prompt: 1, Completion: 1}, ResponseModel: req.Model, FinishReason: "tool_calls"}, nil
 	}
 	i := req.Iteration
 	if i >= len(req.Script) {
@@ -116,6 +116,13 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 	if step.CostUSD != nil {
 		n := int64(*step.CostUSD)
 		res.CostNanoUSD = &n
+	}
+	// It answers as the model asked for, and says why it stopped as
+	// OpenAI's API would: it called tools (the built-in ones included), or
+	// it was done talking.
+	res.ResponseModel, res.FinishReason = req.Model, "stop"
+	if res.Response.ToolCalls > 0 {
+		res.FinishReason = "tool_calls"
 	}
 	return res, nil
 }

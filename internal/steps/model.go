@@ -14,6 +14,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
 // Caps on what one journal entry keeps of a model answer, so an entry
@@ -42,6 +43,8 @@ type ModelCall struct {
 	Check output.Spec
 	// BreakerKey scopes the provider's circuit.
 	BreakerKey string
+	// Trace is where the call's span goes, when tracing is on.
+	Trace tracing.Parent
 }
 
 // RunModelCall calls the provider, retrying transient failures with capped
@@ -51,7 +54,7 @@ type ModelCall struct {
 // in status and whoever drives the run next issues it again, counting it
 // as possibly lost.
 func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
-	started := time.Now()
+	started, start := time.Now(), rt.Clock.Now()
 	log := logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq)
 	result, callErr := rt.callModel(ctx, c)
 	if ctx.Err() != nil {
@@ -77,6 +80,13 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 	// status; the call is issued again once, counted as lost.
 	if err := rt.record(ctx, c.Run, finalOutput(done.Response), c.Intent, done); err != nil {
 		log.Error(err, "Journaling the step's completion failed; the call will be issued again")
+	}
+	if rt.Tracer.On() {
+		rt.Tracer.ModelCall(tracing.ModelCall{
+			Parent: c.Trace, Intent: c.Intent, ProviderType: c.Provider.Type, Start: start, End: done.At,
+			Answer: done.Response, Usage: done.Usage, Failure: done.Failure,
+			ResponseModel: result.ResponseModel, FinishReason: result.FinishReason, Request: &c.Request,
+		})
 	}
 }
 

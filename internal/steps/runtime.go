@@ -27,6 +27,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
 
@@ -60,6 +61,8 @@ type Options struct {
 	Reader client.Reader
 	// Wake re-queues runs (the waiters of a listing).
 	Wake func(runs ...types.NamespacedName)
+	// Tracer emits the calls' spans (nil: tracing off).
+	Tracer *tracing.Tracer
 
 	Clock          clock.PassiveClock
 	StepTimeout    time.Duration

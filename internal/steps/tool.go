@@ -13,6 +13,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
 // MaxToolResult caps a tool result kept in the journal.
@@ -25,6 +26,8 @@ type ToolCall struct {
 	// in status before the call); it is journaled with the outcome.
 	Intent journal.Entry
 	Server mcptool.Server
+	// Trace is where the call's span goes, when tracing is on.
+	Trace tracing.Parent
 }
 
 // Lane is the executor lane of calls to a server: a hung server holds at
@@ -37,7 +40,7 @@ func Lane(s mcptool.Server) string { return "mcp:" + s.URL }
 // status, and the run parks on NeedsReconciliation for a person to settle.
 func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 	log := logFor(rt.Log.WithName("tool"), c.Run, "seq", c.Intent.Seq, "tool", c.Intent.Tool)
-	started := time.Now()
+	started, start := time.Now(), rt.Clock.Now()
 	res, err := rt.callTool(ctx, c)
 	if ctx.Err() != nil {
 		if err != nil {
@@ -63,6 +66,7 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 		done.By = "operator: the call never reached the server (" + clip(err.Error(), 200) + ")"
 	case err != nil && in.Effect == blueprint.EffectWrite:
 		metrics.RecordToolCall(c.Server.Name, in.Effect, "unsettled", time.Since(started))
+		rt.traceToolCall(c, start, "unsettled")
 		log.Info("Write tool call failed after it may have reached the server; a person must settle it", "error", err.Error())
 		return
 	case err != nil:
@@ -77,6 +81,14 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 	metrics.RecordToolCall(c.Server.Name, in.Effect, outcome, time.Since(started))
 	if err := rt.record(ctx, c.Run, nil, in, done); err != nil {
 		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
+	}
+	rt.traceToolCall(c, start, outcome)
+}
+
+// traceToolCall emits the call's span, when tracing is on.
+func (rt *Runtime) traceToolCall(c ToolCall, start time.Time, outcome string) {
+	if rt.Tracer.On() {
+		rt.Tracer.ToolCall(tracing.ToolCall{Parent: c.Trace, Intent: c.Intent, Start: start, End: rt.Clock.Now(), Outcome: outcome})
 	}
 }
 
