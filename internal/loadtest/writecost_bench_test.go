@@ -167,4 +167,3 @@ func leaves(v any) int {
 		return 1
 	}
 }
-
