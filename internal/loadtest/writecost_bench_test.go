@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -42,9 +43,7 @@ func BenchmarkWriteCosts(b *testing.B) {
 		}
 		runs := c.Dyn.Resource(arv1.GroupVersion.WithResource("agentruns")).Namespace(ns)
 		ceilings := c.Dyn.Resource(loadtest.CeilingGVR).Namespace(ns)
-		patchStatus := func(ctx context.Context, rc interface {
-			Patch(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (*unstructured.Unstructured, error)
-		}, name string, st map[string]any) error {
+		patchStatus := func(ctx context.Context, rc dynamic.ResourceInterface, name string, st map[string]any) error {
 			body, err := json.Marshal(map[string]any{"status": st})
 			if err != nil {
 				return err
