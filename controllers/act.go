@@ -36,6 +36,9 @@ type actOutcome struct {
 	quietQueue   bool
 	requeueAfter time.Duration
 	finalOutput  *arv1.FinalOutputDescriptor
+	// journaledIntents counts the intents this reconcile put into the
+	// journal, not only into status (see intentMayWait).
+	journaledIntents int
 }
 
 // act carries out the decision. Every write here is idempotent under a
@@ -154,8 +157,9 @@ func (r *AgentRunReconciler) cancel(ctx context.Context, s *scope) (bool, error)
 }
 
 // dispatch reserves a slot for the model call and records its intent in
-// the status this reconcile writes (the seeds' pending-call object); the
-// call starts once that write succeeded. A pending intent nobody here
+// the status this reconcile writes (the seeds' pending-call object), or in
+// the journal when that write may wait (statuswait.go); the call starts
+// once the intent is stored. A pending intent nobody here
 // started is issued again under its seq and counted as possibly lost.
 func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	f, a, run := s.facts, s.action, s.run
@@ -188,6 +192,16 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	if err != nil {
 		ticket.Release()
 		return err
+	}
+	// An intent already in the journal is issued again there (status would
+	// not be read over it); a fresh one goes there when status may wait.
+	inJournal := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
+	if inJournal || (!a.Reissue && f.statusIntent == nil && r.intentMayWait(s)) {
+		if err := r.journals.Append(ctx, run, intent); err != nil {
+			ticket.Release()
+			return err
+		}
+		s.out.journaledIntents++
 	}
 	f.State.Apply(f.Blueprint, intent)
 	s.intents = append(s.intents, stepKey(run, intent.Seq))

@@ -38,6 +38,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
@@ -109,7 +110,17 @@ type Deps struct {
 	ToolListingRetry time.Duration
 	// Tracer emits the runs' spans (nil: tracing off).
 	Tracer *tracing.Tracer
+	// StatusInterval is how long a running run's status may go unwritten
+	// while it only progresses from one model call to the next (its
+	// intents then go into the journal): a burst of fast steps costs one
+	// status write a second, not one a step. Zero: DefaultStatusInterval;
+	// negative: every change is written at once.
+	StatusInterval time.Duration
 }
+
+// DefaultStatusInterval bounds how far a running run's status may lag its
+// journal while it only progresses.
+const DefaultStatusInterval = time.Second
 
 // AgentRunReconciler drives AgentRuns. Build it with NewAgentRunReconciler.
 type AgentRunReconciler struct {
@@ -152,6 +163,10 @@ type AgentRunReconciler struct {
 	mapper      meta.RESTMapper
 	ctrl        controller.Controller
 	tracer      *tracing.Tracer
+	// statusInterval and statusWrites: see Deps.StatusInterval; the time of
+	// each driven run's last status write.
+	statusInterval time.Duration
+	statusWrites   *perrun.Box[time.Time]
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -177,6 +192,13 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
+	switch {
+	case d.StatusInterval == 0:
+		r.statusInterval = DefaultStatusInterval
+	case d.StatusInterval > 0:
+		r.statusInterval = d.StatusInterval
+	}
+	r.statusWrites = perrun.New[time.Time]()
 	if r.sharded() {
 		if d.RestConfig == nil || d.Sharding.Owns == nil {
 			return nil, errors.New("sharding needs a RestConfig and an Owns function")
@@ -366,4 +388,5 @@ func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID
 	r.admission.Forget(uid)
 	r.pressure.lasted(uid, false, time.Time{})
 	r.failures.take(uid)
+	r.statusWrites.Take(uid)
 }

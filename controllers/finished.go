@@ -76,6 +76,7 @@ func (r *AgentRunReconciler) forgetFinished(run *arv1.AgentRun) {
 	r.unstarted.forgetRun(run)
 	r.failures.take(run.UID)
 	r.pressure.lasted(run.UID, false, time.Time{})
+	r.statusWrites.Take(run.UID)
 }
 
 // reconcileFinished settles what a finished run still owes: the fate of

@@ -99,8 +99,14 @@ func (c *runCache) Gone(key types.NamespacedName) (types.UID, bool) {
 // On success after holds what the API server stored. On a conflict the run
 // is read live, so the next reconcile starts from the stored version.
 func (c *runCache) PatchStatus(ctx context.Context, before, after *arv1.AgentRun) error {
+	_, err := c.patchStatus(ctx, before, after)
+	return err
+}
+
+// patchStatus is PatchStatus that also says whether a write was stored.
+func (c *runCache) patchStatus(ctx context.Context, before, after *arv1.AgentRun) (bool, error) {
 	if sameStatus(&before.Status, &after.Status) {
-		return nil
+		return false, nil
 	}
 	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 	err := c.writer.Status().Patch(ctx, after, patch)
@@ -112,14 +118,14 @@ func (c *runCache) PatchStatus(ctx context.Context, before, after *arv1.AgentRun
 		c.mu.Lock()
 		c.written[key] = kept
 		c.mu.Unlock()
-		return nil
+		return true, nil
 	case apierrors.IsConflict(err):
 		c.refresh(ctx, key)
-		return errStatusConflict
+		return false, errStatusConflict
 	case apierrors.IsNotFound(err):
-		return nil // deleted meanwhile; its deletion is handled on its own
+		return false, nil // deleted meanwhile; its deletion is handled on its own
 	}
-	return fmt.Errorf("writing status: %w", err)
+	return false, fmt.Errorf("writing status: %w", err)
 }
 
 // sameStatus compares statuses as they are stored: two that serialise

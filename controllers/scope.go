@@ -130,7 +130,8 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	default:
 		markError(s.run, err, s.now)
 	}
-	if perr := r.runs.PatchStatus(ctx, s.before, s.run); perr != nil {
+	waits := r.statusWaits(s, err)
+	if perr := r.writeStatus(ctx, s, waits); perr != nil {
 		if !errors.Is(perr, errStatusConflict) {
 			r.failures.put(s.run.UID, perr)
 		}
@@ -155,7 +156,9 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		metrics.ReconcileErrors.WithLabelValues(kind).Inc()
 		return ctrl.Result{}, err
 	}
-	r.traceStatus(s)
+	if !waits {
+		r.traceStatus(s)
+	}
 	if !r.drives(s.run) {
 		// The shard's Lease ended while the status was written: start
 		// nothing; whoever drives the shard now takes the intents up.
@@ -172,12 +175,32 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	if s.run.Status.Phase.IsTerminal() {
 		r.forgetFinished(s.run)
 	}
-	r.emitEvents(s.run, &s.before.Status)
+	if !waits {
+		// A status that waits is compared with the stored one when it is
+		// written: its events come then.
+		r.emitEvents(s.run, &s.before.Status)
+	}
 	for _, fn := range s.effects {
 		fn()
 	}
 	r.deliverCallback(s.run)
 	return r.wakeup(ctx, s), nil
+}
+
+// writeStatus patches status, unless it waits, and notes when a change
+// was written.
+func (r *AgentRunReconciler) writeStatus(ctx context.Context, s *scope, waits bool) error {
+	if waits {
+		return nil
+	}
+	written, err := r.runs.patchStatus(ctx, s.before, s.run)
+	if err != nil {
+		return err
+	}
+	if written && !s.run.Status.Phase.IsTerminal() {
+		r.statusWrites.Put(s.run.UID, s.now)
+	}
+	return nil
 }
 
 // wakeup returns the reconcile's result, making sure a run that is not

@@ -135,6 +135,8 @@ type managerOpts struct {
 	metricsAddr string
 	// tracing, when Enabled, sends the manager's traces to an OTLP receiver.
 	tracing tracing.Config
+	// statusInterval is manager.Options.StatusInterval.
+	statusInterval time.Duration
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -148,6 +150,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		Egress:             loopbackEgress(),
 		EgressOptions:      suiteEgressOptions(),
 		Tracing:            o.tracing,
+		StatusInterval:     o.statusInterval,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

@@ -79,14 +79,22 @@ func (w *writeCounter) snapshot() map[string]int {
 // given) is counted.
 func startCountingManager(t testing.TB, steps int, ns ...string) (*writeCounter, *providers.Scripted) {
 	t.Helper()
-	wc := &writeCounter{counts: map[string]int{}}
+	o := manager.Options{MaxConcurrentSteps: steps}
 	if len(ns) > 0 {
-		wc.ns = ns[0]
+		return countingManager(t, ns[0], o)
 	}
+	return countingManager(t, "", o)
+}
+
+// countingManager is startCountingManager with more options set.
+func countingManager(t testing.TB, ns string, o manager.Options) (*writeCounter, *providers.Scripted) {
+	t.Helper()
+	wc := &writeCounter{counts: map[string]int{}, ns: ns}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(wc.wrap)
 	scripted := providers.NewScripted()
-	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", MaxConcurrentSteps: steps, Scripted: scripted, SkipNameValidation: true, Egress: loopbackEgress(), EgressOptions: suiteEgressOptions()})
+	o.MetricsAddr, o.ProbeAddr, o.Scripted, o.SkipNameValidation, o.Egress, o.EgressOptions = "0", "0", scripted, true, loopbackEgress(), suiteEgressOptions()
+	mgr, err := manager.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

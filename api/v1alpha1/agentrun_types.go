@@ -372,6 +372,7 @@ type Budgets struct {
 
 // AgentRunStatus is the run record: where the run stands, what it has spent,
 // and, while parked, exactly why. Written only by the controller.
+// +structType=atomic
 type AgentRunStatus struct {
 	// observedGeneration is the spec generation this status describes.
 	// -1 until the controller has seen the run, so a fresh object never

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
@@ -36,6 +37,7 @@ func main() {
 	flag.IntVar(&o.MaxActiveRunsPerNamespace, "max-active-runs-per-namespace", 0, "Active runs one namespace may hold at once, so one tenant cannot take every slot (0: no bound of its own; slots are shared fairly across namespaces either way). The cluster admin overrides it per namespace with the annotation agentrun.dev/max-active-runs on the Namespace (cluster-wide installs only).")
 	namespaces := flag.String("namespaces", "", "Comma-separated namespaces to watch; the manager reads and writes nothing elsewhere and needs only Roles there (config/namespaced). Empty: every namespace, with the ClusterRole.")
 	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
+	flag.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "How long a running run's status may lag its journal while the run only moves from one model call to the next: its intents go into the journal and status is written at most this often, so a burst of fast steps costs the API server one status write a second instead of one a step. Waits, errors, conditions and the end are always written at once. 0: every change is written at once.")
 	egress.BindFlags(flag.CommandLine, &o.Egress)
 	flag.StringVar(&o.EgressConfigMap.Name, "egress-configmap", egress.DefaultConfigMapName, "ConfigMap (key "+egress.DataKey+") holding the cluster admin's egress policy, merged with the --egress-* flags; read at start (one that does not parse stops the manager) and watched, so edits apply to the next connection. Empty: flags only.")
 	flag.StringVar(&o.EgressConfigMap.Namespace, "egress-configmap-namespace", envOr("POD_NAMESPACE", "agentrun-system"), "Namespace of --egress-configmap: the manager's own (the POD_NAMESPACE environment variable), which tenants must not be able to write.")
@@ -45,6 +47,9 @@ func main() {
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if o.StatusInterval == 0 {
+		o.StatusInterval = -1 // the flag's 0 means off; the options' 0 means the default
+	}
 	switch {
 	case o.MaxActiveRuns == 0:
 		o.MaxActiveRuns = o.MaxConcurrentSteps

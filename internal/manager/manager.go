@@ -64,6 +64,10 @@ type Options struct {
 	// ToolListingRetry is how long a failed MCP server listing stands
 	// before the server is listed again (tests shorten it; default 30s).
 	ToolListingRetry time.Duration
+	// StatusInterval is how long a running run's status may lag its journal
+	// while it only progresses (controllers.DefaultStatusInterval when 0;
+	// negative: every change is written at once).
+	StatusInterval time.Duration
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
 	SnapshotSweep controllers.Sweep
@@ -229,6 +233,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		NamespaceCaps:             len(o.Namespaces) == 0,
 		Sweep:                     o.SnapshotSweep,
 		ToolListingRetry:          o.ToolListingRetry,
+		StatusInterval:            o.StatusInterval,
 		OnReconcile:               o.OnReconcile,
 		OnWake:                    o.OnWake,
 		WakeThrough:               o.WakeThrough,

@@ -35,6 +35,14 @@ func (b *Box[V]) Take(uid types.UID) (V, bool) {
 	return v, ok
 }
 
+// Get returns the run's value, if there is one, and keeps it.
+func (b *Box[V]) Get(uid types.UID) (V, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.m[uid]
+	return v, ok
+}
+
 // Has reports whether a value waits for the run.
 func (b *Box[V]) Has(uid types.UID) bool {
 	b.mu.Lock()

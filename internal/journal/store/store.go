@@ -160,6 +160,7 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 	add := map[string]string{}
 	size := 0
 	var fresh []journal.Entry
+	superseded := false
 	for _, e := range es {
 		b, err := json.Marshal(e)
 		if err != nil {
@@ -169,7 +170,10 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 			if have == string(b) {
 				continue // already journaled (a retried append)
 			}
-			return s.stale(run.UID, e)
+			if !supersedes(l, e) {
+				return s.stale(run.UID, e)
+			}
+			superseded = true
 		}
 		add[key(e.Seq)] = string(b)
 		size += len(b) + 8
@@ -193,11 +197,29 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 	}
 	l.chunks[c].bytes += size
 	for _, e := range fresh {
+		if _, had := l.raw[e.Seq]; had && superseded {
+			l.entries[len(l.entries)-1] = e
+		} else {
+			l.entries = append(l.entries, e)
+		}
 		l.raw[e.Seq] = add[key(e.Seq)]
-		l.entries = append(l.entries, e)
 	}
 	sort.SliceStable(l.entries, func(i, j int) bool { return l.entries[i].Seq < l.entries[j].Seq })
 	return nil
+}
+
+// supersedes says e may replace the journal's last entry: both are the
+// intent of one model call under one seq, still unanswered, and e issues
+// it again (after a restart, or a status write that failed), counting at
+// least as many earlier dispatches lost. Its answer, journaled after it,
+// then finds the intent it answers as dispatched.
+func supersedes(l *runLog, e journal.Entry) bool {
+	n := len(l.entries)
+	if e.Kind != journal.ModelCallRequested || n == 0 {
+		return false
+	}
+	last := l.entries[n-1]
+	return last.Seq == e.Seq && last.Kind == journal.ModelCallRequested && last.RequestHash == e.RequestHash && e.Lost >= last.Lost
 }
 
 // stale drops the run's in-memory copy (the caller's state is behind what
