@@ -67,16 +67,14 @@ var _ sdktrace.SpanExporter = (*Exporter)(nil)
 func New(c Config) (*Exporter, error) {
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		shown := c.URL
+		what := "(not a URL)"
 		if err == nil {
-			shown = u.Redacted()
-		} else {
-			shown = "(not a URL)"
+			what = shown(u)
 		}
-		return nil, fmt.Errorf("otlphttp: the traces endpoint %s is not an http:// or https:// URL with a host", shown)
+		return nil, fmt.Errorf("otlphttp: the traces endpoint %s is not an http:// or https:// URL with a host", what)
 	}
 	e := &Exporter{
-		url: u.String(), shownURL: u.Redacted(), headers: http.Header{},
+		url: u.String(), shownURL: shown(u), headers: http.Header{},
 		timeout: c.Timeout, initial: c.RetryInitial, maxWait: c.RetryMax,
 	}
 	if e.timeout <= 0 {
@@ -125,6 +123,17 @@ func New(c Config) (*Exporter, error) {
 	}
 	e.stop, e.cancelStop = context.WithCancel(context.Background())
 	return e, nil
+}
+
+// shown is u as errors name it: no password, and no query, which some
+// endpoints carry a token in.
+func shown(u *url.URL) string {
+	v := *u
+	if v.RawQuery != "" {
+		v.RawQuery = "..."
+	}
+	v.Fragment, v.RawFragment = "", ""
+	return v.Redacted()
 }
 
 func tlsConfig(c Config) (*tls.Config, error) {
@@ -268,8 +277,12 @@ func (e *Exporter) post(ctx context.Context, body []byte) (time.Duration, error)
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		// net/http's error names the URL with its password stripped, and
-		// no header.
+		// net/http's error names the URL (with its password stripped, but
+		// not its query) and no header.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = e.shownURL
+		}
 		return 0, fmt.Errorf("otlphttp: exporting spans: %w", err)
 	}
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -668,3 +668,27 @@ func TestShutdown(t *testing.T) {
 		t.Fatal("the export in flight outlived Shutdown")
 	}
 }
+
+// TestUnreachableNamesNoSecret: a collector that cannot be reached gives
+// an error naming its address, without the URL's password or query, nor
+// any header.
+func TestUnreachableNamesNoSecret(t *testing.T) {
+	clearEnv(t)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	addr := gone.Listener.Addr().String()
+	gone.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "api-key=HEADERSECRET")
+	err := exporter(t, "http://user:PASSSECRET@"+addr+"/v1/traces?token=QUERYSECRET", nil).ExportSpans(context.Background(), one())
+	if err == nil {
+		t.Fatal("export to a closed port succeeded")
+	}
+	msg := err.Error()
+	for _, secret := range []string{"HEADERSECRET", "PASSSECRET", "QUERYSECRET"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("error %q holds %s", msg, secret)
+		}
+	}
+	if !strings.Contains(msg, addr) {
+		t.Errorf("error %q does not name %s", msg, addr)
+	}
+}
