@@ -44,8 +44,9 @@ fmt: ## go fmt.
 	go fmt ./...
 
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet (and the tracing package as -tags otlpgrpc builds it).
 	go vet ./...
+	go vet -tags otlpgrpc ./internal/tracing/...
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, etcd and kubectl from Go modules into bin/k8s/$(KUBE_VERSION) (once; ~5 min).
@@ -54,6 +55,7 @@ controlplane: ## Build kube-apiserver, etcd and kubectl from Go modules into bin
 .PHONY: test
 test: manifests generate vet controlplane ## Regenerate, vet, build the control plane if missing, run all tests.
 	go test $(GO_TEST_FLAGS) ./...
+	go test $(GO_TEST_FLAGS) -tags otlpgrpc ./internal/tracing/
 	$(MAKE) test-monitoring
 
 # hack/monitoring is its own module (Prometheus's parser and rule engine

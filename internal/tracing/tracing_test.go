@@ -2,15 +2,11 @@ package tracing_test
 
 import (
 	"context"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -25,6 +21,10 @@ func clearEnv(t *testing.T) {
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
 		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER", "OTEL_RESOURCE_ATTRIBUTES"} {
 		t.Setenv(k, "")
+	}
+	for _, k := range []string{"HEADERS", "TIMEOUT", "COMPRESSION", "CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"} {
+		t.Setenv("OTEL_EXPORTER_OTLP_"+k, "")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_"+k, "")
 	}
 }
 
@@ -112,54 +112,6 @@ func TestEnvExportsOverHTTP(t *testing.T) {
 				t.Errorf("status %v %q error.type %v, want Error Fatal", s.StatusCode, s.StatusMessage, s.Attrs["error.type"])
 			}
 		})
-	}
-}
-
-// traceService is an OTLP/gRPC receiver.
-type traceService struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	names []string
-}
-
-func (s *traceService) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		for _, ss := range rs.GetScopeSpans() {
-			for _, sp := range ss.GetSpans() {
-				s.names = append(s.names, sp.GetName())
-			}
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-// TestExportsOverGRPC: protocol grpc sends to an OTLP/gRPC receiver.
-func TestExportsOverGRPC(t *testing.T) {
-	clearEnv(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	svc := &traceService{}
-	coltracepb.RegisterTraceServiceServer(srv, svc)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	tr, err := tracing.New(context.Background(), tracing.Config{Enabled: true, Protocol: tracing.ProtocolGRPC, Endpoint: lis.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := tracing.RunOf("u", "")
-	tr.Emit(tracing.Span{Trace: r.Trace, ID: r.Span(), Name: "invoke_agent a", Start: time.Now(), End: time.Now()})
-	if err := tr.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	svc.mu.Lock()
-	defer svc.mu.Unlock()
-	if len(svc.names) != 1 || svc.names[0] != "invoke_agent a" {
-		t.Fatalf("gRPC receiver got %v", svc.names)
 	}
 }
 

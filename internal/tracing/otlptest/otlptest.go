@@ -66,29 +66,37 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "want application/x-protobuf, got "+ct, http.StatusUnsupportedMediaType)
 		return
 	}
+	msg, err := Decode(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.add(msg)
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// Decode reads an OTLP/HTTP export request's protobuf body, gunzipping
+// it when its Content-Encoding says gzip.
+func Decode(req *http.Request) (*coltracepb.ExportTraceServiceRequest, error) {
 	var body io.Reader = req.Body
 	if req.Header.Get("Content-Encoding") == "gzip" {
 		gz, err := gzip.NewReader(req.Body)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+			return nil, err
 		}
 		body = gz
 	}
 	b, err := io.ReadAll(body)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, err
 	}
-	var msg coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &msg); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+	msg := &coltracepb.ExportTraceServiceRequest{}
+	if err := proto.Unmarshal(b, msg); err != nil {
+		return nil, err
 	}
-	r.add(&msg)
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
+	return msg, nil
 }
 
 func (r *Receiver) add(msg *coltracepb.ExportTraceServiceRequest) {
@@ -118,6 +126,8 @@ func attrs(kvs []*commonpb.KeyValue) map[string]any {
 	return m
 }
 
+// value is an attribute's value: string, int64, bool, float64, []any,
+// []byte, map[string]any, or nil for an empty one.
 func value(v *commonpb.AnyValue) any {
 	switch x := v.GetValue().(type) {
 	case *commonpb.AnyValue_StringValue:
@@ -134,6 +144,10 @@ func value(v *commonpb.AnyValue) any {
 			out = append(out, value(e))
 		}
 		return out
+	case *commonpb.AnyValue_BytesValue:
+		return x.BytesValue
+	case *commonpb.AnyValue_KvlistValue:
+		return attrs(x.KvlistValue.GetValues())
 	}
 	return nil
 }
