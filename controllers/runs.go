@@ -118,6 +118,7 @@ func (c *runCache) patchStatus(ctx context.Context, before, after *arv1.AgentRun
 		c.mu.Lock()
 		c.written[key] = kept
 		c.mu.Unlock()
+		c.dropIfCached(ctx, key, kept)
 		return true, nil
 	case apierrors.IsConflict(err):
 		c.refresh(ctx, key)
@@ -126,6 +127,22 @@ func (c *runCache) patchStatus(ctx context.Context, before, after *arv1.AgentRun
 		return false, nil // deleted meanwhile; its deletion is handled on its own
 	}
 	return false, fmt.Errorf("writing status: %w", err)
+}
+
+// dropIfCached drops the copy just kept when the informer already holds
+// the write: its watch event can arrive before the write's response, and
+// then no later event would drop the copy (a finished run's never comes),
+// so every such run would be held twice.
+func (c *runCache) dropIfCached(ctx context.Context, key types.NamespacedName, kept *arv1.AgentRun) {
+	cached := &arv1.AgentRun{}
+	if err := c.cached.Get(ctx, key, cached); err != nil || cached.UID != kept.UID || newer(kept.ResourceVersion, cached.ResourceVersion) {
+		return
+	}
+	c.mu.Lock()
+	if c.written[key] == kept {
+		delete(c.written, key)
+	}
+	c.mu.Unlock()
 }
 
 // sameStatus compares statuses as they are stored: two that serialise

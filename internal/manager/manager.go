@@ -181,7 +181,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 	if o.Scripted == nil {
-		o.Scripted = providers.NewScripted()
+		o.Scripted = providers.NewUncountedScripted()
 	}
 	if o.MaxConcurrentSteps <= 0 {
 		o.MaxConcurrentSteps = 16

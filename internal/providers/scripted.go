@@ -23,10 +23,15 @@ type Scripted struct {
 	merged map[string][]string
 }
 
-// NewScripted returns a scripted provider.
+// NewScripted returns a scripted provider that counts each run's calls
+// (for tests; the counts grow with every run it serves).
 func NewScripted() *Scripted {
 	return &Scripted{calls: map[string]int{}, titles: map[string]int{}, merged: map[string][]string{}}
 }
+
+// NewUncountedScripted returns a scripted provider that keeps nothing per
+// run: the manager's own, which serves runs for as long as it lives.
+func NewUncountedScripted() *Scripted { return &Scripted{} }
 
 // Merged is the child outputs the run's last merging call received.
 func (s *Scripted) Merged(runUID string) []string {
@@ -53,7 +58,9 @@ func (s *Scripted) TitleCalls(runUID string) int {
 func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 	if req.Purpose == "title" {
 		s.mu.Lock()
-		s.titles[req.RunUID]++
+		if s.titles != nil {
+			s.titles[req.RunUID]++
+		}
 		s.mu.Unlock()
 		free := int64(0) // network-free and exact: it costs nothing
 		return Result{Response: journal.Response{Text: scriptedTitle(req.Task)}, CostNanoUSD: &free}, nil
@@ -62,9 +69,11 @@ func (s *Scripted) Call(ctx context.Context, req Request) (Result, error) {
 		return Result{Response: journal.Response{Text: scriptedSummary(req.History)}, Usage: journal.Usage{Prompt: 1, Completion: 1}}, nil
 	}
 	s.mu.Lock()
-	s.calls[req.RunUID]++
-	if len(req.ChildOutputs) > 0 {
-		s.merged[req.RunUID] = req.ChildOutputs
+	if s.calls != nil {
+		s.calls[req.RunUID]++
+		if len(req.ChildOutputs) > 0 {
+			s.merged[req.RunUID] = req.ChildOutputs
+		}
 	}
 	s.mu.Unlock()
 
