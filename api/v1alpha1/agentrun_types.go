@@ -525,7 +525,9 @@ type AgentRunStatus struct {
 	FinalOutput *FinalOutputDescriptor `json:"finalOutput,omitempty"`
 
 	// pendingCall is the one call whose intent is journaled and whose
-	// completion is not, if any.
+	// completion is not, if any. While a running run only moves from one
+	// model call to the next, it may lag the journal by up to the
+	// manager's --status-interval (1s by default).
 	// +optional
 	PendingCall *PendingCall `json:"pendingCall,omitempty"`
 
