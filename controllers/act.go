@@ -195,17 +195,23 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	}
 	// An intent already in the journal is issued again there (status would
 	// not be read over it); a fresh one goes there when status may wait.
+	// The step journals it before it calls, so this reconcile waits on
+	// nothing; until then derive folds the copy kept here.
 	inJournal := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
 	if inJournal || (!a.Reissue && f.statusIntent == nil && r.intentMayWait(s)) {
-		if err := r.journals.Append(ctx, run, intent); err != nil {
-			ticket.Release()
-			return err
-		}
+		call.JournalIntent = true
+		r.unjournaled.Put(run.UID, intent)
+		s.aborts = append(s.aborts, func() { r.unjournaled.Take(run.UID) })
 		s.out.journaledIntents++
 	}
 	f.State.Apply(f.Blueprint, intent)
 	s.intents = append(s.intents, stepKey(run, intent.Seq))
-	s.start(ticket, func(ctx context.Context) { r.steps.RunModelCall(ctx, call) })
+	s.start(ticket, func(ctx context.Context) {
+		r.steps.RunModelCall(ctx, call)
+		if call.JournalIntent {
+			r.unjournaled.Take(run.UID)
+		}
+	})
 	if len(res.skipped) > 0 {
 		s.after(func() { r.reportFailover(run, res) })
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
@@ -167,6 +168,9 @@ type AgentRunReconciler struct {
 	// each driven run's last status write.
 	statusInterval time.Duration
 	statusWrites   *perrun.Box[time.Time]
+	// unjournaled holds each run's model-call intent that its step has yet
+	// to journal (see dispatch).
+	unjournaled *perrun.Box[journal.Entry]
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -198,7 +202,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	case d.StatusInterval > 0:
 		r.statusInterval = d.StatusInterval
 	}
-	r.statusWrites = perrun.New[time.Time]()
+	r.statusWrites, r.unjournaled = perrun.New[time.Time](), perrun.New[journal.Entry]()
 	if r.sharded() {
 		if d.RestConfig == nil || d.Sharding.Owns == nil {
 			return nil, errors.New("sharding needs a RestConfig and an Owns function")
@@ -389,4 +393,5 @@ func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID
 	r.pressure.lasted(uid, false, time.Time{})
 	r.failures.take(uid)
 	r.statusWrites.Take(uid)
+	r.unjournaled.Take(uid)
 }

@@ -71,6 +71,9 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 		return nil, err
 	}
 	entries, f.statusIntent = withPendingIntent(entries, run.Status.PendingCall, now)
+	if e, ok := r.unjournaled.Get(run.UID); ok && f.statusIntent == nil {
+		entries, f.statusIntent = withUnjournaled(entries, e)
+	}
 	f.State = journal.Fold(f.Blueprint, entries)
 	f.TitleWanted = f.Blueprint.Agent.Title.Enabled && run.Spec.Depth == 0
 	if err := r.regionFacts(ctx, run, f); err != nil {
@@ -128,6 +131,21 @@ func withPendingIntent(entries []journal.Entry, p *arv1.PendingCall, now time.Ti
 		e.Kind, e.Index, e.Tool, e.Input, e.Effect, e.Server, e.IdempotencyKey = journal.ToolCallRequested, int(p.Index), p.Tool, p.Input, string(p.Effect), p.Server, p.IdempotencyKey
 	}
 	return append(entries[:len(entries):len(entries)], e), &e
+}
+
+// withUnjournaled adds the intent a step is about to journal (dispatch
+// kept it here), when the journal does not hold it yet: after it, or over
+// the unanswered intent it issues again.
+func withUnjournaled(entries []journal.Entry, e journal.Entry) ([]journal.Entry, *journal.Entry) {
+	n := len(entries)
+	switch {
+	case n == 0 || e.Seq > entries[n-1].Seq:
+		return append(entries[:n:n], e), &e
+	case e.Seq == entries[n-1].Seq && entries[n-1].Kind == journal.ModelCallRequested:
+		out := append(entries[:n-1:n-1], e)
+		return out, &e
+	}
+	return entries, nil
 }
 
 // childrenFacts reads the run's children and its depth limits.

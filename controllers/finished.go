@@ -77,6 +77,7 @@ func (r *AgentRunReconciler) forgetFinished(run *arv1.AgentRun) {
 	r.failures.take(run.UID)
 	r.pressure.lasted(run.UID, false, time.Time{})
 	r.statusWrites.Take(run.UID)
+	r.unjournaled.Take(run.UID)
 }
 
 // reconcileFinished settles what a finished run still owes: the fate of

@@ -75,6 +75,17 @@ func (s *scope) start(t *executor.Ticket, fn func(context.Context)) {
 	s.tickets = append(s.tickets, startable{ticket: t, fn: fn})
 }
 
+// unstart gives back the slots reserved for the steps this reconcile
+// would have started, and undoes what was begun for them.
+func (s *scope) unstart() {
+	for _, t := range s.tickets {
+		t.ticket.Release()
+	}
+	for _, fn := range s.aborts {
+		fn()
+	}
+}
+
 // after queues an effect for once status is written.
 func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 
@@ -135,12 +146,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		if !errors.Is(perr, errStatusConflict) {
 			r.failures.put(s.run.UID, perr)
 		}
-		for _, t := range s.tickets {
-			t.ticket.Release()
-		}
-		for _, fn := range s.aborts {
-			fn()
-		}
+		s.unstart()
 		r.unstarted.markAll(s)
 		if errors.Is(perr, errStatusConflict) && err == nil {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
@@ -154,6 +160,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 			kind = "terminal"
 		}
 		metrics.ReconcileErrors.WithLabelValues(kind).Inc()
+		s.unstart()
 		return ctrl.Result{}, err
 	}
 	if !waits {
@@ -162,9 +169,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	if !r.drives(s.run) {
 		// The shard's Lease ended while the status was written: start
 		// nothing; whoever drives the shard now takes the intents up.
-		for _, t := range s.tickets {
-			t.ticket.Release()
-		}
+		s.unstart()
 		return ctrl.Result{}, nil
 	}
 	for _, t := range s.tickets {

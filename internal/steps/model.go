@@ -33,7 +33,10 @@ type ModelCall struct {
 	Agent string
 	// Intent is the call's intent, recorded in status before the call; it
 	// is journaled with the outcome.
-	Intent   journal.Entry
+	Intent journal.Entry
+	// JournalIntent: status does not record the intent (its write waits),
+	// so the step journals it before the call is made.
+	JournalIntent bool
 	Request  providers.Request
 	Provider *providerconfig.Provider
 	// SecretVersion is the credentials Secret's resourceVersion the call
@@ -50,12 +53,23 @@ type ModelCall struct {
 // RunModelCall calls the provider, retrying transient failures with capped
 // exponential backoff and jitter, and journals the answer or the final
 // classified failure together with the intent. A cancelled step (run
-// cancelled, manager stopping) journals nothing: the intent stays pending
-// in status and whoever drives the run next issues it again, counting it
-// as possibly lost.
+// cancelled, manager stopping) journals no outcome: the intent stays
+// pending (in status, or in the journal when the step journaled it first)
+// and whoever drives the run next issues it again, counting it as possibly
+// lost.
 func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 	started, start := time.Now(), rt.Clock.Now()
 	log := logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq)
+	if c.JournalIntent {
+		// On record before the provider sees anything: a call is never
+		// made that a restarted manager could not find.
+		if err := rt.record(ctx, c.Run, nil, c.Intent); err != nil || ctx.Err() != nil {
+			if err != nil {
+				log.Error(err, "Journaling the call's intent failed; the call was not made")
+			}
+			return
+		}
+	}
 	result, callErr := rt.callModel(ctx, c)
 	if ctx.Err() != nil {
 		log.V(1).Info("Step cancelled before completion; its intent stays pending")
