@@ -37,8 +37,8 @@ type ModelCall struct {
 	// JournalIntent: status does not record the intent (its write waits),
 	// so the step journals it before the call is made.
 	JournalIntent bool
-	Request  providers.Request
-	Provider *providerconfig.Provider
+	Request       providers.Request
+	Provider      *providerconfig.Provider
 	// SecretVersion is the credentials Secret's resourceVersion the call
 	// used, so a rejected key is not retried until the Secret changes.
 	SecretVersion string
