@@ -459,17 +459,28 @@ func (r *AgentRunReconciler) emitEvents(run *arv1.AgentRun, before *arv1.AgentRu
 // validator cannot run here.
 func (r *AgentRunReconciler) emitSignalEvents(run *arv1.AgentRun, before *arv1.AgentRunStatus) {
 	st := &run.Status
-	if l := st.LastTransition; l != nil && !reflect.DeepEqual(l, before.LastTransition) {
-		switch l.Condition {
-		case blueprint.CondError, blueprint.CondStuck, blueprint.CondDeadEnd:
-			r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonSignalTransition, "Transition",
-				"Took the %s edge from stage %s to %s: %s", l.Condition, l.From, l.To, l.Reason)
-		}
+	if l := newSignalEdge(before, st); l != nil {
+		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonSignalTransition, "Transition",
+			"Took the %s edge from stage %s to %s: %s", l.Condition, l.From, l.To, l.Reason)
 	}
 	if st.Flags.BrokenScripts && !before.Flags.BrokenScripts {
 		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonValidatorNotRun, "CheckOutput",
 			"The output validator is a Leviath script this operator cannot run; the output was checked against its format and schema only")
 	}
+}
+
+// newSignalEdge is the stage change after took that before did not show,
+// when the runtime took it (an error, stuck or dead_end edge), else nil.
+func newSignalEdge(before, after *arv1.AgentRunStatus) *arv1.StageTransition {
+	l := after.LastTransition
+	if l == nil || reflect.DeepEqual(l, before.LastTransition) {
+		return nil
+	}
+	switch l.Condition {
+	case blueprint.CondError, blueprint.CondStuck, blueprint.CondDeadEnd:
+		return l
+	}
+	return nil
 }
 
 func orNone(s string) string {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 )
 
 // A running run's status is the cost of every step: each write makes the
@@ -58,16 +57,7 @@ func onlyProgress(before, after *arv1.AgentRunStatus) bool {
 	if after.Phase != arv1.PhaseRunning || after.WaitingOn != nil || after.Error != "" || after.FinalOutput != nil || after.Callback != nil {
 		return false
 	}
-	if !reflect.DeepEqual(after.Flags, before.Flags) || !sameConditions(before, after) {
-		return false
-	}
-	if l := after.LastTransition; l != nil && !reflect.DeepEqual(l, before.LastTransition) {
-		switch l.Condition {
-		case blueprint.CondError, blueprint.CondStuck, blueprint.CondDeadEnd:
-			return false
-		}
-	}
-	return true
+	return reflect.DeepEqual(after.Flags, before.Flags) && sameConditions(before, after) && newSignalEdge(before, after) == nil
 }
 
 // sameConditions compares the conditions people and tools read (type,
