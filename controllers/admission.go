@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -12,18 +11,8 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 )
 
-// placeOf is a run's place in line: its tree root's creation, then its own.
-// A child carries its root's in labels set when it was created.
-func placeOf(run *arv1.AgentRun) admission.Place {
-	p := admission.Place{Root: run.CreationTimestamp.Time, RootName: run.Name, Created: run.CreationTimestamp.Time, Name: run.Name}
-	if ns, err := strconv.ParseInt(run.Labels[arv1.LabelRootCreated], 10, 64); err == nil {
-		p.Root, p.RootName = time.Unix(0, ns), run.Labels[arv1.LabelRoot]
-	}
-	return p
-}
-
 func admissionRun(run *arv1.AgentRun) admission.Run {
-	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: placeOf(run)}
+	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: admission.PlaceOf(run)}
 }
 
 // queuedShownAfter is how long a run waits in line before its status says
@@ -56,7 +45,7 @@ func working(runs []arv1.AgentRun) []admission.Run {
 	var line []admission.Run
 	for i := range runs {
 		switch runs[i].Status.Phase {
-		case "", arv1.PhaseStarting, arv1.PhaseRunning:
+		case "", arv1.PhaseQueued, arv1.PhaseStarting, arv1.PhaseRunning:
 			line = append(line, admissionRun(&runs[i]))
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
@@ -119,8 +120,8 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 			Labels: map[string]string{
 				arv1.LabelParent:      labelValue(run.Name),
 				arv1.LabelParentUID:   string(run.UID),
-				arv1.LabelRootCreated: strconv.FormatInt(placeOf(run).Root.UnixNano(), 10),
-				arv1.LabelRoot:        labelValue(placeOf(run).RootName),
+				arv1.LabelRootCreated: strconv.FormatInt(admission.PlaceOf(run).Root.UnixNano(), 10),
+				arv1.LabelRoot:        labelValue(admission.PlaceOf(run).RootName),
 				arv1.LabelItem:        strconv.Itoa(req.Index),
 				arv1.LabelAttempt:     strconv.Itoa(req.Attempt),
 				arv1.LabelChildKind:   string(req.Kind),

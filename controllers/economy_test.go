@@ -205,8 +205,8 @@ func gone(t *testing.T, ns, name string, within time.Duration) {
 
 // TestAdmissionIsFirstComeFirstServed: with 3 active-run slots, 24 runs
 // created in order finish roughly in that order (the first created all
-// finish before the last created), and runs waiting for a slot longer than
-// a moment say so.
+// finish before the last created), every run reads Queued until it is
+// taken up, and runs waiting for a slot longer than a moment say why.
 func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
 	startManagerWith(t, manager.Options{MaxActiveRuns: 3, MaxConcurrentSteps: 3})
 	ns := newNamespace(t)
@@ -216,6 +216,7 @@ func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
 	reasons := watchReasons(t, ns)
 	var mu sync.Mutex
 	var order []string
+	phases := map[string][]arv1.Phase{} // each run's phases as watched, repeats dropped
 	w, err := watchClient(t).Watch(context.Background(), &arv1.AgentRunList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -223,13 +224,18 @@ func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
 	defer w.Stop()
 	go func() {
 		for ev := range w.ResultChan() {
-			if r, ok := ev.Object.(*arv1.AgentRun); ok && r.Status.Phase == arv1.PhaseComplete {
-				mu.Lock()
-				if !slices.Contains(order, r.Name) {
-					order = append(order, r.Name)
-				}
-				mu.Unlock()
+			r, ok := ev.Object.(*arv1.AgentRun)
+			if !ok {
+				continue
 			}
+			mu.Lock()
+			if seen := phases[r.Name]; len(seen) == 0 || seen[len(seen)-1] != r.Status.Phase {
+				phases[r.Name] = append(seen, r.Status.Phase)
+			}
+			if r.Status.Phase == arv1.PhaseComplete && !slices.Contains(order, r.Name) {
+				order = append(order, r.Name)
+			}
+			mu.Unlock()
 		}
 	}()
 	const n = 24
@@ -260,6 +266,15 @@ func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
 	}
 	if !reasons()[arv1.ReasonQueued] {
 		t.Errorf("no run waiting for a slot showed %s; reasons seen %v", arv1.ReasonQueued, reasons())
+	}
+	// Every run reads Queued from its creation (the status default, no
+	// write) until it is taken up, and never again after.
+	for i := range n {
+		name := fmt.Sprintf("r%02d", i)
+		seen := phases[name]
+		if len(seen) < 2 || seen[0] != arv1.PhaseQueued || slices.Contains(seen[1:], arv1.PhaseQueued) || slices.Contains(seen, "") {
+			t.Errorf("%s went through phases %v, want Queued first and only first", name, seen)
+		}
 	}
 	for i := range n {
 		r := getRun(t, ns, fmt.Sprintf("r%02d", i))

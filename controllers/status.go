@@ -125,8 +125,8 @@ func projectQueued(s *scope) {
 	if st.StartedAt == nil {
 		st.StartedAt = &t
 	}
-	if st.Phase == "" {
-		st.Phase, st.LastProgressAt = arv1.PhaseStarting, &t
+	if st.Phase.IsUnstarted() {
+		st.Phase, st.LastProgressAt = arv1.PhaseQueued, &t
 	}
 	st.Driver = s.driver
 	setConditions(s.run, conditionInputs{queued: true})
@@ -443,7 +443,8 @@ func (r *AgentRunReconciler) emitEvents(run *arv1.AgentRun, before *arv1.AgentRu
 		r.recorder.Eventf(run, nil, typ, string(w.Reason), "Park", "Waiting on %s: %s", w.Summary, waitMessage(w))
 	}
 	r.emitSignalEvents(run, before)
-	if before.Phase == st.Phase || st.Phase == arv1.PhaseRunning || st.Phase == arv1.PhaseStarting || st.Phase == arv1.PhaseWaitingInput {
+	switch st.Phase {
+	case before.Phase, arv1.PhaseQueued, arv1.PhaseStarting, arv1.PhaseRunning, arv1.PhaseWaitingInput:
 		return
 	}
 	typ, msg := corev1.EventTypeNormal, fmt.Sprintf("Phase changed from %s to %s", orNone(string(before.Phase)), st.Phase)

@@ -376,11 +376,12 @@ type Budgets struct {
 type AgentRunStatus struct {
 	// observedGeneration is the spec generation this status describes.
 	// -1 until the controller has seen the run, so a fresh object never
-	// reads as current.
+	// reads as current (and phase reads Queued).
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// phase is where the run stands, in Leviath's eight statuses.
+	// phase is where the run stands, in Leviath's eight statuses, or Queued
+	// while the run waits in line to be taken up.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
@@ -621,12 +622,17 @@ const (
 )
 
 // Phase is the run's status, in Leviath's eight words (CamelCase per API
-// conventions).
-// +kubebuilder:validation:Enum=Starting;Running;WaitingInput;Paused;Complete;CompleteInteractive;Error;Cancelled
+// conventions), plus Queued for a run not yet taken up.
+// +kubebuilder:validation:Enum=Queued;Starting;Running;WaitingInput;Paused;Complete;CompleteInteractive;Error;Cancelled
 type Phase string
 
 // Phases.
 const (
+	// PhaseQueued: created, not yet taken up; it waits in line for an
+	// active-run slot. The API server fills it in (the status default) for
+	// a run the controller has not written yet, so showing a burst's waiting
+	// runs as queued costs no write.
+	PhaseQueued Phase = "Queued"
 	// PhaseStarting: accepted, no model call made yet.
 	PhaseStarting Phase = "Starting"
 	// PhaseRunning: calling a model or tool, or changing stage.
@@ -650,6 +656,10 @@ const (
 func (p Phase) IsTerminal() bool {
 	return p == PhaseComplete || p == PhaseError || p == PhaseCancelled
 }
+
+// IsUnstarted reports whether the controller has not taken the run up yet:
+// Queued, or empty where no API server defaulted it (a fake client).
+func (p Phase) IsUnstarted() bool { return p == "" || p == PhaseQueued }
 
 // WaitReason names why a parked run waits.
 // +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal
@@ -1174,7 +1184,7 @@ type AgentRun struct {
 
 	// status is the run record, written by the controller.
 	// +optional
-	// +kubebuilder:default={"observedGeneration":-1}
+	// +kubebuilder:default={"observedGeneration":-1,"phase":"Queued"}
 	Status AgentRunStatus `json:"status,omitzero"`
 }
 

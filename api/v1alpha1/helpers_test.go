@@ -72,7 +72,7 @@ func TestNeedsAPerson(t *testing.T) {
 
 func TestPhaseIsTerminal(t *testing.T) {
 	want := map[arv1.Phase]bool{
-		arv1.PhaseStarting: false, arv1.PhaseRunning: false, arv1.PhaseWaitingInput: false,
+		arv1.PhaseQueued: false, arv1.PhaseStarting: false, arv1.PhaseRunning: false, arv1.PhaseWaitingInput: false,
 		arv1.PhasePaused: false, arv1.PhaseCompleteInteractive: false,
 		arv1.PhaseComplete: true, arv1.PhaseError: true, arv1.PhaseCancelled: true,
 		"": false,
@@ -80,6 +80,10 @@ func TestPhaseIsTerminal(t *testing.T) {
 	for p, w := range want {
 		if got := p.IsTerminal(); got != w {
 			t.Errorf("Phase(%q).IsTerminal() = %v, want %v", p, got, w)
+		}
+		// Only a run never taken up is unstarted.
+		if got, w := p.IsUnstarted(), p == "" || p == arv1.PhaseQueued; got != w {
+			t.Errorf("Phase(%q).IsUnstarted() = %v, want %v", p, got, w)
 		}
 	}
 }

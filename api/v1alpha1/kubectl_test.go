@@ -83,6 +83,7 @@ type kubectlRun struct {
 	wantCells map[string]string // exact cells, by header
 	lastMoved *time.Time        // expected LAST MOVED source, nil for blank
 	wideCells map[string]string // TITLE, MODEL, PARENT
+	unwritten bool              // no status write: the CRD default shows
 }
 
 func TestKubectlGetColumns(t *testing.T) {
@@ -151,15 +152,26 @@ func TestKubectlGetColumns(t *testing.T) {
 			lastMoved: &twoHoursAgo,
 			wideCells: map[string]string{"TITLE": "Review the payment retry change", "MODEL": "openai/gpt-5", "PARENT": ""},
 		},
+		{
+			// Never written by a controller: the status default says it
+			// waits in line, at no write's cost.
+			name: "waiting", spec: spec("researcher"), unwritten: true,
+			wantCells: map[string]string{"AGENT": "researcher", "PHASE": "Queued", "WAITING": "",
+				"STAGE": "", "TOKENS": "", "COST": ""},
+			wideCells: map[string]string{"TITLE": "", "MODEL": "", "PARENT": ""},
+		},
 	}
 	created := map[string]time.Time{}
 	for _, r := range runs {
 		run := createRun(t, ns, r.name, r.spec)
+		created[r.name] = run.CreationTimestamp.Time
+		if r.unwritten {
+			continue
+		}
 		run.Status = r.status
 		if err := k8sClient.Status().Update(ctx, run); err != nil {
 			t.Fatalf("status of %s: %v", r.name, err)
 		}
-		created[r.name] = run.CreationTimestamp.Time
 	}
 
 	// dateCell is the set of renderings acceptable for a date column: the

@@ -221,13 +221,13 @@ func TestStatusRoundTrip(t *testing.T) {
 	schema := crdSchema(t)
 	now := time.Now()
 
-	t.Run("fresh run defaults observedGeneration to -1", func(t *testing.T) {
+	t.Run("fresh run defaults observedGeneration to -1 and phase to Queued", func(t *testing.T) {
 		run := createRun(t, ns, "fresh", validSpec())
 		got := &arv1.AgentRun{}
 		if err := k8sClient.Get(testCtx(t), client.ObjectKeyFromObject(run), got); err != nil {
 			t.Fatal(err)
 		}
-		want := arv1.AgentRunStatus{ObservedGeneration: -1}
+		want := arv1.AgentRunStatus{ObservedGeneration: -1, Phase: arv1.PhaseQueued}
 		if !equality.Semantic.DeepEqual(got.Status, want) {
 			t.Fatalf("fresh status = %s, want %s", mustJSON(got.Status), mustJSON(want))
 		}
@@ -235,7 +235,7 @@ func TestStatusRoundTrip(t *testing.T) {
 
 	t.Run("phases", func(t *testing.T) {
 		phases := []arv1.Phase{
-			arv1.PhaseStarting, arv1.PhaseRunning, arv1.PhaseWaitingInput, arv1.PhasePaused,
+			arv1.PhaseQueued, arv1.PhaseStarting, arv1.PhaseRunning, arv1.PhaseWaitingInput, arv1.PhasePaused,
 			arv1.PhaseComplete, arv1.PhaseCompleteInteractive, arv1.PhaseError, arv1.PhaseCancelled,
 		}
 		var names []string

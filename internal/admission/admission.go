@@ -12,10 +12,13 @@ package admission
 
 import (
 	"container/heap"
+	"strconv"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
 
 // Run is what admission knows of a run.
@@ -35,6 +38,16 @@ type Place struct {
 	// Created is when the run itself was created; Name breaks ties.
 	Created time.Time
 	Name    string
+}
+
+// PlaceOf is a run's place in line: its tree root's creation, then its
+// own. A child carries its root's in labels set when it was created.
+func PlaceOf(run *arv1.AgentRun) Place {
+	p := Place{Root: run.CreationTimestamp.Time, RootName: run.Name, Created: run.CreationTimestamp.Time, Name: run.Name}
+	if ns, err := strconv.ParseInt(run.Labels[arv1.LabelRootCreated], 10, 64); err == nil {
+		p.Root, p.RootName = time.Unix(0, ns), run.Labels[arv1.LabelRoot]
+	}
+	return p
 }
 
 // Before reports whether p goes ahead of q.

@@ -239,8 +239,8 @@ func collectRuns(ch chan<- prometheus.Metric, reader client.Reader, now time.Tim
 		st := &runs.Items[i].Status
 		ns := runs.Items[i].Namespace
 		phase := string(st.Phase)
-		if phase == "" {
-			phase = "Pending"
+		if phase == "" { // read without the CRD's status default (a fake client)
+			phase = string(arv1.PhaseQueued)
 		}
 		phases[key{ns, phase, ""}]++
 		w := st.WaitingOn

@@ -86,7 +86,7 @@ func TestStateGauges(t *testing.T) {
 		"agentrun_runs_waiting_oldest_seconds{namespace=a,needs_a_person=true,reason=NeedsSetup}":       600,
 		"agentrun_runs_waiting_oldest_seconds{namespace=b,needs_a_person=false,reason=Sleeping}":        30,
 		"agentrun_runs_waiting{namespace=a,needs_a_person=true,reason=InteractionPoint}":                2,
-		"agentrun_runs{namespace=b,phase=Pending}":                                                      1,
+		"agentrun_runs{namespace=b,phase=Queued}":                                                       1,
 		"agentrun_executor_slots{state=busy}":                                                           4,
 		"agentrun_executor_slots{state=total}":                                                          4,
 		"agentrun_executor_waiting_runs{}":                                                              3,

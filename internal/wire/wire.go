@@ -85,8 +85,8 @@ const ReasonCancelled = "cancelled"
 //   - phase WaitingInput without waitingOn (a record the controller has not
 //     explained yet): {"state":"suspended","reason":"WaitingInput",
 //     "input_schema":{}}.
-//   - phase empty (the controller has not seen the run) or Starting with no
-//     call made or pending: {"state":"not_started"}.
+//   - phase Queued or empty (the controller has not taken the run up) or
+//     Starting with no call made or pending: {"state":"not_started"}.
 //   - phase Starting or Running with a pending call: {"state":"awaiting_model"}
 //     or {"state":"awaiting_tool"} by status.pendingCall.kind.
 //   - phase Starting or Running otherwise: {"state":"running"}.
@@ -112,7 +112,7 @@ func Status(run *arv1.AgentRun, now time.Time) Object {
 	switch st.Phase {
 	case arv1.PhaseWaitingInput:
 		return suspended(string(arv1.PhaseWaitingInput), Object{})
-	case "":
+	case "", arv1.PhaseQueued:
 		return Object{{"state", StateNotStarted}}
 	}
 	if pc := st.PendingCall; pc != nil {

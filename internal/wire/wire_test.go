@@ -50,6 +50,8 @@ func TestStatus(t *testing.T) {
 	}{
 		{"unseen by the controller", arv1.AgentRunStatus{}, now,
 			`{"state":"not_started"}`},
+		{"queued (the CRD's status default)", arv1.AgentRunStatus{ObservedGeneration: -1, Phase: arv1.PhaseQueued}, now,
+			`{"state":"not_started"}`},
 		{"starting, no call yet", arv1.AgentRunStatus{Phase: arv1.PhaseStarting}, now,
 			`{"state":"not_started"}`},
 		{"starting, model call pending", arv1.AgentRunStatus{Phase: arv1.PhaseStarting,
