@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
@@ -93,6 +94,7 @@ func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, 
 			needing++
 		}
 	}
+	markLine(order, objs)
 	var roots []*psNode
 	for _, n := range order {
 		if p, ok := nodes[key(n.row.Namespace, n.row.Parent)]; ok && n.row.Parent != "" && p != n {
@@ -164,6 +166,30 @@ func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, 
 	}
 	_, err := fmt.Fprintf(w, "\n%s\n", Footer(needing))
 	return err
+}
+
+// markLine fills the WAITING cell of each run still in line (phase Queued,
+// not parked) with how many listed runs are ahead of it, in admission's
+// order (tree root's creation, then the run's own). Counting the listing
+// costs nothing: the manager writes no position. Among namespaces the
+// manager also shares slots fairly, so across a -A listing the count is
+// the creation-order line, not a promise.
+func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun) {
+	var line []*psNode
+	for _, n := range order {
+		if r := objs[n]; r.Status.Phase.IsUnstarted() && r.Status.WaitingOn == nil && r.DeletionTimestamp == nil {
+			line = append(line, n)
+		}
+	}
+	sort.SliceStable(line, func(i, j int) bool {
+		return admission.PlaceOf(objs[line[i]]).Before(admission.PlaceOf(objs[line[j]]))
+	})
+	for i, n := range line {
+		n.row.Waiting = "next in line"
+		if i > 0 {
+			n.row.Waiting = strconv.Itoa(i) + " ahead in line"
+		}
+	}
 }
 
 // Footer is the listing's last line: how many runs need an answer.

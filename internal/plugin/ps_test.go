@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +102,9 @@ func fixtureRuns() []arv1.AgentRun {
 		UpdatedAt:      ago(1 * time.Minute),
 		LastProgressAt: ago(1 * time.Minute),
 	})
-	fresh := mk("team-a", "just-created", 5*time.Second, arv1.AgentRunStatus{})
+	// Not taken up yet: the API server's status default reads Queued.
+	fresh := mk("team-a", "just-created", 5*time.Second, arv1.AgentRunStatus{ObservedGeneration: -1, Phase: arv1.PhaseQueued})
+	fresher := mk("team-a", "just-created-2", 2*time.Second, arv1.AgentRunStatus{ObservedGeneration: -1, Phase: arv1.PhaseQueued})
 	sleeping := mk("team-b", "nightly", 3*time.Hour, arv1.AgentRunStatus{
 		Phase: arv1.PhaseWaitingInput,
 		WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitSleeping, Summary: "Sleeping until 2026-03-01T13:00:00Z",
@@ -108,7 +113,7 @@ func fixtureRuns() []arv1.AgentRun {
 		LastProgressAt: ago(2 * time.Hour),
 	})
 	// Deliberately not in display order.
-	return []arv1.AgentRun{done, childA, fresh, setup, grandchild, unknown, parent, sleeping, childB}
+	return []arv1.AgentRun{done, childA, fresher, fresh, setup, grandchild, unknown, parent, sleeping, childB}
 }
 
 func inNamespace(runs []arv1.AgentRun, ns string) []arv1.AgentRun {
@@ -172,12 +177,49 @@ func TestPsOrder(t *testing.T) {
 	// 30m old, before survey, 2h old, which holds survey-item-2); within
 	// survey the child needing a person before its newer sibling; then the
 	// rest newest first.
-	want := []string{"triage", "survey", "survey-item-2", "survey-item-2-check", "survey-item-1", "just-created", "local-model", "changelog"}
+	want := []string{"triage", "survey", "survey-item-2", "survey-item-2-check", "survey-item-1", "just-created-2", "just-created", "local-model", "changelog"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("order = %v, want %v\n%s", names, want, buf.String())
 	}
 	if last := lines[len(lines)-1]; last != "2 runs need an answer" {
 		t.Errorf("footer = %q", last)
+	}
+}
+
+// Runs still in line show how many listed runs are ahead of them, in
+// admission's order: a child queues with its tree root's place, and a
+// parked or started run is not in line.
+func TestPsShowsThePlaceInLine(t *testing.T) {
+	mk := func(name string, age time.Duration, st arv1.AgentRunStatus, labels map[string]string) arv1.AgentRun {
+		return arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: name, CreationTimestamp: *ago(age), Labels: labels}, Status: st}
+	}
+	queued := arv1.AgentRunStatus{ObservedGeneration: -1, Phase: arv1.PhaseQueued}
+	runs := []arv1.AgentRun{
+		mk("late", 1*time.Second, queued, nil),
+		mk("early", 30*time.Second, queued, nil),
+		// Created last, but its tree's root was created an hour ago.
+		mk("old-tree-worker", 0, queued, map[string]string{
+			arv1.LabelRoot: "old-tree", arv1.LabelRootCreated: strconv.FormatInt(fixedNow.Add(-time.Hour).UnixNano(), 10)}),
+		mk("working", 2*time.Minute, arv1.AgentRunStatus{Phase: arv1.PhaseRunning}, nil),
+		mk("unset", 10*time.Second, arv1.AgentRunStatus{}, nil),
+		mk("parked", time.Minute, arv1.AgentRunStatus{WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitSleeping, Summary: "Sleeping"}}, nil),
+	}
+	var buf bytes.Buffer
+	if err := RenderPs(&buf, runs, fixedNow, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	waiting := map[string]string{}
+	for _, l := range strings.Split(buf.String(), "\n")[1:] {
+		if cells := regexp.MustCompile(`\s{3,}`).Split(strings.TrimSpace(l), -1); len(cells) > 2 {
+			waiting[cells[0]] = cells[2]
+		}
+	}
+	want := map[string]string{
+		"old-tree-worker": "next in line", "early": "1 ahead in line", "unset": "2 ahead in line", "late": "3 ahead in line",
+		"working": "-", "parked": "Sleeping",
+	}
+	if !maps.Equal(waiting, want) {
+		t.Errorf("WAITING cells = %v, want %v\n%s", waiting, want, buf.String())
 	}
 }
 
