@@ -72,6 +72,10 @@ type BatchResult struct {
 	// ModelCalls their last status.usage.modelCalls.
 	Phases     map[arv1.Phase]int
 	ModelCalls map[int64]int
+	// FirstPhases counts the runs' phase when the watch first showed them
+	// (their creation, for a watch started before it): a run in line reads
+	// Queued from the start.
+	FirstPhases map[arv1.Phase]int
 	// Left is the objects in the namespace at the end minus those before
 	// the first create (the batch's own AgentRuns not counted).
 	Left ObjectCounts
@@ -179,6 +183,8 @@ type runWatch struct {
 	reached map[string]time.Time
 	last    map[string]*arv1.AgentRun
 	failed  *arv1.AgentRun
+	// firstPhase is each run's phase when the watch first showed it.
+	firstPhase map[string]arv1.Phase
 }
 
 // RunBatch creates the batch's runs and follows them through a watch of
@@ -202,7 +208,7 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	defer cancel()
 	res := &BatchResult{Batch: b}
 
-	w := &runWatch{want: map[string]bool{}, until: b.Until, reached: map[string]time.Time{}, last: map[string]*arv1.AgentRun{}}
+	w := &runWatch{want: map[string]bool{}, until: b.Until, reached: map[string]time.Time{}, last: map[string]*arv1.AgentRun{}, firstPhase: map[string]arv1.Phase{}}
 	for i := range b.N {
 		w.want[RunName(b.Prefix, i)] = true
 	}
@@ -302,7 +308,10 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 			return nil, err
 		}
 	}
-	res.Phases, res.ModelCalls = map[arv1.Phase]int{}, map[int64]int{}
+	res.Phases, res.ModelCalls, res.FirstPhases = map[arv1.Phase]int{}, map[int64]int{}, map[arv1.Phase]int{}
+	for _, p := range w.firstPhase {
+		res.FirstPhases[p]++
+	}
 	for _, r := range w.last {
 		res.Phases[r.Status.Phase]++
 		res.ModelCalls[int64(r.Status.Usage.ModelCalls)]++
@@ -352,6 +361,9 @@ func (w *runWatch) observe(ev watch.Event, at time.Time) error {
 		return nil
 	}
 	w.last[r.Name] = r
+	if _, seen := w.firstPhase[r.Name]; !seen {
+		w.firstPhase[r.Name] = r.Status.Phase
+	}
 	if _, done := w.reached[r.Name]; done {
 		return nil
 	}

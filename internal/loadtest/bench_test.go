@@ -3,9 +3,11 @@ package loadtest_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -218,12 +220,26 @@ func describeBatch(r *report, label string, res *loadtest.BatchResult, idle floa
 		left = append(left, fmt.Sprintf("%s %.2f", k, res.LeftPerRun(k)))
 	}
 	r.row(label+": left per run", "%s", strings.Join(left, ", "))
+	r.row(label+": first phase seen", "%s (each run's phase in the watch's first sight of it)", phaseCounts(res.FirstPhases))
 	h := res.Reconcile
 	r.row(label+": reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms, mean %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Sum/math.Max(h.Count, 1)))
 	r.row(label+": CPU", "%s", res.CPU.PerRun(res.N))
 	r.row(label+": API requests", "%s per run", res.Requests.PerRun(res.N))
 	r.row(label+": manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 	r.row(label+": one run's JSON", "%d bytes, %d without managedFields", res.Size.JSON, res.Size.WithoutManagedFields)
+}
+
+// phaseCounts renders phase counts in a fixed order, "none" for no phase.
+func phaseCounts(counts map[arv1.Phase]int) string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(counts)) {
+		name := string(p)
+		if p == "" {
+			name = "none"
+		}
+		out = append(out, fmt.Sprintf("%s %d", name, counts[p]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // BenchmarkRunEconomy300: a bare client's ceiling and the operator, side by
@@ -314,6 +330,7 @@ func BenchmarkBurst10k(b *testing.B) {
 		r.metric(secs(burst.Half()), "half_s")
 		r.metric(secs(burst.All()), "all_s")
 		r.metric(burst.WritesPerRun(), "writes/run")
+		r.metric(float64(burst.FirstPhases[arv1.PhaseQueued]), "first_seen_queued")
 		r.metric(objectsPerRun(burst), "objects/run")
 		r.metric(loadtest.MiB(burst.Memory.RSS), "rss_MiB")
 		r.metric(loadtest.MiB(burst.Memory.HWM), "hwm_MiB")
