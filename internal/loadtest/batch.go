@@ -237,7 +237,9 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	res.FirstCreate = time.Now()
 	cpu0 := CPUNow(b.Manager)
 	if b.ProfileTo != "" {
-		go c.profileAPIServer(ctx, b.ProfileTo, b.ProfileFor)
+		// Not cancelled with the batch: a profile longer than the batch
+		// still arrives.
+		go c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
 	}
 	req0, err := c.APIRequests(ctx)
 	if err != nil {
