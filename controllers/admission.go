@@ -44,8 +44,7 @@ func (r *AgentRunReconciler) seedAdmission(ctx context.Context) {
 func working(runs []arv1.AgentRun) []admission.Run {
 	var line []admission.Run
 	for i := range runs {
-		switch runs[i].Status.Phase {
-		case "", arv1.PhaseQueued, arv1.PhaseStarting, arv1.PhaseRunning:
+		if p := runs[i].Status.Phase; p.IsUnstarted() || p == arv1.PhaseStarting || p == arv1.PhaseRunning {
 			line = append(line, admissionRun(&runs[i]))
 		}
 	}

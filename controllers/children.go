@@ -114,14 +114,15 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 	default:
 		return nil, fmt.Errorf("unknown child kind %q", req.Kind)
 	}
+	place := admission.PlaceOf(run)
 	child := &arv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: run.Namespace,
 			Labels: map[string]string{
 				arv1.LabelParent:      labelValue(run.Name),
 				arv1.LabelParentUID:   string(run.UID),
-				arv1.LabelRootCreated: strconv.FormatInt(admission.PlaceOf(run).Root.UnixNano(), 10),
-				arv1.LabelRoot:        labelValue(admission.PlaceOf(run).RootName),
+				arv1.LabelRootCreated: strconv.FormatInt(place.Root.UnixNano(), 10),
+				arv1.LabelRoot:        labelValue(place.RootName),
 				arv1.LabelItem:        strconv.Itoa(req.Index),
 				arv1.LabelAttempt:     strconv.Itoa(req.Attempt),
 				arv1.LabelChildKind:   string(req.Kind),

@@ -81,8 +81,15 @@ func TestPhaseIsTerminal(t *testing.T) {
 		if got := p.IsTerminal(); got != w {
 			t.Errorf("Phase(%q).IsTerminal() = %v, want %v", p, got, w)
 		}
-		// Only a run never taken up is unstarted.
-		if got, w := p.IsUnstarted(), p == "" || p == arv1.PhaseQueued; got != w {
+	}
+	// Only a run never taken up is unstarted.
+	unstarted := map[arv1.Phase]bool{
+		"": true, arv1.PhaseQueued: true,
+		arv1.PhaseStarting: false, arv1.PhaseRunning: false, arv1.PhaseWaitingInput: false, arv1.PhasePaused: false,
+		arv1.PhaseCompleteInteractive: false, arv1.PhaseComplete: false, arv1.PhaseError: false, arv1.PhaseCancelled: false,
+	}
+	for p, w := range unstarted {
+		if got := p.IsUnstarted(); got != w {
 			t.Errorf("Phase(%q).IsUnstarted() = %v, want %v", p, got, w)
 		}
 	}

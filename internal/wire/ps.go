@@ -19,7 +19,8 @@ type PsRow struct {
 	// Parent is the name of the run that owns this one in the same
 	// namespace (ParentOf), "" for a top-level run.
 	Parent string
-	// Phase is status.phase, Empty before the controller has seen the run.
+	// Phase is status.phase (Queued before the controller has taken the run
+	// up), Empty where no phase was read at all.
 	Phase string
 	// Waiting is status.waitingOn.summary (the reason when the summary is
 	// empty), Empty while not parked.
