@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint/tomlpos"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 )
 
 // DefaultConfigMapName is used when a run does not name a provider config.
@@ -57,6 +58,11 @@ type Provider struct {
 	TimeoutSeconds int
 	// Rates maps a model to its rate card.
 	Rates map[string]RateCard
+	// Limits are the provider's limits for each of its models, the
+	// defaults for models without an override.
+	Limits ratelimit.Limits
+	// ModelLimits holds the models with a limits table, merged with Limits.
+	ModelLimits map[string]ratelimit.Limits
 }
 
 // SecretKeyRef names one key of a Secret in the run's namespace.
@@ -99,6 +105,16 @@ type rawProvider struct {
 	Models         []string           `toml:"models"`
 	TimeoutSeconds int                `toml:"timeout_seconds"`
 	Rates          map[string]rawRate `toml:"rates"`
+	rawLimits
+	Limits map[string]rawLimits `toml:"limits"`
+}
+
+// rawLimits keeps pointers so an override can tell an explicit 0
+// (unbounded for this model) from a field it leaves to the provider.
+type rawLimits struct {
+	MaxConcurrent     *int   `toml:"max_concurrent"`
+	RequestsPerMinute *int   `toml:"requests_per_minute"`
+	TokensPerMinute   *int64 `toml:"tokens_per_minute"`
 }
 
 type rawSecretRef struct {
@@ -235,7 +251,60 @@ func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 		}
 		prov.Rates[m] = rc
 	}
+	lim, err := p.limits(r.rawLimits, ratelimit.Limits{}, func(key string) int { return at(key) }, fail)
+	if err != nil {
+		return nil, err
+	}
+	prov.Limits = lim
+	models = models[:0]
+	for m := range r.Limits {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		// A limit on a model the provider does not list is most likely a
+		// typo, which would otherwise silently leave the model unlimited.
+		if !slices.Contains(r.Models, m) {
+			return nil, fail(at("limits", m), "limits for model %q, which is not in models", m)
+		}
+		ml, err := p.limits(r.Limits[m], prov.Limits,
+			func(key string) int { return at("limits", m, key) },
+			func(line int, format string, args ...any) *ParseError {
+				return fail(line, "model %q: %s", m, fmt.Sprintf(format, args...))
+			})
+		if err != nil {
+			return nil, err
+		}
+		if prov.ModelLimits == nil {
+			prov.ModelLimits = map[string]ratelimit.Limits{}
+		}
+		prov.ModelLimits[m] = ml
+	}
 	return prov, nil
+}
+
+// limits overrides base with the fields r sets; 0 means unbounded.
+func (p *parser) limits(r rawLimits, base ratelimit.Limits, at func(key string) int, fail func(int, string, ...any) *ParseError) (ratelimit.Limits, *ParseError) {
+	l := base
+	if v := r.MaxConcurrent; v != nil {
+		if *v < 0 {
+			return l, fail(at("max_concurrent"), "max_concurrent must be >= 0, got %d", *v)
+		}
+		l.MaxConcurrent = *v
+	}
+	if v := r.RequestsPerMinute; v != nil {
+		if *v < 0 {
+			return l, fail(at("requests_per_minute"), "requests_per_minute must be >= 0, got %d", *v)
+		}
+		l.RequestsPerMinute = *v
+	}
+	if v := r.TokensPerMinute; v != nil {
+		if *v < 0 {
+			return l, fail(at("tokens_per_minute"), "tokens_per_minute must be >= 0, got %d", *v)
+		}
+		l.TokensPerMinute = *v
+	}
+	return l, nil
 }
 
 func (p *parser) rateCard(provider, model string, r rawRate) (RateCard, *ParseError) {
@@ -335,6 +404,16 @@ func (c *Config) ordered() []*Provider {
 		}
 	}
 	return out
+}
+
+// LimitsFor returns the rate limits of one model of the provider: its
+// override if it has one, else the provider's defaults. Zero fields are
+// unbounded.
+func (p *Provider) LimitsFor(model string) ratelimit.Limits {
+	if l, ok := p.ModelLimits[model]; ok {
+		return l
+	}
+	return p.Limits
 }
 
 // Price is the exact cost of one call to model, rounded once to a whole

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 )
 
 const fullConfig = `default_provider = "openai"
@@ -124,6 +125,15 @@ func TestParseErrors(t *testing.T) {
 		{"unknown default_provider", map[string]string{DataKey: "default_provider = \"x\"\n" + openai}, 1, `default_provider "x" is not a declared provider`},
 		{"unknown fallback", map[string]string{DataKey: "fallback_order = [\"openai\", \"x\"]\n" + openai}, 1, `fallback_order: "x"`},
 		{"duplicate fallback", map[string]string{DataKey: "fallback_order = [\"openai\", \"openai\"]\n" + openai}, 1, "listed twice"},
+		{"negative max_concurrent", map[string]string{DataKey: openai + "max_concurrent = -1\n"}, 4, `provider "openai": max_concurrent must be >= 0, got -1`},
+		{"negative requests_per_minute", map[string]string{DataKey: openai + "models = [\"m\"]\nrequests_per_minute = -5\n"}, 5, "requests_per_minute must be >= 0, got -5"},
+		{"negative tokens_per_minute", map[string]string{DataKey: openai + "tokens_per_minute = -100\n"}, 4, "tokens_per_minute must be >= 0, got -100"},
+		{"float limit", map[string]string{DataKey: openai + "requests_per_minute = 1.5\n"}, 4, "incompatible types"},
+		{"string limit", map[string]string{DataKey: openai + "tokens_per_minute = \"1000\"\n"}, 4, `"providers.openai.tokens_per_minute"`},
+		{"limits for unlisted model", map[string]string{DataKey: openai + "models = [\"m\"]\n[providers.openai.limits.\"gpt-4o\"]\nrequests_per_minute = 5\n"}, 5, `limits for model "gpt-4o", which is not in models`},
+		{"limits without models", map[string]string{DataKey: openai + "[providers.openai.limits.m]\nmax_concurrent = 1\n"}, 4, `limits for model "m"`},
+		{"negative model limit", map[string]string{DataKey: openai + "models = [\"m\"]\n[providers.openai.limits.m]\nmax_concurrent = 2\ntokens_per_minute = -1\n"}, 7, `provider "openai": model "m": tokens_per_minute must be >= 0, got -1`},
+		{"unknown limits key", map[string]string{DataKey: openai + "models = [\"m\"]\n[providers.openai.limits.m]\nrpm = 1\n"}, 6, `unknown key "providers.openai.limits.m.rpm"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -250,5 +260,64 @@ func TestPrice(t *testing.T) {
 	// Cached defaults to the prompt rate: 10 cached at $1/M = 0.00001.
 	if got, _ := demo.Price("scripted-1", Usage{Cached: 10}); got.String() != "0.00001" {
 		t.Errorf("default cached rate: %s", got)
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	// The full config declares no limits: everything is unbounded.
+	cfg := mustParse(t, fullConfig)
+	for _, p := range cfg.Providers {
+		if !p.Limits.IsZero() || p.ModelLimits != nil || !p.LimitsFor("gpt-4o-mini").IsZero() {
+			t.Errorf("%s: limits %+v %+v without limit keys", p.Name, p.Limits, p.ModelLimits)
+		}
+	}
+
+	cfg = mustParse(t, `[providers.openai]
+type = "openai"
+api_key_secret = { name = "s", key = "k" }
+models = ["gpt-4o-mini", "gpt-4o", "o1", "local"]
+max_concurrent = 100
+requests_per_minute = 500
+tokens_per_minute = 200000
+[providers.openai.limits."gpt-4o-mini"]
+requests_per_minute = 5000
+tokens_per_minute = 2000000
+[providers.openai.limits.o1]
+max_concurrent = 2
+[providers.openai.limits.local]
+requests_per_minute = 0   # explicitly unbounded for this model
+[providers.anthropic]
+type = "anthropic"
+api_key_secret = { name = "s", key = "k" }
+models = ["claude"]
+[providers.anthropic.limits.claude]
+tokens_per_minute = 40000
+`)
+	openai, _ := cfg.Provider("openai")
+	def := ratelimit.Limits{MaxConcurrent: 100, RequestsPerMinute: 500, TokensPerMinute: 200000}
+	if openai.Limits != def {
+		t.Errorf("provider limits %+v", openai.Limits)
+	}
+	want := map[string]ratelimit.Limits{
+		"gpt-4o-mini": {MaxConcurrent: 100, RequestsPerMinute: 5000, TokensPerMinute: 2000000},
+		"o1":          {MaxConcurrent: 2, RequestsPerMinute: 500, TokensPerMinute: 200000},
+		"local":       {MaxConcurrent: 100, TokensPerMinute: 200000},
+	}
+	if !reflect.DeepEqual(openai.ModelLimits, want) {
+		t.Errorf("model limits %+v", openai.ModelLimits)
+	}
+	for model, w := range map[string]ratelimit.Limits{
+		"gpt-4o-mini": want["gpt-4o-mini"],
+		"o1":          want["o1"],
+		"gpt-4o":      def, // no override: the provider's defaults
+		"unlisted":    def, // "openai/unlisted" resolves too, with the defaults
+	} {
+		if got := openai.LimitsFor(model); got != w {
+			t.Errorf("LimitsFor(%q) = %+v, want %+v", model, got, w)
+		}
+	}
+	anthropic, _ := cfg.Provider("anthropic")
+	if !anthropic.Limits.IsZero() || anthropic.LimitsFor("claude") != (ratelimit.Limits{TokensPerMinute: 40000}) || !anthropic.LimitsFor("other").IsZero() {
+		t.Errorf("anthropic limits %+v %+v", anthropic.Limits, anthropic.ModelLimits)
 	}
 }
