@@ -110,7 +110,7 @@ func anthropicError(ctx context.Context, err error, httpRes *http.Response, key 
 	var apiErr *anthropic.Error
 	switch {
 	case errors.As(err, &apiErr):
-		f := apiFailure{status: apiErr.StatusCode, kind: string(apiErr.Type()), message: apiErr.Message}
+		f := apiFailure{status: apiErr.StatusCode, kind: string(apiErr.Type()), message: apiErr.Message, header: responseHeader(apiErr.Response, httpRes)}
 		if f.message == "" && apiErr.Response != nil {
 			f = failureFromBody(apiErr.Response)
 		}

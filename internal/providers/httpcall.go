@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
@@ -204,6 +205,9 @@ type apiFailure struct {
 	// kind is the provider's machine-readable error type or code.
 	kind    string
 	message string
+	// header is the response's headers (nil when unknown), for the wait
+	// the provider asks for.
+	header http.Header
 }
 
 // credits reports whether the failure says the account is out of credit or
@@ -240,8 +244,33 @@ func (f apiFailure) classify(key string) *Error {
 		}
 		return &Error{Class: journal.FailCredits, Status: f.status, Message: msg}
 	}
-	class, _ := ClassifyStatus(f.status)
-	return &Error{Class: class, Status: f.status, Message: msg}
+	class, retryable := ClassifyStatus(f.status)
+	e := &Error{Class: class, Status: f.status, Message: msg, RateLimited: f.rateLimited()}
+	if retryable {
+		now := time.Now()
+		if e.RateLimited {
+			e.RetryAfter, _ = RateLimitHint(f.header, now)
+		} else {
+			// Reset headers describe a rate-limit window, not a wait
+			// asked for: only retry-after counts when not rate limited.
+			e.RetryAfter, _ = retryAfterHint(f.header, now)
+		}
+	}
+	return e
+}
+
+// rateLimited reports whether the failure is a refusal to be tried again
+// later (see Error.RateLimited); credits() failures are not.
+func (f apiFailure) rateLimited() bool {
+	switch f.status {
+	case http.StatusTooManyRequests:
+		return !f.credits()
+	case 529: // Anthropic's overloaded_error
+		return true
+	case http.StatusServiceUnavailable:
+		return f.header.Get("Retry-After") != "" || f.header.Get("Retry-After-Ms") != ""
+	}
+	return false
 }
 
 // saysCredits reports whether an error type, code or message says the
@@ -262,7 +291,7 @@ func saysCredits(s string) bool {
 // own error type (proxies, OpenAI-compatible servers with other shapes:
 // {"error":"..."}, {"message":"..."}, {"detail":"..."}).
 func failureFromBody(res *http.Response) apiFailure {
-	f := apiFailure{status: res.StatusCode}
+	f := apiFailure{status: res.StatusCode, header: res.Header}
 	if res.Body == nil {
 		return f
 	}
@@ -299,6 +328,18 @@ func failureFromBody(res *http.Response) apiFailure {
 		}
 	}
 	return f
+}
+
+// responseHeader is the headers of the first response given, nil when
+// there is none (an SDK error carries its response; the one captured with
+// WithResponseInto is the same).
+func responseHeader(res ...*http.Response) http.Header {
+	for _, r := range res {
+		if r != nil {
+			return r.Header
+		}
+	}
+	return nil
 }
 
 func codeString(v any) string {

@@ -157,7 +157,7 @@ func openAIError(ctx context.Context, err error, httpRes *http.Response, key str
 	var apiErr *openai.Error
 	switch {
 	case errors.As(err, &apiErr):
-		f := apiFailure{status: apiErr.StatusCode, kind: firstNonEmpty(apiErr.Code, apiErr.Type), message: apiErr.Message}
+		f := apiFailure{status: apiErr.StatusCode, kind: firstNonEmpty(apiErr.Code, apiErr.Type), message: apiErr.Message, header: responseHeader(apiErr.Response, httpRes)}
 		if f.message == "" && apiErr.Response != nil {
 			f = failureFromBody(apiErr.Response)
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
@@ -110,6 +111,17 @@ type Error struct {
 	Class   journal.FailureClass
 	Status  int
 	Message string
+	// RateLimited is set when the provider refused because of a rate limit
+	// or overload and asks to be tried again later: an HTTP 429 (unless it
+	// says the account is out of credit or quota, which is FailCredits), a
+	// 529 (Anthropic's overloaded_error), or a 503 that carries Retry-After
+	// (or retry-after-ms). Class stays FailFailed for these.
+	RateLimited bool
+	// RetryAfter is how long the provider asked to wait before the next
+	// try (see RateLimitHint), 0 when it did not say. It is read for
+	// failures worth retrying only: from the retry-after headers whatever
+	// the status, and from the rate-limit reset headers when RateLimited.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

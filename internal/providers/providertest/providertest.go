@@ -71,6 +71,11 @@ type Reply struct {
 	RawBody     string
 	ContentType string
 
+	// Header is set on the response, whatever its status (completion,
+	// error or RawBody), for headers such as Retry-After or the rate-limit
+	// ones. Keys are canonicalised; Content-Type is the fake's own.
+	Header map[string]string
+
 	// Delay holds the answer back, for timeout tests. The handler gives up
 	// early when the client goes away.
 	Delay time.Duration
@@ -299,6 +304,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	key := s.lastKey()
+	for k, v := range reply.Header {
+		w.Header().Set(k, v)
+	}
 	switch {
 	case reply.RawBody != "":
 		ct := reply.ContentType
@@ -464,7 +472,9 @@ func (s *Server) writeError(w http.ResponseWriter, r Reply, key string) {
 	if r.ErrorType != "" {
 		typ = r.ErrorType
 	}
-	w.Header().Set("Request-Id", "req_providertest")
+	if w.Header().Get("Request-Id") == "" {
+		w.Header().Set("Request-Id", "req_providertest")
+	}
 	writeJSON(w, r.Status, map[string]any{
 		"type":       "error",
 		"error":      map[string]any{"type": typ, "message": msg},
