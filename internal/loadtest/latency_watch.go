@@ -1,0 +1,165 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// WatchRuns watches the AgentRuns of ns from the current resourceVersion,
+// resuming on its own when the API server closes the watch (RunBatch's
+// watch). The returned func stops it.
+func (c *Cluster) WatchRuns(ctx context.Context, ns string) (<-chan watch.Event, func(), error) {
+	return c.watchRuns(ctx, ns)
+}
+
+// CreateRunsWith is CreateRuns with each run passed to mutate (with its
+// index) before it is created, for instance to set spec.model.
+func (c *Cluster) CreateRunsWith(ctx context.Context, ns, agent, prefix string, n, concurrency int, mutate func(i int, r *arv1.AgentRun)) error {
+	return Parallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
+		name := RunName(prefix, i)
+		run := &arv1.AgentRun{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       arv1.AgentRunSpec{Agent: agent, Task: "load test task " + name},
+		}
+		if mutate != nil {
+			mutate(i, run)
+		}
+		if err := c.Client.Create(ctx, run); err != nil {
+			return fmt.Errorf("creating AgentRun %s/%s: %w", ns, name, err)
+		}
+		return nil
+	})
+}
+
+// BlockerWatch follows every AgentRun of a namespace and remembers each
+// wait any run ever showed (status.waitingOn's reason, and its blocker for
+// NeedsSetup), not only the last: a run that parked on ProviderFailed for a
+// moment and went on is still counted.
+type BlockerWatch struct {
+	stop func()
+	done chan struct{}
+
+	mu   sync.Mutex
+	seen map[string]map[string]bool // run -> "Reason" or "NeedsSetup/Blocker"
+	err  error
+}
+
+// WatchBlockers starts a BlockerWatch of ns from now; Stop ends it.
+func (c *Cluster) WatchBlockers(ctx context.Context, ns string) (*BlockerWatch, error) {
+	events, stop, err := c.watchRuns(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	w := &BlockerWatch{stop: stop, done: make(chan struct{}), seen: map[string]map[string]bool{}}
+	go func() {
+		defer close(w.done)
+		for ev := range events {
+			r, ok := ev.Object.(*arv1.AgentRun)
+			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+				if ev.Type == watch.Error {
+					w.mu.Lock()
+					w.err = fmt.Errorf("the AgentRun watch of %s failed: %v", ns, ev.Object)
+					w.mu.Unlock()
+				}
+				continue
+			}
+			wo := r.Status.WaitingOn
+			if wo == nil {
+				continue
+			}
+			key := string(wo.Reason)
+			if wo.Blocker != "" {
+				key += "/" + string(wo.Blocker)
+			}
+			w.mu.Lock()
+			if w.seen[r.Name] == nil {
+				w.seen[r.Name] = map[string]bool{}
+			}
+			w.seen[r.Name][key] = true
+			w.mu.Unlock()
+		}
+	}()
+	return w, nil
+}
+
+// Stop ends the watch (idempotent) and returns its error, if it had one.
+func (w *BlockerWatch) Stop() error {
+	w.stop()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Ever is how many runs ever waited on NeedsSetup with blocker b.
+func (w *BlockerWatch) Ever(b arv1.SetupBlocker) int {
+	return w.Counts()[string(arv1.WaitNeedsSetup)+"/"+string(b)]
+}
+
+// Counts is, for each wait ("Reason" or "NeedsSetup/Blocker"), how many
+// runs ever showed it.
+func (w *BlockerWatch) Counts() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for _, keys := range w.seen {
+		for k := range keys {
+			out[k]++
+		}
+	}
+	return out
+}
+
+// String lists Counts, sorted, or "none".
+func (w *BlockerWatch) String() string {
+	counts := w.Counts()
+	if len(counts) == 0 {
+		return "none"
+	}
+	s := ""
+	for i, k := range sortedKeys(counts) {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %d", k, counts[k])
+	}
+	return s
+}
+
+// SecretFixBlueprint is a one-stage blueprint of one scripted model call
+// that completes the run, for the scripted providers of
+// SecretFixProvidersTOML (a run names its provider with spec.model
+// "pN/m1"); titles are off.
+const SecretFixBlueprint = `
+[agent]
+name = "secretfix"
+[agent.title]
+enabled = false
+
+[stages.only]
+allow_complete = true
+[stages.only.model]
+models = [{provider = "p0", model = "m1"}]
+[[stages.only.script]]
+text = "done"
+complete = true
+output = "done"
+usage = {prompt = 10, completion = 2}
+`
+
+// SecretFixProvidersTOML declares k scripted providers p0..p(k-1), each
+// requiring its own Secret sN (key api-key): until sN exists, a run of pN
+// waits on NeedsSetup SecretMissing.
+func SecretFixProvidersTOML(k int) string {
+	s := ""
+	for i := range k {
+		s += fmt.Sprintf("[providers.p%d]\ntype = \"scripted\"\nmodels = [\"m1\"]\napi_key_secret = {name = \"s%d\", key = \"api-key\"}\n", i, i)
+	}
+	return s
+}
