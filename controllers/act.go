@@ -163,18 +163,8 @@ func (r *AgentRunReconciler) cancel(ctx context.Context, s *scope) (bool, error)
 // started is issued again under its seq and counted as possibly lost.
 func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	f, a, run := s.facts, s.action, s.run
-	res, st := f.resolved, f.State
-	intent := journal.Entry{
-		Seq: st.NextSeq, Kind: journal.ModelCallRequested, At: f.Now,
-		Stage: st.Stage, Iteration: st.Iteration, Provider: res.provider.Name, Model: res.model,
-	}
-	switch {
-	case a.Title:
-		intent.Purpose = journal.PurposeTitle
-	case st.Compacting() != nil:
-		// A compact edge's summary comes before the stage's first turn.
-		intent.Purpose = journal.PurposeCompact
-	}
+	st := f.State
+	intent := modelIntent(f, a)
 	if a.Reissue {
 		intent = *st.Pending
 		intent.At = f.Now
@@ -193,6 +183,8 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		ticket.Release()
 		return err
 	}
+	call.Next = r.continuation(run)
+	r.track(run, &call)
 	// An intent already in the journal is issued again there (status would
 	// not be read over it); a fresh one goes there when status may wait.
 	// The step journals it before it calls, so this reconcile waits on
@@ -211,11 +203,27 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		if call.JournalIntent {
 			r.unjournaled.Take(run.UID)
 		}
+		r.rateHolds.end(run.UID) // the step's end wakes the run
 	})
-	if len(res.skipped) > 0 {
-		s.after(func() { r.reportFailover(run, res) })
-	}
 	return nil
+}
+
+// modelIntent is the intent of the model call Decide asked for (without
+// its request hash, which names the run).
+func modelIntent(f *facts, a runstate.Action) journal.Entry {
+	res, st := f.resolved, f.State
+	intent := journal.Entry{
+		Seq: st.NextSeq, Kind: journal.ModelCallRequested, At: f.Now,
+		Stage: st.Stage, Iteration: st.Iteration, Provider: res.provider.Name, Model: res.model,
+	}
+	switch {
+	case a.Title:
+		intent.Purpose = journal.PurposeTitle
+	case st.Compacting() != nil:
+		// A compact edge's summary comes before the stage's first turn.
+		intent.Purpose = journal.PurposeCompact
+	}
+	return intent
 }
 
 // reportFailover says, where people look, which of the stage's models

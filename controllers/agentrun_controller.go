@@ -41,6 +41,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
@@ -111,6 +112,9 @@ type Deps struct {
 	ToolListingRetry time.Duration
 	// Tracer emits the runs' spans (nil: tracing off).
 	Tracer *tracing.Tracer
+	// Limiter holds model calls within their providers' limits (a new one
+	// when nil).
+	Limiter *ratelimit.Limiter
 	// StatusInterval is how long a running run's status may go unwritten
 	// while it only progresses from one model call to the next (its
 	// intents then go into the journal): a burst of fast steps costs one
@@ -171,6 +175,13 @@ type AgentRunReconciler struct {
 	// unjournaled holds each run's model-call intent that its step has yet
 	// to journal (see dispatch).
 	unjournaled *perrun.Box[journal.Entry]
+	// limiter holds model calls within their providers' limits;
+	// rateHolds are the limits holding runs' calls in flight.
+	limiter   *ratelimit.Limiter
+	rateHolds *rateHolds
+	// statusTimers wake runs whose steps moved them on when their status
+	// is due.
+	statusTimers *statusTimers
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -188,6 +199,9 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	if d.Identity == "" {
 		d.Identity, _ = os.Hostname()
 	}
+	if d.Limiter == nil {
+		d.Limiter = ratelimit.New(clock.RealClock{})
+	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
@@ -202,7 +216,11 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	case d.StatusInterval > 0:
 		r.statusInterval = d.StatusInterval
 	}
-	r.statusWrites, r.unjournaled = perrun.New[time.Time](), perrun.New[journal.Entry]()
+	r.statusWrites, r.unjournaled, r.rateHolds = perrun.New[time.Time](), perrun.New[journal.Entry](), newRateHolds()
+	r.statusTimers, r.limiter = newStatusTimers(), d.Limiter
+	if r.sharded() {
+		r.shareLimits(0) // no shard held yet: the least share
+	}
 	if r.sharded() {
 		if d.RestConfig == nil || d.Sharding.Owns == nil {
 			return nil, errors.New("sharding needs a RestConfig and an Owns function")
@@ -216,7 +234,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, CallbackPolicy: d.CallbackPolicy, StepTimeout: d.StepTimeout,
-		Tracer: d.Tracer,
+		Tracer: d.Tracer, Limiter: d.Limiter,
 	})
 	if err != nil {
 		return nil, err
@@ -387,11 +405,6 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 // forgetLocal drops what this process kept of a run it no longer drives.
 func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID) {
 	r.runs.Gone(key)
-	r.journals.Forget(uid)
-	r.expect.drop(uid)
 	r.admission.Forget(uid)
-	r.pressure.lasted(uid, false, time.Time{})
-	r.failures.take(uid)
-	r.statusWrites.Take(uid)
-	r.unjournaled.Take(uid)
+	r.dropRunState(uid)
 }

@@ -46,6 +46,14 @@ type facts struct {
 // credentials. Nothing here waits on anything but the API server, and most
 // of it is read from memory.
 func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool) (*facts, error) {
+	return r.deriveWith(ctx, run, now, fresh, nil)
+}
+
+// deriveWith is derive for the step that has just finished a call and
+// holds its outcome (ahead: the call's intent and completion, not
+// journaled yet): the journal is folded with them, and the step's own
+// call does not count as in flight, so Decide answers what comes next.
+func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool, ahead []journal.Entry) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,
 		Budgets: run.Spec.Budgets, RunName: run.Name, Messages: pendingMessages(run),
@@ -65,14 +73,18 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	// Which steps run now is read before the journal: a step finishing in
 	// between then shows either as still running or as completed in the
 	// journal, never as neither (which would look like an interrupted call).
-	inFlight := r.pool.InFlightSeqs(run.UID)
+	inFlight := ahead == nil && r.pool.CallInFlight(run.UID)
 	entries, err := r.journals.Load(ctx, run, fresh)
 	if err != nil {
 		return nil, err
 	}
-	entries, f.statusIntent = withPendingIntent(entries, run.Status.PendingCall, now)
-	if e, ok := r.unjournaled.Get(run.UID); ok && f.statusIntent == nil {
-		entries, f.statusIntent = withUnjournaled(entries, e)
+	if ahead != nil {
+		entries = withAhead(entries, ahead)
+	} else {
+		entries, f.statusIntent = withPendingIntent(entries, run.Status.PendingCall, now)
+		if e, ok := r.unjournaled.Get(run.UID); ok && f.statusIntent == nil {
+			entries, f.statusIntent = withUnjournaled(entries, e)
+		}
 	}
 	f.State = journal.Fold(f.Blueprint, entries)
 	f.TitleWanted = f.Blueprint.Agent.Title.Enabled && run.Spec.Depth == 0
@@ -82,8 +94,11 @@ func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now
 	if err := r.childrenFacts(ctx, run, f); err != nil {
 		return nil, err
 	}
-	if p := f.State.Pending; p != nil {
-		f.InFlight = inFlight[p.Seq]
+	if f.State.Pending != nil {
+		f.InFlight = inFlight
+		if inFlight {
+			f.RateLimited = r.rateHolds.shown(run.UID)
+		}
 	}
 	if err := r.toolFacts(ctx, run, f, inFlight); err != nil {
 		return nil, err
@@ -146,6 +161,18 @@ func withUnjournaled(entries []journal.Entry, e journal.Entry) ([]journal.Entry,
 		return out, &e
 	}
 	return entries, nil
+}
+
+// withAhead adds the entries a step holds that the journal does not have
+// yet (its intent may already be there; its completion is not).
+func withAhead(entries []journal.Entry, ahead []journal.Entry) []journal.Entry {
+	out := entries[:len(entries):len(entries)]
+	for _, e := range ahead {
+		if n := len(out); n == 0 || e.Seq > out[n-1].Seq {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // childrenFacts reads the run's children and its depth limits.

@@ -71,13 +71,21 @@ func (r *AgentRunReconciler) retention(run *arv1.AgentRun, now time.Time, res ct
 // expected children and error notes would only grow the manager's memory
 // with history.
 func (r *AgentRunReconciler) forgetFinished(run *arv1.AgentRun) {
-	r.journals.Forget(run.UID)
-	r.expect.drop(run.UID)
-	r.unstarted.forgetRun(run)
-	r.failures.take(run.UID)
-	r.pressure.lasted(run.UID, false, time.Time{})
-	r.statusWrites.Take(run.UID)
-	r.unjournaled.Take(run.UID)
+	r.dropRunState(run.UID)
+}
+
+// dropRunState forgets everything this process keeps in memory per run
+// while it drives it: the one list, so no map outlives the run.
+func (r *AgentRunReconciler) dropRunState(uid types.UID) {
+	r.journals.Forget(uid)
+	r.expect.drop(uid)
+	r.unstarted.forgetRun(uid)
+	r.failures.take(uid)
+	r.pressure.lasted(uid, false, time.Time{})
+	r.statusWrites.Take(uid)
+	r.unjournaled.Take(uid)
+	r.rateHolds.end(uid)
+	r.statusTimers.stop(uid)
 }
 
 // reconcileFinished settles what a finished run still owes: the fate of

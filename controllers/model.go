@@ -48,6 +48,9 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 		SecretVersion: res.secretVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
 		Trace: r.traceParent(s),
 	}
+	if len(res.skipped) > 0 {
+		s.after(func() { r.reportFailover(run, res) })
+	}
 	switch intent.Purpose {
 	case journal.PurposeTitle:
 		// The titling call: the task alone, a short answer, no turns.

@@ -54,9 +54,12 @@ func TestRealProvidersCompleteTwoStages(t *testing.T) {
 	)
 	an := providertest.NewAnthropicServer(t)
 	an.Push(
-		providertest.Reply{Status: 529, ErrorMessage: "overloaded"},
-		providertest.Reply{Status: 529, ErrorMessage: "overloaded"},
-		providertest.Reply{Status: 529, ErrorMessage: "overloaded"},
+		// Overloaded is a rate limit: waited out as the provider says, not
+		// an attempt; the 500s after it are, and the titling gives up.
+		providertest.Reply{Status: 529, ErrorMessage: "overloaded", Header: map[string]string{"retry-after": "0.2"}},
+		providertest.Reply{Status: 500, ErrorMessage: "internal error"},
+		providertest.Reply{Status: 500, ErrorMessage: "internal error"},
+		providertest.Reply{Status: 500, ErrorMessage: "internal error"},
 		providertest.Reply{ToolCall: &providertest.ToolCall{Name: "transition", Args: `{"target":"final"}`}, PromptTokens: 300, CompletionTokens: 30, CachedTokens: 40, CacheWriteTokens: 10},
 		providertest.Reply{Text: "done", ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"from claude"}`}, PromptTokens: 200, CompletionTokens: 20},
 	)
@@ -103,13 +106,13 @@ func TestRealProvidersCompleteTwoStages(t *testing.T) {
 	if ua.CostUSD != "unknown" || ua.UnpricedCalls != 2 || ua.CostPricedUSD != "0" {
 		t.Errorf("anthropic cost = %q priced %q unpriced %d: no rate card means unknown, never 0", ua.CostUSD, ua.CostPricedUSD, ua.UnpricedCalls)
 	}
-	// The titling call failed (529, retried, then given up): the run went
-	// on and says why it has no title.
+	// The titling call failed (529 waited out, then three 500s): the run
+	// went on and says why it has no title.
 	if a.Status.Title != "" || !strings.Contains(a.Status.TitleError, "ProviderFailed") {
 		t.Errorf("title %q error %q, want no title and the reason", a.Status.Title, a.Status.TitleError)
 	}
-	if an.Requests() != 5 {
-		t.Errorf("anthropic server saw %d requests, want 5 (3 title attempts, 2 turns)", an.Requests())
+	if an.Requests() != 6 {
+		t.Errorf("anthropic server saw %d requests, want 6 (one refused and 3 title attempts, 2 turns)", an.Requests())
 	}
 }
 

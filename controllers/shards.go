@@ -169,14 +169,24 @@ func (r *AgentRunReconciler) driveShard(ctx context.Context, shard int) {
 	}
 	r.shardCaches.mu.Lock()
 	r.shardCaches.shards[shard] = drivenShard{cache: c, fence: ctx}
+	r.shareLimits(len(r.shardCaches.shards))
 	r.shardCaches.mu.Unlock()
 	r.seedShard(ctx, c)
 	r.labels.kick()
 	<-ctx.Done()
 	r.shardCaches.mu.Lock()
 	delete(r.shardCaches.shards, shard)
+	r.shareLimits(len(r.shardCaches.shards))
 	r.shardCaches.mu.Unlock()
 	r.dropShard(c)
+}
+
+// shareLimits gives this replica the share of every provider limit that
+// its shards are of all shards: replicas holding the shards between them
+// hold the whole limit between them, and a replica that takes a dead
+// one's shards over takes its share too.
+func (r *AgentRunReconciler) shareLimits(held int) {
+	r.limiter.SetShare(float64(max(held, 1)) / float64(r.shards.Shards))
 }
 
 // newShardCache is an informer cache of one shard's runs.

@@ -203,7 +203,7 @@ const costUnknown = "unknown"
 // Running, or waiting on its own workers or children. Idempotent.
 func observeClock(st *arv1.AgentRunStatus, now time.Time) {
 	runs := st.Phase == arv1.PhaseStarting || st.Phase == arv1.PhaseRunning ||
-		(st.WaitingOn != nil && (st.WaitingOn.Reason == arv1.WaitFanOutWorkers || st.WaitingOn.Reason == arv1.WaitChildren))
+		(st.WaitingOn != nil && (st.WaitingOn.Reason == arv1.WaitFanOutWorkers || st.WaitingOn.Reason == arv1.WaitChildren || st.WaitingOn.Reason == arv1.WaitRateLimited))
 	if st.Active == nil {
 		st.Active = &arv1.ActiveClock{}
 	}

@@ -39,13 +39,13 @@ type serverConn struct {
 // blueprint's override, else the server's annotations, else write), and
 // whether its server can be used now (its token Secret, its listing). It
 // only reads the tool catalog; a server not listed yet is listed by a step.
-func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts, inFlight map[int64]bool) error {
+func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts, inFlight bool) error {
 	h := f.State.HeadCall()
 	if h == nil {
 		return nil
 	}
 	if in := h.Intent; in != nil {
-		f.InFlight = inFlight[in.Seq]
+		f.InFlight = inFlight
 		f.IntentUnstarted = r.unstarted.has(stepKey(run, in.Seq))
 		if (in.Effect == blueprint.EffectWrite && !f.IntentUnstarted) || f.InFlight {
 			return nil // a dangling write waits for a person; nothing to resolve

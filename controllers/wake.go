@@ -3,6 +3,8 @@ package controllers
 import (
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 )
@@ -105,17 +107,24 @@ func (u *unstartedIntents) clearAll(s *scope) {
 	}
 }
 
+// mark records one intent that was journaled but never started.
+func (u *unstartedIntents) mark(k executor.Key) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.m[k] = true
+}
+
 func (u *unstartedIntents) has(k executor.Key) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.m[k]
 }
 
-func (u *unstartedIntents) forgetRun(run *arv1.AgentRun) {
+func (u *unstartedIntents) forgetRun(uid types.UID) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for k := range u.m {
-		if k.Run == run.UID {
+		if k.Run == uid {
 			delete(u.m, k)
 		}
 	}

@@ -42,6 +42,13 @@ func TestEveryParkHasAWakeSource(t *testing.T) {
 				t.Errorf("Sleeping: %v", got)
 			}
 			continue
+		case arv1.WaitRateLimited:
+			// Only ever shown while the held call's step is in flight; its
+			// end wakes the run.
+			if got := wakeSources(st, actOutcome{}, true); len(got) != 1 || got[0] != wakeStep {
+				t.Errorf("RateLimited: %v", got)
+			}
+			continue
 		}
 		got := wakeSources(st, actOutcome{}, false)
 		if len(got) != 1 || got[0] != want[r] {

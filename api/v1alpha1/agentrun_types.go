@@ -662,7 +662,7 @@ func (p Phase) IsTerminal() bool {
 func (p Phase) IsUnstarted() bool { return p == "" || p == PhaseQueued }
 
 // WaitReason names why a parked run waits.
-// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal
+// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal;RateLimited
 type WaitReason string
 
 // Wait reasons: Leviath's seven, then Salvor's parks.
@@ -695,19 +695,24 @@ const (
 	WaitNeedsReconciliation WaitReason = "NeedsReconciliation"
 	// WaitSignal: waiting on an external system's signal. Healthy.
 	WaitSignal WaitReason = "Signal"
+	// WaitRateLimited: the run's model call is held by a provider's limit
+	// (the limits providers.toml declares, or the provider's own 429/529
+	// and the time it said to retry at). Healthy: it goes on by itself.
+	WaitRateLimited WaitReason = "RateLimited"
 )
 
 // WaitReasons lists every wait reason, in the order of the CRD's enum.
 var WaitReasons = []WaitReason{
 	WaitToolApproval, WaitUserPrompt, WaitTaintGate, WaitInteractionPoint, WaitFanOutWorkers, WaitChildren,
-	WaitNeedsSetup, WaitSleeping, WaitBudgetExceeded, WaitNeedsReconciliation, WaitSignal,
+	WaitNeedsSetup, WaitSleeping, WaitBudgetExceeded, WaitNeedsReconciliation, WaitSignal, WaitRateLimited,
 }
 
 // NeedsAPerson reports whether clearing this wait needs a person. False only
-// for waits that resolve by themselves: workers, children, sleeping, signal.
+// for waits that resolve by themselves: workers, children, sleeping,
+// signal, rate limits.
 func (r WaitReason) NeedsAPerson() bool {
 	switch r {
-	case WaitFanOutWorkers, WaitChildren, WaitSleeping, WaitSignal:
+	case WaitFanOutWorkers, WaitChildren, WaitSleeping, WaitSignal, WaitRateLimited:
 		return false
 	case "":
 		return false
@@ -795,6 +800,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsReconciliation' ? (has(self.seq) && has(self.tool)) : (!has(self.seq) && !has(self.tool))",message="seq and tool are set exactly for NeedsReconciliation"
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'Signal') == has(self.signal)",message="signal is set exactly for Signal"
 // +kubebuilder:validation:XValidation:rule="!has(self.inputSchema) || self.reason == 'UserPrompt' || self.reason == 'Signal'",message="inputSchema is set only for UserPrompt and Signal"
+// +kubebuilder:validation:XValidation:rule="self.reason == 'RateLimited' ? (has(self.provider) && has(self.model)) : (!has(self.provider) && !has(self.model) && !has(self.retryAt))",message="provider and model are set exactly for RateLimited, retryAt only for it"
 type WaitingOn struct {
 	// reason is the variant.
 	// +required
@@ -867,6 +873,22 @@ type WaitingOn struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Signal string `json:"signal,omitempty"`
+
+	// provider is the provider whose limit holds the call. RateLimited
+	// only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Provider string `json:"provider,omitempty"`
+	// model is the model whose limit holds the call. RateLimited only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Model string `json:"model,omitempty"`
+	// retryAt is when the call was expected to be sent, as of when the
+	// wait was shown: the time the provider said to retry at, or the
+	// limit's next free slot. Absent when only a concurrency bound holds
+	// it (nobody knows when a slot frees). RateLimited only.
+	// +optional
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
 
 	// inputSchema is the JSON Schema (as JSON text) an answer must satisfy:
 	// the agent's own input_schema, or the one its choices or confirmation

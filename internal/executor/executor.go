@@ -132,6 +132,20 @@ func (p *Pool) InFlightSeqs(run types.UID) map[int64]bool {
 // RunInFlight reports whether any step of the run is reserved or running.
 func (p *Pool) RunInFlight(run types.UID) bool { return len(p.InFlightSeqs(run)) > 0 }
 
+// CallInFlight reports whether one of the run's calls (a step keyed by a
+// journal seq, not a webhook delivery's negative seq) is reserved or
+// running. A run has at most one call at a time, and the step making it
+// may go on to the calls that follow (keeping its first seq as its key),
+// so "is the run's call in flight" is a question about the run, not a seq.
+func (p *Pool) CallInFlight(run types.UID) bool {
+	for seq := range p.InFlightSeqs(run) {
+		if seq >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // OnlyRemote reports whether the run has steps reserved or running and
 // every one of them is in a lane: it waits on remote servers (MCP tool
 // calls or listings) and on nothing this process does, so it need not

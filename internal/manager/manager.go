@@ -33,6 +33,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
@@ -129,6 +130,13 @@ type Options struct {
 // rather than busy.
 const DefaultMaxConcurrentReconciles = 2
 
+// DefaultMaxConcurrentSteps is how many model and tool calls one replica
+// holds in flight at once. A call in flight is a goroutine waiting on a
+// kept-alive connection (a few tens of KiB), and real models answer in
+// seconds, so the bound is set by what providers allow (their limits in
+// providers.toml, their 429s), not by a small pool.
+const DefaultMaxConcurrentSteps = 1024
+
 // LeaseOptions are the Leases' namespace and timings.
 type LeaseOptions struct {
 	// Namespace defaults to the pod's own (POD_NAMESPACE, or the service
@@ -184,7 +192,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		o.Scripted = providers.NewUncountedScripted()
 	}
 	if o.MaxConcurrentSteps <= 0 {
-		o.MaxConcurrentSteps = 16
+		o.MaxConcurrentSteps = DefaultMaxConcurrentSteps
 	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
@@ -222,6 +230,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Recorder:      sink,
 		Clock:         o.Clock,
 		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
+		Limiter:       ratelimit.New(clock.RealClock{}),
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
 		HTTP:          httpClients,
 		Retention:     retention,

@@ -70,6 +70,9 @@ type Facts struct {
 
 	// InFlight: the executor is running the pending call.
 	InFlight bool
+	// RateLimited: the call in flight has been held by a provider's limit
+	// long enough to show.
+	RateLimited *RateLimit
 	// IntentUnstarted: the pending tool intent was journaled but this
 	// process never started it (the pool was full), so it is safe to start
 	// whatever its effect.
@@ -248,6 +251,10 @@ func Decide(f Facts) Action {
 		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: pointPrompt(f.Blueprint, in)}}})
 	}
 	if f.InFlight {
+		if f.RateLimited != nil {
+			// In flight, held by a provider's limit: a healthy wait, shown.
+			return Action{Kind: ActPark, Markers: Markers{RateLimited: f.RateLimited}}
+		}
 		return Action{Kind: ActNone}
 	}
 	if a, ok := decideTool(f); ok {

@@ -165,6 +165,14 @@ func TestDecide(t *testing.T) {
 			want:  Action{Kind: ActNone},
 		},
 		{
+			name: "a call in flight held by a provider's limit: a healthy park, nothing to do",
+			facts: with(running(), func(f *Facts) {
+				f.InFlight, f.State.Pending = true, pending()
+				f.RateLimited = &RateLimit{Provider: "openai", Model: "gpt-4o-mini", RetryAt: now.Add(3 * time.Second)}
+			}),
+			want: Action{Kind: ActPark, Markers: Markers{RateLimited: &RateLimit{Provider: "openai", Model: "gpt-4o-mini", RetryAt: now.Add(3 * time.Second)}}},
+		},
+		{
 			name:         "setup problem parks",
 			facts:        with(running(), func(f *Facts) { f.Setup = setup; f.State.Pending = pending() }),
 			want:         Action{Kind: ActPark, Markers: Markers{Setup: setup}},

@@ -33,6 +33,16 @@ type Markers struct {
 	// AwaitedChild names the sub-agent a wait_for_agent waits on (a
 	// Children(1) wait), shown in the summary.
 	AwaitedChild string
+	// RateLimited: the run's call is in flight but held by a provider's
+	// limit.
+	RateLimited *RateLimit
+}
+
+// RateLimit is the limit holding a run's call: the provider and model,
+// and when the call is expected to go (zero: unknown, a concurrency bound).
+type RateLimit struct {
+	Provider, Model string
+	RetryAt         time.Time
 }
 
 // Question is what a person is asked: a checkpoint or prompt name and text.
@@ -129,6 +139,13 @@ func derive(m Markers) *arv1.WaitingOn {
 		return &arv1.WaitingOn{Reason: arv1.WaitSleeping, WakeAt: &t}
 	case m.Signal != "":
 		return &arv1.WaitingOn{Reason: arv1.WaitSignal, Signal: m.Signal}
+	case m.RateLimited != nil:
+		w := &arv1.WaitingOn{Reason: arv1.WaitRateLimited, Provider: clip(m.RateLimited.Provider, 253), Model: clip(m.RateLimited.Model, 253)}
+		if at := m.RateLimited.RetryAt; !at.IsZero() {
+			t := metav1.NewTime(at)
+			w.RetryAt = &t
+		}
+		return w
 	}
 	return nil
 }
@@ -150,6 +167,8 @@ func summary(w *arv1.WaitingOn) string {
 		return fmt.Sprintf("NeedsReconciliation: %s#%d", tool, *w.Seq)
 	case arv1.WaitSleeping:
 		return "Sleeping until " + w.WakeAt.UTC().Format(time.RFC3339)
+	case arv1.WaitRateLimited:
+		return clip(fmt.Sprintf("RateLimited: %s/%s", w.Provider, w.Model), 128)
 	}
 	return string(w.Reason)
 }

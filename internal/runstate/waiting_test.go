@@ -62,6 +62,9 @@ func markers() []marker {
 			arv1.WaitingOn{Reason: arv1.WaitSleeping, NeedsAPerson: false, Summary: "Sleeping until 2030-01-02T03:04:05Z", WakeAt: mt(wakeAt)}},
 		{"Signal", func(m *Markers) { m.Signal = "deploy-finished" },
 			arv1.WaitingOn{Reason: arv1.WaitSignal, NeedsAPerson: false, Summary: "Signal", Signal: "deploy-finished"}},
+		{"RateLimited", func(m *Markers) { m.RateLimited = &RateLimit{Provider: "openai", Model: "gpt-4o-mini", RetryAt: wakeAt} },
+			arv1.WaitingOn{Reason: arv1.WaitRateLimited, NeedsAPerson: false, Summary: "RateLimited: openai/gpt-4o-mini",
+				Provider: "openai", Model: "gpt-4o-mini", RetryAt: mt(wakeAt)}},
 	}
 }
 
@@ -81,7 +84,7 @@ func showWait(w *arv1.WaitingOn) string {
 	for _, p := range []struct {
 		name string
 		v    any
-	}{{"Since", w.Since}, {"Outstanding", w.Outstanding}, {"WakeAt", w.WakeAt}, {"Budget", w.Budget}, {"Seq", w.Seq}} {
+	}{{"Since", w.Since}, {"Outstanding", w.Outstanding}, {"WakeAt", w.WakeAt}, {"Budget", w.Budget}, {"Seq", w.Seq}, {"RetryAt", w.RetryAt}} {
 		if rv := reflect.ValueOf(p.v); !rv.IsNil() {
 			s += fmt.Sprintf(" %s=%+v", p.name, rv.Elem().Interface())
 		}
@@ -181,6 +184,8 @@ func clearMarker(m *Markers, name string) {
 		m.SleepUntil = nil
 	case "Signal":
 		m.Signal = ""
+	case "RateLimited":
+		m.RateLimited = nil
 	default:
 		panic("unknown marker " + name)
 	}

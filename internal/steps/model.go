@@ -2,6 +2,8 @@ package steps
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
@@ -48,32 +51,77 @@ type ModelCall struct {
 	BreakerKey string
 	// Trace is where the call's span goes, when tracing is on.
 	Trace tracing.Parent
+	// Next, when set, is asked after the call has answered (never after a
+	// failure) what the run does next, given the call's intent and
+	// completion: a Continuation names the next call, which this step then
+	// journals together with the completion, in one write, and makes
+	// itself, without a trip through the control loop. Nil hands the run
+	// back to its reconcile.
+	Next func(ctx context.Context, done []journal.Entry) *Continuation
+	// Held, when set, is told each time the call is held back by a
+	// provider's limit (its declared limits, or its 429/529), with when it
+	// is expected to go (zero: unknown); Sent once a held call is sent.
+	Held func(until time.Time)
+	Sent func()
+}
+
+// Continuation is the call that follows a finished one, decided from the
+// run's own journal by the same decision core its reconcile uses.
+type Continuation struct {
+	Call ModelCall
+	// Journaled runs once the next call's intent is on record (the
+	// decision's events, which must not precede it).
+	Journaled func()
+	// NotMade runs when the intent was journaled but the step stopped
+	// before making the call (cancelled, fenced, manager stopping): whoever
+	// issues it next knows it was never sent.
+	NotMade func()
 }
 
 // RunModelCall calls the provider, retrying transient failures with capped
 // exponential backoff and jitter, and journals the answer or the final
-// classified failure together with the intent. A cancelled step (run
+// classified failure together with the intent. When the answer leaves the
+// run with nothing but another model call to make (Next says which), the
+// completion and the next call's intent go into the journal in one write
+// and the step makes that call too, and so on. A cancelled step (run
 // cancelled, manager stopping) journals no outcome: the intent stays
-// pending (in status, or in the journal when the step journaled it first)
-// and whoever drives the run next issues it again, counting it as possibly
-// lost.
+// pending (in status, or in the journal) and whoever drives the run next
+// issues it again, counting it as possibly lost.
 func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
-	started, start := time.Now(), rt.Clock.Now()
-	log := logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq)
 	if c.JournalIntent {
 		// On record before the provider sees anything: a call is never
 		// made that a restarted manager could not find.
 		if err := rt.record(ctx, c.Run, nil, c.Intent); err != nil || ctx.Err() != nil {
 			if err != nil {
-				log.Error(err, "Journaling the call's intent failed; the call was not made")
+				logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq).Error(err, "Journaling the call's intent failed; the call was not made")
 			}
 			return
 		}
 	}
+	for {
+		next := rt.modelCallOnce(ctx, c)
+		if next == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			if next.NotMade != nil {
+				next.NotMade()
+			}
+			return
+		}
+		c = next.Call
+	}
+}
+
+// modelCallOnce makes one call and journals its outcome, with the next
+// call's intent when there is one to make (returned).
+func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation {
+	started, start := time.Now(), rt.Clock.Now()
+	log := logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq)
 	result, callErr := rt.callModel(ctx, c)
 	if ctx.Err() != nil {
 		log.V(1).Info("Step cancelled before completion; its intent stays pending")
-		return
+		return nil
 	}
 	done := journal.Entry{Seq: c.Intent.Seq + 1, Call: c.Intent.Seq, At: rt.Clock.Now(), Provider: c.Intent.Provider, Model: c.Intent.Model,
 		Stage: c.Intent.Stage, Iteration: c.Intent.Iteration}
@@ -90,9 +138,17 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 		u = *done.Usage
 	}
 	metrics.RecordCall(c.Run.Namespace, c.Agent, c.Provider.Name, outcome, time.Since(started), u.Prompt, u.Completion, u.Cached, u.CacheWrite, done.CostNanoUSD)
-	// A manager that dies before this write leaves the intent pending in
-	// status; the call is issued again once, counted as lost.
-	if err := rt.record(ctx, c.Run, finalOutput(done.Response), c.Intent, done); err != nil {
+	entries := []journal.Entry{c.Intent, done}
+	var next *Continuation
+	if c.Next != nil && done.Kind == journal.ModelCallCompleted {
+		if next = c.Next(ctx, entries); next != nil {
+			entries = append(entries, next.Call.Intent)
+		}
+	}
+	// A manager that dies before this write leaves the intent pending; the
+	// call is issued again once, counted as lost.
+	err := rt.record(ctx, c.Run, finalOutput(done.Response), entries...)
+	if err != nil {
 		log.Error(err, "Journaling the step's completion failed; the call will be issued again")
 	}
 	if rt.Tracer.On() {
@@ -102,10 +158,22 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 			ResponseModel: result.ResponseModel, FinishReason: result.FinishReason, Request: &c.Request,
 		})
 	}
+	if next == nil || err != nil || ctx.Err() != nil {
+		// Not journaled (or not certainly): the reconcile takes the run
+		// over from what the journal holds.
+		return nil
+	}
+	if next.Journaled != nil {
+		next.Journaled()
+	}
+	return next
 }
 
-// callModel makes the call, retrying what the provider's status says is
-// worth retrying.
+// callModel makes the call, within the provider's limits, retrying what
+// the provider's status says is worth retrying. A rate limit (the limits
+// providers.toml declares, or the provider's 429/529) is waited out for as
+// long as the provider says, however often: it is the normal case, never
+// a failure, and it is not counted against the attempts.
 func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result, error) {
 	p, ok := rt.providerFor(c.Provider, c.Run.Namespace)
 	if !ok {
@@ -115,22 +183,101 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 	if c.Provider.TimeoutSeconds > 0 {
 		timeout = time.Duration(c.Provider.TimeoutSeconds) * time.Second
 	}
+	limit := ratelimit.Request{
+		Key: LimitKey(c.Provider, c.Run.Namespace, c.Request.Model, c.Request.APIKey), Limits: c.Provider.LimitsFor(c.Request.Model),
+		Namespace: c.Run.Namespace, Tokens: EstimateTokens(c.Request),
+	}
+	held := false
+	onWait := func(until time.Time) {
+		held = true
+		if c.Held != nil {
+			c.Held(until)
+		}
+	}
 	var result providers.Result
 	b := retry.Backoff{Attempts: 3, Base: 500 * time.Millisecond, Cap: 30 * time.Second, Jitter: 0.5}
 	_, err := retry.Do(ctx, b, func(int) (bool, error) {
-		callCtx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		var err error
-		result, err = p.Call(callCtx, c.Request)
-		if err == nil {
-			return false, nil
+		for refused := 0; ; refused++ {
+			permit, err := rt.Limiter.Acquire(ctx, limit, onWait)
+			if err != nil {
+				return false, err
+			}
+			if held {
+				held = false
+				if c.Sent != nil {
+					c.Sent()
+				}
+			}
+			callCtx, cancel := context.WithTimeout(ctx, timeout)
+			result, err = p.Call(callCtx, c.Request)
+			cancel()
+			if err == nil {
+				permit.Done(result.Usage.Prompt + result.Usage.Completion + result.Usage.Cached + result.Usage.CacheWrite)
+				return false, nil
+			}
+			permit.Done(0)
+			pe := providers.AsError(err)
+			if pe.RateLimited && ctx.Err() == nil {
+				until := rt.Clock.Now().Add(rateLimitWait(pe.RetryAfter, refused))
+				rt.Limiter.Pause(limit.Key, until)
+				onWait(until)
+				continue
+			}
+			_, retryable := providers.ClassifyStatus(pe.Status)
+			return retryable && pe.Status != 0, err
 		}
-		pe := providers.AsError(err)
-		_, retryable := providers.ClassifyStatus(pe.Status)
-		return retryable && pe.Status != 0, err
 	})
 	return result, err
 }
+
+// rateLimitWait is how long a refused call waits: what the provider said,
+// else a backoff doubling from 1s to a minute with its n-th refusal.
+func rateLimitWait(said time.Duration, n int) time.Duration {
+	if said > 0 {
+		return said
+	}
+	d := time.Second << min(n, 6)
+	return min(d, time.Minute)
+}
+
+// LimitKey names the limit bucket of a call: one provider account (its
+// type, base URL and a fingerprint of its key, so namespaces sharing a key
+// share its limits) and model. The scripted provider has no account: each
+// namespace's is its own.
+func LimitKey(p *providerconfig.Provider, namespace, model string, key providers.Secret) string {
+	if p.Type == providerconfig.TypeScripted {
+		return "scripted " + namespace + "/" + p.Name + " " + model
+	}
+	h := sha256.Sum256([]byte(key.Reveal()))
+	return p.Type + " " + p.BaseURL + " " + hex.EncodeToString(h[:8]) + " " + model
+}
+
+// EstimateTokens guesses a call's tokens before it is made (about four
+// characters a token, plus room for the answer); the limiter corrects it
+// from the usage the provider reports.
+func EstimateTokens(req providers.Request) int64 {
+	n := len(req.SystemPrompt) + len(req.Task) + len(req.OutputInstructions) + len(req.TransitionPrompt) + len(req.StageNote)
+	for _, t := range req.History {
+		n += len(t.Assistant) + len(t.Feedback)
+		for _, r := range t.Tools {
+			n += len(r.Arguments) + len(r.Result)
+		}
+	}
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	for _, o := range req.ChildOutputs {
+		n += len(o)
+	}
+	if d := req.Document; d != nil {
+		n += len(d.Content)
+	}
+	return int64(n/4) + expectedAnswerTokens
+}
+
+// expectedAnswerTokens is what an answer is assumed to cost before it is
+// known.
+const expectedAnswerTokens = 256
 
 // failed records a classified failure; every class but Fatal and
 // EgressRefused counts against the provider's circuit (a refusal is one

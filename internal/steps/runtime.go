@@ -25,6 +25,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
@@ -63,6 +64,9 @@ type Options struct {
 	Wake func(runs ...types.NamespacedName)
 	// Tracer emits the calls' spans (nil: tracing off).
 	Tracer *tracing.Tracer
+	// Limiter holds model calls within their providers' limits (a new one,
+	// on the real clock, when nil).
+	Limiter *ratelimit.Limiter
 
 	Clock          clock.PassiveClock
 	StepTimeout    time.Duration
@@ -92,6 +96,9 @@ func New(o Options) (*Runtime, error) {
 	}
 	if rt.Clock == nil {
 		rt.Clock = clock.RealClock{}
+	}
+	if rt.Limiter == nil {
+		rt.Limiter = ratelimit.New(clock.RealClock{})
 	}
 	if rt.StepTimeout <= 0 {
 		rt.StepTimeout = DefaultStepTimeout

@@ -156,7 +156,7 @@ func waitStatus(w *arv1.WaitingOn, now time.Time) Object {
 	case arv1.WaitSignal:
 		o := Object{{"state", StateSuspended}, {"reason", w.Signal}, {"input_schema", questionSchema(w, Object{})}}
 		return append(o, Field{"kind", SuspensionKindSignal})
-	case arv1.WaitFanOutWorkers, arv1.WaitChildren:
+	case arv1.WaitFanOutWorkers, arv1.WaitChildren, arv1.WaitRateLimited:
 		return Object{{"state", StateRunning}}
 	}
 	return Object{{"state", StateSuspended}, {"reason", personReason(w)}, {"input_schema", questionSchema(w, InputSchema(w.Reason))}}

@@ -1,0 +1,147 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/steps"
+)
+
+// Agent work is latency-bound: a model call takes seconds, the manager's
+// work between two calls milliseconds. So when a call has answered and
+// the run's own journal alone says what comes next (another model call,
+// across a transition if need be), the step that made the call decides it
+// with the reconcile's own derive and Decide, journals the completion and
+// the next intent in one write, and makes the call, instead of waking the
+// run and waiting in the reconcile queue behind every other run.
+//
+// Anything else is the reconcile's: a wait, a gate, a tool call, a child, a
+// budget, an error, the end, a spec change it has not observed yet, and
+// any status that is more than progress (a condition, a signal edge). The
+// step then journals the completion alone and wakes the run, as before.
+// Exactly-once holds as for a reconcile's dispatch: the intent is on
+// record before the call, a replica that loses its shard's Lease cancels
+// the step (its fence), and the journal's resourceVersion fences a stale
+// writer out.
+
+// continuation is a model call's Next: it decides, for the step that
+// holds the run's call, what that step does once the call answered.
+func (r *AgentRunReconciler) continuation(ref *arv1.AgentRun) func(context.Context, []journal.Entry) *steps.Continuation {
+	key, uid := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, ref.UID
+	return func(ctx context.Context, done []journal.Entry) *steps.Continuation {
+		return r.continueRun(ctx, key, uid, done)
+	}
+}
+
+// continueRun is the next model call of the run, or nil to hand the run
+// back to its reconcile.
+func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.NamespacedName, uid types.UID, done []journal.Entry) *steps.Continuation {
+	run, err := r.runs.Get(ctx, key)
+	if err != nil || run == nil || run.UID != uid || !mayContinue(run) || !r.drives(run) {
+		return nil
+	}
+	s := r.begin(run)
+	f, err := r.deriveWith(ctx, run, s.now, false, done)
+	if err != nil {
+		return nil
+	}
+	s.facts, s.action = f, runstate.Decide(f.Facts)
+	a := s.action
+	if a.Kind != runstate.ActDispatch || a.Reissue || len(a.CreateChildren) > 0 ||
+		f.resolved == nil || len(f.listings) > 0 || len(f.answerUpdates) > 0 {
+		return nil
+	}
+	intent := modelIntent(f, a)
+	intent.RequestHash = requestHash(run, &intent)
+	call, err := r.modelCall(ctx, s, intent)
+	if err != nil {
+		return nil
+	}
+	f.State.Apply(f.Blueprint, intent)
+	project(s)
+	if !onlyProgress(&s.before.Status, &s.run.Status) {
+		// Something people or tools read changed: the reconcile writes it.
+		return nil
+	}
+	call.Next = r.continuation(run)
+	r.track(run, &call)
+	effects, k := s.effects, stepKey(run, intent.Seq)
+	return &steps.Continuation{
+		Call: call,
+		Journaled: func() {
+			for _, fn := range effects {
+				fn()
+			}
+			r.statusDue(run, s.now)
+		},
+		NotMade: func() { r.unstarted.mark(k) },
+	}
+}
+
+// mayContinue: the run as last seen is driven, running and unparked, and
+// its reconcile has observed its spec (a spec change it has not, such as a
+// raised budget or a pause, is the reconcile's to act on first).
+func mayContinue(run *arv1.AgentRun) bool {
+	st := &run.Status
+	return run.DeletionTimestamp.IsZero() && !run.Spec.Cancel && !run.Spec.Paused &&
+		st.Phase == arv1.PhaseRunning && st.WaitingOn == nil && st.ObservedGeneration == run.Generation &&
+		st.BlueprintSnapshot != ""
+}
+
+// statusDue sees that a run whose steps move it on has its status written
+// once the status interval is up: the reconcile it wakes then finds the
+// call in flight, starts nothing, and writes the progress. One timer per
+// run at most.
+func (r *AgentRunReconciler) statusDue(run *arv1.AgentRun, now time.Time) {
+	key := client.ObjectKeyFromObject(run)
+	at, ok := r.statusWrites.Get(run.UID)
+	left := time.Duration(0)
+	if ok && r.statusInterval > 0 {
+		left = at.Add(r.statusInterval).Sub(now)
+	}
+	if left <= 0 {
+		r.wake(key)
+		return
+	}
+	r.statusTimers.arm(run.UID, left, func() { r.wake(key) })
+}
+
+// statusTimers holds at most one pending status-due wake per run.
+type statusTimers struct {
+	mu sync.Mutex
+	m  map[types.UID]*time.Timer
+}
+
+func newStatusTimers() *statusTimers { return &statusTimers{m: map[types.UID]*time.Timer{}} }
+
+// arm runs fn after d, unless a wake for the run is already pending.
+func (t *statusTimers) arm(uid types.UID, d time.Duration, fn func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.m[uid]; ok {
+		return
+	}
+	t.m[uid] = time.AfterFunc(d, func() {
+		t.mu.Lock()
+		delete(t.m, uid)
+		t.mu.Unlock()
+		fn()
+	})
+}
+
+// stop drops the run's pending wake.
+func (t *statusTimers) stop(uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tm, ok := t.m[uid]; ok {
+		tm.Stop()
+		delete(t.m, uid)
+	}
+}
