@@ -62,7 +62,9 @@ func markers() []marker {
 			arv1.WaitingOn{Reason: arv1.WaitSleeping, NeedsAPerson: false, Summary: "Sleeping until 2030-01-02T03:04:05Z", WakeAt: mt(wakeAt)}},
 		{"Signal", func(m *Markers) { m.Signal = "deploy-finished" },
 			arv1.WaitingOn{Reason: arv1.WaitSignal, NeedsAPerson: false, Summary: "Signal", Signal: "deploy-finished"}},
-		{"RateLimited", func(m *Markers) { m.RateLimited = &RateLimit{Provider: "openai", Model: "gpt-4o-mini", RetryAt: wakeAt} },
+		{"RateLimited", func(m *Markers) {
+			m.RateLimited = &RateLimit{Provider: "openai", Model: "gpt-4o-mini", RetryAt: wakeAt}
+		},
 			arv1.WaitingOn{Reason: arv1.WaitRateLimited, NeedsAPerson: false, Summary: "RateLimited: openai/gpt-4o-mini",
 				Provider: "openai", Model: "gpt-4o-mini", RetryAt: mt(wakeAt)}},
 	}
