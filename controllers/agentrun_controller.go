@@ -124,8 +124,11 @@ type Deps struct {
 }
 
 // DefaultStatusInterval bounds how far a running run's status may lag its
-// journal while it only progresses.
-const DefaultStatusInterval = time.Second
+// journal while it only progresses. Real model calls take seconds, and a
+// progress write per call would cost every run a status write a call: at
+// 1,000 runs in flight that is hundreds of AgentRun writes a second for
+// nobody's benefit. Waits, conditions, errors and the end are never held.
+const DefaultStatusInterval = 10 * time.Second
 
 // AgentRunReconciler drives AgentRuns. Build it with NewAgentRunReconciler.
 type AgentRunReconciler struct {

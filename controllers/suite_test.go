@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -135,7 +136,8 @@ type managerOpts struct {
 	metricsAddr string
 	// tracing, when Enabled, sends the manager's traces to an OTLP receiver.
 	tracing tracing.Config
-	// statusInterval is manager.Options.StatusInterval.
+	// statusInterval is manager.Options.StatusInterval; unset, 1s: the
+	// suite's tests watch runs move through stages in seconds.
 	statusInterval time.Duration
 }
 
@@ -150,7 +152,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		Egress:             loopbackEgress(),
 		EgressOptions:      suiteEgressOptions(),
 		Tracing:            o.tracing,
-		StatusInterval:     o.statusInterval,
+		StatusInterval:     cmp.Or(o.statusInterval, time.Second),
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

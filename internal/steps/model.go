@@ -60,7 +60,8 @@ type ModelCall struct {
 	Next func(ctx context.Context, done []journal.Entry) *Continuation
 	// Held, when set, is told each time the call is held back by a
 	// provider's limit (its declared limits, or its 429/529), with when it
-	// is expected to go (zero: unknown); Sent once a held call is sent.
+	// is expected to go (zero: unknown); Sent once the provider has taken
+	// a held call (answered it with anything but a refusal).
 	Held func(until time.Time)
 	Sent func()
 }
@@ -202,27 +203,32 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 			if err != nil {
 				return false, err
 			}
-			if held {
-				held = false
-				if c.Sent != nil {
-					c.Sent()
-				}
-			}
 			callCtx, cancel := context.WithTimeout(ctx, timeout)
 			result, err = p.Call(callCtx, c.Request)
 			cancel()
-			if err == nil {
-				permit.Done(result.Usage.Prompt + result.Usage.Completion + result.Usage.Cached + result.Usage.CacheWrite)
-				return false, nil
+			pe := (*providers.Error)(nil)
+			if err != nil {
+				pe = providers.AsError(err)
 			}
-			permit.Done(0)
-			pe := providers.AsError(err)
-			if pe.RateLimited && ctx.Err() == nil {
+			if pe != nil && pe.RateLimited && ctx.Err() == nil {
+				permit.Done(0)
 				until := rt.Clock.Now().Add(rateLimitWait(pe.RetryAfter, refused))
 				rt.Limiter.Pause(limit.Key, until)
 				onWait(until)
 				continue
 			}
+			if held {
+				// The provider took the call: the hold is over.
+				held = false
+				if c.Sent != nil {
+					c.Sent()
+				}
+			}
+			if err == nil {
+				permit.Done(result.Usage.Prompt + result.Usage.Completion + result.Usage.Cached + result.Usage.CacheWrite)
+				return false, nil
+			}
+			permit.Done(0)
 			_, retryable := providers.ClassifyStatus(pe.Status)
 			return retryable && pe.Status != 0, err
 		}
