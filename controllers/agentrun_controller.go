@@ -367,6 +367,9 @@ func (r *AgentRunReconciler) runsWaitingOn(kind string) handler.MapFunc {
 		for i := range runs.Items {
 			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&runs.Items[i])})
 		}
+		for _, key := range r.runs.WaitingOn(obj.GetNamespace(), kind+"/"+obj.GetName()) {
+			reqs = append(reqs, ctrl.Request{NamespacedName: key}) // the queue folds a repeat
+		}
 		return reqs
 	}
 }

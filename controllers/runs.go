@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -166,6 +167,22 @@ func (c *runCache) refresh(ctx context.Context, key types.NamespacedName) {
 	c.mu.Lock()
 	c.written[key] = fresh
 	c.mu.Unlock()
+}
+
+// WaitingOn lists the runs of namespace whose written status (not in the
+// informer cache yet) waits on ref ("Kind/name"): a Secret or ConfigMap
+// created just after a run parked on it must wake it even when its event
+// reaches this process before the run's own.
+func (c *runCache) WaitingOn(namespace, ref string) []types.NamespacedName {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []types.NamespacedName
+	for key, run := range c.written {
+		if key.Namespace == namespace && slices.Contains(run.Status.SetupRefs, ref) {
+			out = append(out, key)
+		}
+	}
+	return out
 }
 
 // Kept reports how many written copies are held (tests and metrics).

@@ -528,7 +528,7 @@ type AgentRunStatus struct {
 	// pendingCall is the one call whose intent is journaled and whose
 	// completion is not, if any. While a running run only moves from one
 	// model call to the next, it may lag the journal by up to the
-	// manager's --status-interval (1s by default).
+	// manager's --status-interval (10s by default).
 	// +optional
 	PendingCall *PendingCall `json:"pendingCall,omitempty"`
 
