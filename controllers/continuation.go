@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -9,30 +10,32 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 )
 
 // Agent work is latency-bound: a model call takes seconds, the manager's
-// work between two calls milliseconds. So when a call has answered and
-// the run's own journal alone says what comes next (another model call,
-// across a transition if need be), the step that made the call decides it
-// with the reconcile's own derive and Decide, journals the completion and
-// the next intent in one write, and makes the call, instead of waking the
-// run and waiting in the reconcile queue behind every other run.
+// work between two calls milliseconds. So when a call has answered and the
+// run's own journal alone says what comes next (another model call, across
+// a transition if need be, or an MCP tool call no gate holds), the step
+// that made the call decides it with the reconcile's own derive and
+// Decide, journals the completion and the next intent in one write, and
+// makes the call, instead of waking the run and waiting in the reconcile
+// queue behind every other run.
 //
-// Anything else is the reconcile's: a wait, a gate, a tool call, a child, a
-// budget, an error, the end, a spec change it has not observed yet, and
-// any status that is more than progress (a condition, a signal edge). The
-// step then journals the completion alone and wakes the run, as before.
-// Exactly-once holds as for a reconcile's dispatch: the intent is on
-// record before the call, a replica that loses its shard's Lease cancels
-// the step (its fence), and the journal's resourceVersion fences a stale
-// writer out.
+// Anything else is the reconcile's: a wait, a gate, a built-in tool, a
+// child, a budget, an error, the end, a spec change it has not observed
+// yet, and any status that is more than progress (a condition, a signal
+// edge). The step then journals the completion alone and wakes the run, as
+// before. Exactly-once holds as for a reconcile's dispatch: the intent is
+// on record before the call, a replica that loses its shard's Lease
+// cancels the step (its fence), and the journal's resourceVersion fences a
+// stale writer out.
 
-// continuation is a model call's Next: it decides, for the step that
-// holds the run's call, what that step does once the call answered.
+// continuation is a call's Next: it decides, for the step that holds the
+// run's call, what that step does once the call answered.
 func (r *AgentRunReconciler) continuation(ref *arv1.AgentRun) func(context.Context, []journal.Entry) *steps.Continuation {
 	key, uid := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, ref.UID
 	return func(ctx context.Context, done []journal.Entry) *steps.Continuation {
@@ -40,8 +43,8 @@ func (r *AgentRunReconciler) continuation(ref *arv1.AgentRun) func(context.Conte
 	}
 }
 
-// continueRun is the next model call of the run, or nil to hand the run
-// back to its reconcile.
+// continueRun is the run's next call (a model call, or an MCP tool call no
+// gate holds), or nil to hand the run back to its reconcile.
 func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.NamespacedName, uid types.UID, done []journal.Entry) *steps.Continuation {
 	run, err := r.runs.Get(ctx, key)
 	if err != nil || run == nil || run.UID != uid || !mayContinue(run) || !r.drives(run) {
@@ -54,35 +57,72 @@ func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.Namespac
 	}
 	s.facts, s.action = f, runstate.Decide(f.Facts)
 	a := s.action
-	if a.Kind != runstate.ActDispatch || a.Reissue || len(a.CreateChildren) > 0 ||
-		f.resolved == nil || len(f.listings) > 0 || len(f.answerUpdates) > 0 {
+	if a.Reissue || len(a.CreateChildren) > 0 || len(f.listings) > 0 || len(f.answerUpdates) > 0 {
 		return nil
 	}
-	intent := modelIntent(f, a)
+	var next *steps.Continuation
+	switch a.Kind {
+	case runstate.ActDispatch:
+		next = r.nextModelCall(ctx, s)
+	case runstate.ActToolCall:
+		next = r.nextToolCall(s)
+	}
+	if next == nil {
+		return nil
+	}
+	project(s)
+	if !onlyProgress(&s.before.Status, &s.run.Status) {
+		// Something people or tools read changed: the reconcile writes it.
+		next.Done()
+		return nil
+	}
+	effects, k := s.effects, stepKey(run, f.State.NextSeq-1)
+	next.Journaled = func() {
+		for _, fn := range effects {
+			fn()
+		}
+		r.statusDue(run, s.now)
+	}
+	next.NotMade = func() { r.unstarted.mark(k) }
+	return next
+}
+
+// nextModelCall is the model call Decide asked for, as the step's next.
+func (r *AgentRunReconciler) nextModelCall(ctx context.Context, s *scope) *steps.Continuation {
+	f, run := s.facts, s.run
+	if f.resolved == nil {
+		return nil
+	}
+	intent := modelIntent(f, s.action)
 	intent.RequestHash = requestHash(run, &intent)
 	call, err := r.modelCall(ctx, s, intent)
 	if err != nil {
 		return nil
 	}
 	f.State.Apply(f.Blueprint, intent)
-	project(s)
-	if !onlyProgress(&s.before.Status, &s.run.Status) {
-		// Something people or tools read changed: the reconcile writes it.
-		return nil
-	}
 	call.Next = r.continuation(run)
 	r.track(run, &call)
-	effects, k := s.effects, stepKey(run, intent.Seq)
-	return &steps.Continuation{
-		Call: call,
-		Journaled: func() {
-			for _, fn := range effects {
-				fn()
-			}
-			r.statusDue(run, s.now)
-		},
-		NotMade: func() { r.unstarted.mark(k) },
+	return &steps.Continuation{Call: call, Done: func() {}}
+}
+
+// nextToolCall is the MCP tool call Decide asked for (one no gate holds),
+// as the step's next, holding a slot of its server's lane so a hung
+// server still holds at most its lane. The built-in tools the reconcile
+// runs itself (the agent tools, write_region) are the reconcile's.
+func (r *AgentRunReconciler) nextToolCall(s *scope) *steps.Continuation {
+	f, run := s.facts, s.run
+	h := f.State.HeadCall()
+	if h == nil || f.tool == nil || slices.Contains(builtin.AgentTools, h.Name) || h.Name == builtin.WriteRegion {
+		return nil
 	}
+	release, ok := r.pool.TakeLane(steps.Lane(f.tool.server))
+	if !ok {
+		return nil // the reconcile waits for the lane's room, visibly
+	}
+	intent := toolIntent(run, f)
+	f.State.Apply(f.Blueprint, intent)
+	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server, Trace: r.traceParent(s), Next: r.continuation(run)}
+	return &steps.Continuation{Tool: &call, Done: release}
 }
 
 // mayContinue: the run as last seen is driven, running and unparked, and

@@ -226,6 +226,18 @@ func toolEntry(f *facts, a runstate.Action) journal.Entry {
 	return e
 }
 
+// toolIntent is the intent of the MCP tool call the run's head call asks
+// for, on its resolved server.
+func toolIntent(run *arv1.AgentRun, f *facts) journal.Entry {
+	st, h := &f.State, f.State.HeadCall()
+	intent := journal.Entry{
+		Seq: st.NextSeq, Kind: journal.ToolCallRequested, At: f.Now, Index: h.Index,
+		Tool: h.Name, Input: h.Arguments, Effect: f.tool.effect, Server: f.tool.server.Name,
+	}
+	intent.IdempotencyKey = idempotencyKey(run, intent.Seq)
+	return intent
+}
+
 // callTool runs the next tool call: the agent tools at once (agentCall), an
 // MCP tool on an executor step in its server's lane. The intent is
 // recorded in the status this reconcile writes, so a write or idempotent
@@ -243,11 +255,7 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 	if f.tool == nil {
 		return false, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)
 	}
-	intent := journal.Entry{
-		Seq: st.NextSeq, Kind: journal.ToolCallRequested, At: f.Now, Index: h.Index,
-		Tool: h.Name, Input: h.Arguments, Effect: f.tool.effect, Server: f.tool.server.Name,
-	}
-	intent.IdempotencyKey = idempotencyKey(run, intent.Seq)
+	intent := toolIntent(run, f)
 	if s.action.Reissue {
 		intent = *h.Intent
 		intent.Input = h.Arguments

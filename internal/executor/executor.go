@@ -249,6 +249,32 @@ func (t *Ticket) Start(fn func(context.Context)) {
 	}()
 }
 
+// TakeLane holds a slot of lane for a step already running in the pool
+// that goes on to call that lane's remote (a run's step moving from its
+// model call to an MCP tool call): the lane's limit holds for it too, so a
+// hung server still holds at most its lane's slots. false when the lane is
+// full; release gives the slot back.
+func (p *Pool) TakeLane(lane string) (release func(), ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lanes[lane] >= p.laneLimit {
+		return nil, false
+	}
+	p.lanes[lane]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			if p.lanes[lane]--; p.lanes[lane] <= 0 {
+				delete(p.lanes, lane)
+			}
+			next := p.wakeRoom()
+			p.mu.Unlock()
+			p.Notify(next...)
+		})
+	}, true
+}
+
 // Release gives the slot back without running anything (the status write
 // that was to record the step failed).
 func (t *Ticket) Release() {
@@ -274,6 +300,11 @@ func (p *Pool) free(lane string) []event.GenericEvent {
 			delete(p.lanes, lane)
 		}
 	}
+	return p.wakeRoom()
+}
+
+// wakeRoom picks the waiting runs that have room now. Called with mu held.
+func (p *Pool) wakeRoom() []event.GenericEvent {
 	var next []event.GenericEvent
 	room := p.size - p.busy
 	kept := p.order[:0]

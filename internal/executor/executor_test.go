@@ -614,3 +614,36 @@ func TestOnlyRemote(t *testing.T) {
 		t.Fatal("a finished tool step still counts")
 	}
 }
+
+// TestTakeLaneCountsAgainstTheLane: a running step that goes on to call a
+// lane's remote takes a slot of that lane; the lane's limit holds for it,
+// and giving it back wakes a run waiting on the lane.
+func TestTakeLaneCountsAgainstTheLane(t *testing.T) {
+	p := New(8, 2)
+	r1, ok1 := p.TakeLane("mcp:a")
+	r2, ok2 := p.TakeLane("mcp:a")
+	if !ok1 || !ok2 {
+		t.Fatal("the lane refused its first two slots")
+	}
+	if _, ok := p.TakeLane("mcp:a"); ok {
+		t.Fatal("a third slot of a lane limited to 2 was taken")
+	}
+	if !p.LaneFull("mcp:a") || p.LaneFull("mcp:b") {
+		t.Fatalf("LaneFull a=%v b=%v, want true false", p.LaneFull("mcp:a"), p.LaneFull("mcp:b"))
+	}
+	if p.Submit(Step{Key: key("w", 1), Lane: "mcp:a", Wake: wakeFor("w")}, func(context.Context) {}) {
+		t.Fatal("a step of the full lane started")
+	}
+	r1()
+	r1() // given back once only
+	if got := nextEvent(t, p); got != "w" {
+		t.Fatalf("woke %q, want w (waiting on the lane)", got)
+	}
+	if _, ok := p.TakeLane("mcp:a"); !ok {
+		t.Fatal("the slot given back could not be taken again")
+	}
+	r2()
+	if p.Busy() != 0 {
+		t.Errorf("busy %d: a lane slot must not take a pool slot (the step holds one already)", p.Busy())
+	}
+}

@@ -67,16 +67,34 @@ type ModelCall struct {
 }
 
 // Continuation is the call that follows a finished one, decided from the
-// run's own journal by the same decision core its reconcile uses.
+// run's own journal by the same decision core its reconcile uses: a model
+// call, or (Tool set) an MCP tool call that needs no gate.
 type Continuation struct {
 	Call ModelCall
+	Tool *ToolCall
 	// Journaled runs once the next call's intent is on record (the
 	// decision's events, which must not precede it).
 	Journaled func()
-	// NotMade runs when the intent was journaled but the step stopped
-	// before making the call (cancelled, fenced, manager stopping): whoever
-	// issues it next knows it was never sent.
+	// NotMade runs when the step will not make the call after all (its
+	// intent could not be journaled, or the step was cancelled, fenced or
+	// stopped first): whoever issues it next knows it was never sent, and
+	// what was held for it is given back.
 	NotMade func()
+	// Done runs once the call is over (what was held for it is given back).
+	Done func()
+}
+
+// notMade gives up a continuation the step will not follow.
+func (n *Continuation) notMade() {
+	if n == nil {
+		return
+	}
+	if n.NotMade != nil {
+		n.NotMade()
+	}
+	if n.Done != nil {
+		n.Done()
+	}
 }
 
 // RunModelCall calls the provider, retrying transient failures with capped
@@ -99,18 +117,25 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 			return
 		}
 	}
+	cur := &Continuation{Call: c}
 	for {
-		next := rt.modelCallOnce(ctx, c)
+		var next *Continuation
+		if cur.Tool != nil {
+			next = rt.toolCallOnce(ctx, *cur.Tool)
+		} else {
+			next = rt.modelCallOnce(ctx, cur.Call)
+		}
+		if cur.Done != nil {
+			cur.Done()
+		}
 		if next == nil {
 			return
 		}
 		if ctx.Err() != nil {
-			if next.NotMade != nil {
-				next.NotMade()
-			}
+			next.notMade()
 			return
 		}
-		c = next.Call
+		cur = next
 	}
 }
 
@@ -143,7 +168,7 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 	var next *Continuation
 	if c.Next != nil && done.Kind == journal.ModelCallCompleted {
 		if next = c.Next(ctx, entries); next != nil {
-			entries = append(entries, next.Call.Intent)
+			entries = append(entries, next.intent())
 		}
 	}
 	// A manager that dies before this write leaves the intent pending; the
@@ -159,15 +184,33 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 			ResponseModel: result.ResponseModel, FinishReason: result.FinishReason, Request: &c.Request,
 		})
 	}
-	if next == nil || err != nil || ctx.Err() != nil {
-		// Not journaled (or not certainly): the reconcile takes the run
-		// over from what the journal holds.
+	return followed(next, err, ctx)
+}
+
+// followed is the continuation a step goes on to once the write that
+// journaled its intent returned err: none when the write failed (or not
+// certainly) or the step was stopped, and the reconcile then takes the run
+// over from what the journal holds.
+func followed(next *Continuation, err error, ctx context.Context) *Continuation {
+	if next == nil {
+		return nil
+	}
+	if err != nil || ctx.Err() != nil {
+		next.notMade()
 		return nil
 	}
 	if next.Journaled != nil {
 		next.Journaled()
 	}
 	return next
+}
+
+// intent is the continuation's call's intent.
+func (n *Continuation) intent() journal.Entry {
+	if n.Tool != nil {
+		return n.Tool.Intent
+	}
+	return n.Call.Intent
 }
 
 // callModel makes the call, within the provider's limits, retrying what

@@ -28,6 +28,9 @@ type ToolCall struct {
 	Server mcptool.Server
 	// Trace is where the call's span goes, when tracing is on.
 	Trace tracing.Parent
+	// Next, when set, is asked after the tool answered what the run does
+	// next (see ModelCall.Next).
+	Next func(ctx context.Context, done []journal.Entry) *Continuation
 }
 
 // Lane is the executor lane of calls to a server: a hung server holds at
@@ -39,13 +42,21 @@ func Lane(s mcptool.Server) string { return "mcp:" + s.URL }
 // never retried here: nothing is journaled, its intent stays pending in
 // status, and the run parks on NeedsReconciliation for a person to settle.
 func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
+	c.Next = nil // the reconcile's tool calls hand the run back
+	rt.toolCallOnce(ctx, c)
+}
+
+// toolCallOnce makes one tool call and journals its outcome, with the next
+// call's intent when there is one to make (returned).
+func (rt *Runtime) toolCallOnce(ctx context.Context, c ToolCall) *Continuation {
 	log := logFor(rt.Log.WithName("tool"), c.Run, "seq", c.Intent.Seq, "tool", c.Intent.Tool)
 	started, start := time.Now(), rt.Clock.Now()
 	res, err := rt.callTool(ctx, c)
-	if ctx.Err() != nil {
+	stopped := ctx.Err() != nil
+	if stopped {
 		if err != nil {
 			log.V(1).Info("Tool call cancelled before completion; its intent stays pending")
-			return
+			return nil
 		}
 		// The call finished before the cancel: its result is known, so it
 		// is journaled rather than left for a person to reconcile.
@@ -68,7 +79,7 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 		metrics.RecordToolCall(c.Server.Name, in.Effect, "unsettled", time.Since(started))
 		rt.traceToolCall(c, start, "unsettled")
 		log.Info("Write tool call failed after it may have reached the server; a person must settle it", "error", err.Error())
-		return
+		return nil
 	case err != nil:
 		outcome = "failed"
 		done.Result, done.IsError = "The tool server failed: "+clip(err.Error(), 1000), true
@@ -79,10 +90,19 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 		}
 	}
 	metrics.RecordToolCall(c.Server.Name, in.Effect, outcome, time.Since(started))
-	if err := rt.record(ctx, c.Run, nil, in, done); err != nil {
+	entries := []journal.Entry{in, done}
+	var next *Continuation
+	if c.Next != nil && done.Kind == journal.ToolCallCompleted && !stopped {
+		if next = c.Next(ctx, entries); next != nil {
+			entries = append(entries, next.intent())
+		}
+	}
+	err = rt.record(ctx, c.Run, nil, entries...)
+	if err != nil {
 		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
 	}
 	rt.traceToolCall(c, start, outcome)
+	return followed(next, err, ctx) // never after a stop: next is nil then
 }
 
 // traceToolCall emits the call's span, when tracing is on.
