@@ -115,6 +115,8 @@ func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 		arv1.WaitNeedsReconciliation: {Reason: arv1.WaitNeedsReconciliation, NeedsAPerson: true, Summary: "NeedsReconciliation", Since: since,
 			Seq: ptr(int64(0)), Tool: "github.create_issue"},
 		arv1.WaitSignal: {Reason: arv1.WaitSignal, Summary: "Signal", Since: since, Signal: "waiting for the CI pipeline to finish", InputSchema: `{"type":"object"}`},
+		arv1.WaitRateLimited: {Reason: arv1.WaitRateLimited, Summary: "RateLimited: openai/gpt-4o-mini", Since: since,
+			Provider: "openai", Model: "gpt-4o-mini", RetryAt: at(now, 3*time.Second)},
 	}
 }
 
@@ -344,6 +346,7 @@ func TestInvalidWaitingOnIsRejected(t *testing.T) {
 		msgBudget      = "budget and observed are set exactly for BudgetExceeded"
 		msgSeq         = "seq and tool are set exactly for NeedsReconciliation"
 		msgSignal      = "signal is set exactly for Signal"
+		msgRate        = "provider and model are set exactly for RateLimited, retryAt only for it"
 		field          = "status.waitingOn"
 	)
 
@@ -369,6 +372,10 @@ func TestInvalidWaitingOnIsRejected(t *testing.T) {
 		{name: "NeedsReconciliation without seq", w: variant(arv1.WaitNeedsReconciliation, func(w *arv1.WaitingOn) { w.Seq = nil }), msg: msgSeq},
 		{name: "Signal without signal", w: variant(arv1.WaitSignal, func(w *arv1.WaitingOn) { w.Signal = "" }), msg: msgSignal},
 		{name: "signal on Children", w: variant(arv1.WaitChildren, func(w *arv1.WaitingOn) { w.Signal = "ci" }), msg: msgSignal},
+		{name: "RateLimited without provider", w: variant(arv1.WaitRateLimited, func(w *arv1.WaitingOn) { w.Provider = "" }), msg: msgRate},
+		{name: "RateLimited without model", w: variant(arv1.WaitRateLimited, func(w *arv1.WaitingOn) { w.Model = "" }), msg: msgRate},
+		{name: "retryAt on Sleeping", w: variant(arv1.WaitSleeping, func(w *arv1.WaitingOn) { w.RetryAt = at(now, time.Second) }), msg: msgRate},
+		{name: "provider on NeedsSetup", w: variant(arv1.WaitNeedsSetup, func(w *arv1.WaitingOn) { w.Provider = "openai" }), msg: msgRate},
 		{name: "inputSchema on ToolApproval", w: variant(arv1.WaitToolApproval, func(w *arv1.WaitingOn) { w.InputSchema = "{}" }), msg: "inputSchema is set only for UserPrompt and Signal"},
 		{name: "unknown reason", w: &arv1.WaitingOn{Reason: "Bored"}, field: "status.waitingOn.reason",
 			msg: `Unsupported value: "Bored"`},
