@@ -280,6 +280,10 @@ func TestRateLimitsAreAHealthyWait(t *testing.T) {
 		tookA = time.Since(startA)
 	}
 	stA, stC := srvA.Take(), srvC.Take()
+	refusedA := rateLimitedCounter(t, ctx, m)
+	if refusedA != float64(stA.RateLimited) {
+		t.Errorf("(a) agentrun_model_call_rate_limited_total{provider=\"llm\"} = %v, want the %d 429s the server answered", refusedA, stA.RateLimited)
+	}
 	if err := recA.Stop(); err != nil {
 		t.Error(err)
 	}
@@ -396,6 +400,9 @@ func TestRateLimitsAreAHealthyWait(t *testing.T) {
 		len(runsB), rate*60, rate, tookB.Round(time.Millisecond), stB.Requests, stB.Accepted, stB.RateLimited, stB.BusiestSecond(), stB.MaxInFlight, len(recB.rateObservations()), recB.summary())
 	if stB.RateLimited != 0 {
 		t.Errorf("(b) the server answered %d 429s though providers.toml declared its limit; want 0", stB.RateLimited)
+	}
+	if got := rateLimitedCounter(t, ctx, m); got != refusedA {
+		t.Errorf("(b) agentrun_model_call_rate_limited_total{provider=\"llm\"} went from %v to %v with no 429 answered", refusedA, got)
 	}
 	if stB.Accepted != int64(nB*loadtest.LatencyModelCalls) {
 		t.Errorf("(b) the server accepted %d calls, want %d", stB.Accepted, nB*loadtest.LatencyModelCalls)
@@ -531,4 +538,16 @@ func (tap *callTap) perRun() map[string]int64 {
 		}
 	}
 	return out
+}
+
+// rateLimitedCounter reads the manager's count of refused model calls of
+// provider "llm" (0 before the first).
+func rateLimitedCounter(t *testing.T, ctx context.Context, m *loadtest.Manager) float64 {
+	t.Helper()
+	sc, err := m.Scrape(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := sc.Value("agentrun_model_call_rate_limited_total", map[string]string{"provider": "llm"})
+	return v
 }

@@ -45,6 +45,14 @@ var (
 		Name: "agentrun_cost_usd_total",
 		Help: "Priced cost in USD by namespace and agent (unpriced calls are in agentrun_unpriced_calls_total).",
 	}, []string{"namespace", "agent"})
+	// RateLimitRefusals counts model calls a provider refused for a rate
+	// limit (429, 529, a 503 with Retry-After), each waited out and sent
+	// again: how often declared limits would have spared the provider a
+	// refusal.
+	RateLimitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_model_call_rate_limited_total",
+		Help: "Model call attempts a provider refused for a rate limit (429, 529, 503 with Retry-After), waited out and sent again, by provider.",
+	}, []string{"provider"})
 	// ToolCalls counts MCP tool calls by server, effect and outcome (ok,
 	// tool_error, not_sent, failed, or unsettled for a write left to a
 	// person).
@@ -131,7 +139,7 @@ var reconcileErrorKinds = []string{"transient", "terminal"}
 // process) and points the state collector at this manager's sources.
 func Register(src Sources) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, collector)
 		for _, k := range reconcileErrorKinds {
 			ReconcileErrors.WithLabelValues(k)
 		}

@@ -255,6 +255,7 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 			}
 			if pe != nil && pe.RateLimited && ctx.Err() == nil {
 				permit.Done(0)
+				metrics.RateLimitRefusals.WithLabelValues(c.Provider.Name).Inc()
 				until := rt.Clock.Now().Add(rateLimitWait(pe.RetryAfter, refused))
 				rt.Limiter.Pause(limit.Key, until)
 				onWait(until)
