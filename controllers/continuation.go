@@ -73,10 +73,12 @@ func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.Namespac
 	project(s)
 	if !onlyProgress(&s.before.Status, &s.run.Status) {
 		// Something people or tools read changed: the reconcile writes it.
-		next.Done()
+		if next.Done != nil {
+			next.Done()
+		}
 		return nil
 	}
-	effects, k := s.effects, stepKey(run, f.State.NextSeq-1)
+	effects, k := s.effects, stepKey(run, next.Intent().Seq)
 	next.Journaled = func() {
 		for _, fn := range effects {
 			fn()
@@ -102,7 +104,7 @@ func (r *AgentRunReconciler) nextModelCall(ctx context.Context, s *scope) *steps
 	f.State.Apply(f.Blueprint, intent)
 	call.Next = r.continuation(run)
 	r.track(run, &call)
-	return &steps.Continuation{Call: call, Done: func() {}}
+	return &steps.Continuation{Call: call}
 }
 
 // nextToolCall is the MCP tool call Decide asked for (one no gate holds),
@@ -141,9 +143,8 @@ func mayContinue(run *arv1.AgentRun) bool {
 // run at most.
 func (r *AgentRunReconciler) statusDue(run *arv1.AgentRun, now time.Time) {
 	key := client.ObjectKeyFromObject(run)
-	at, ok := r.statusWrites.Get(run.UID)
-	left := time.Duration(0)
-	if ok && r.statusInterval > 0 {
+	left := time.Duration(0) // no interval, or never written: due now
+	if at, ok := r.statusWrites.Get(run.UID); ok && r.statusInterval > 0 {
 		left = at.Add(r.statusInterval).Sub(now)
 	}
 	if left <= 0 {

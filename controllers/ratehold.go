@@ -26,7 +26,6 @@ type rateHolds struct {
 }
 
 type rateHold struct {
-	key             types.NamespacedName
 	provider, model string
 	until           time.Time
 	// shown: the reconcile was woken to show the hold, with shownUntil.
@@ -50,7 +49,7 @@ func (r *AgentRunReconciler) track(run *arv1.AgentRun, call *steps.ModelCall) {
 			hold.until = until
 			return
 		}
-		hold := &rateHold{key: key, provider: call.Intent.Provider, model: call.Intent.Model, until: until}
+		hold := &rateHold{provider: call.Intent.Provider, model: call.Intent.Model, until: until}
 		hold.timer = time.AfterFunc(rateShownAfter, func() {
 			h.mu.Lock()
 			cur, ok := h.m[uid]

@@ -98,6 +98,12 @@ func RunName(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix
 // SetupNamespace creates a namespace with the blueprint ConfigMap agent
 // (key agent.toml) and the scripted provider config.
 func (c *Cluster) SetupNamespace(ctx context.Context, prefix, agent, manifest string) (string, error) {
+	return c.setupNamespaceWith(ctx, prefix, agent, manifest, ProvidersTOML)
+}
+
+// setupNamespaceWith creates a namespace with the blueprint ConfigMap agent
+// and a provider config holding providersTOML.
+func (c *Cluster) setupNamespaceWith(ctx context.Context, prefix, agent, manifest, providersTOML string) (string, error) {
 	ns, err := c.NewNamespace(ctx, prefix)
 	if err != nil {
 		return "", err
@@ -105,7 +111,7 @@ func (c *Cluster) SetupNamespace(ctx context.Context, prefix, agent, manifest st
 	if err := c.CreateConfigMap(ctx, ns, agent, map[string]string{"agent.toml": manifest}); err != nil {
 		return "", err
 	}
-	if err := c.CreateConfigMap(ctx, ns, ProvidersConfigMap, map[string]string{"providers.toml": ProvidersTOML}); err != nil {
+	if err := c.CreateConfigMap(ctx, ns, ProvidersConfigMap, map[string]string{"providers.toml": providersTOML}); err != nil {
 		return "", err
 	}
 	return ns, nil

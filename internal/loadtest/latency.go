@@ -88,14 +88,8 @@ api_key_secret = {name = %q, key = "api-key"}
 // instead of the scripted one, and the Secret LatencySecret (any key will
 // do for the LatencyServer).
 func (c *Cluster) SetupLatencyNamespace(ctx context.Context, prefix, agent, manifest, providersTOML string) (string, error) {
-	ns, err := c.NewNamespace(ctx, prefix)
+	ns, err := c.setupNamespaceWith(ctx, prefix, agent, manifest, providersTOML)
 	if err != nil {
-		return "", err
-	}
-	if err := c.CreateConfigMap(ctx, ns, agent, map[string]string{"agent.toml": manifest}); err != nil {
-		return "", err
-	}
-	if err := c.CreateConfigMap(ctx, ns, ProvidersConfigMap, map[string]string{"providers.toml": providersTOML}); err != nil {
 		return "", err
 	}
 	if err := c.CreateSecret(ctx, ns, LatencySecret, map[string]string{"api-key": "loadtest-key"}); err != nil {

@@ -100,9 +100,10 @@ func (n *Continuation) notMade() {
 // RunModelCall calls the provider, retrying transient failures with capped
 // exponential backoff and jitter, and journals the answer or the final
 // classified failure together with the intent. When the answer leaves the
-// run with nothing but another model call to make (Next says which), the
-// completion and the next call's intent go into the journal in one write
-// and the step makes that call too, and so on. A cancelled step (run
+// run with nothing but another call to make (a model call, or a tool call
+// no gate holds: Next says which), the completion and the next call's
+// intent go into the journal in one write and the step makes that call
+// too, and so on. A cancelled step (run
 // cancelled, manager stopping) journals no outcome: the intent stays
 // pending (in status, or in the journal) and whoever drives the run next
 // issues it again, counting it as possibly lost.
@@ -168,7 +169,7 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 	var next *Continuation
 	if c.Next != nil && done.Kind == journal.ModelCallCompleted {
 		if next = c.Next(ctx, entries); next != nil {
-			entries = append(entries, next.intent())
+			entries = append(entries, next.Intent())
 		}
 	}
 	// A manager that dies before this write leaves the intent pending; the
@@ -205,8 +206,8 @@ func followed(next *Continuation, err error, ctx context.Context) *Continuation 
 	return next
 }
 
-// intent is the continuation's call's intent.
-func (n *Continuation) intent() journal.Entry {
+// Intent is the continuation's call's intent.
+func (n *Continuation) Intent() journal.Entry {
 	if n.Tool != nil {
 		return n.Tool.Intent
 	}

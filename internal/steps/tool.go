@@ -94,7 +94,7 @@ func (rt *Runtime) toolCallOnce(ctx context.Context, c ToolCall) *Continuation {
 	var next *Continuation
 	if c.Next != nil && done.Kind == journal.ToolCallCompleted && !stopped {
 		if next = c.Next(ctx, entries); next != nil {
-			entries = append(entries, next.intent())
+			entries = append(entries, next.Intent())
 		}
 	}
 	err = rt.record(ctx, c.Run, nil, entries...)
