@@ -58,6 +58,16 @@ func (r *AgentRunReconciler) drives(run *arv1.AgentRun) bool {
 	return s >= 0 && r.shards.Owns(s)
 }
 
+// handedOver reports whether the run's status names another replica as
+// its driver: its shard changed hands, and this replica has just put it in
+// line, afresh. Its record follows at once, as a started run's does on its
+// first reconcile here, instead of after the quiet spell in line that spares
+// a new run's status writes (the write is due anyway, for status.driver).
+func (r *AgentRunReconciler) handedOver(run *arv1.AgentRun) bool {
+	d := run.Status.Driver
+	return d != "" && d != r.identity
+}
+
 // shardCaches are the informer caches of the shards this replica drives:
 // each holds only its shard's runs (a label selector), so the runs' memory
 // divides among the replicas. They read runs as one client.Reader.

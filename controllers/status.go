@@ -40,6 +40,7 @@ func project(s *scope) {
 	if bp := f.Blueprint; bp != nil {
 		st.AgentName = bp.Agent.Name
 		st.NumStages = int32(len(bp.Stages))
+		st.ReadPaths = readPaths(bp)
 	}
 	if f.Spawned {
 		st.CurrentStage = state.Stage
@@ -97,6 +98,17 @@ func project(s *scope) {
 	if !sameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
+}
+
+// readPaths is how much of the blueprint's [read_paths] was granted, as the
+// seeds record it (read_paths{declared,granted}, absent when none are
+// declared). A run here reads no files, so none is ever granted: 0/n says
+// every read the blueprint declares would be refused.
+func readPaths(bp *blueprint.Blueprint) *arv1.ReadPathGrantCounts {
+	if len(bp.ReadPaths) == 0 {
+		return nil
+	}
+	return &arv1.ReadPathGrantCounts{Declared: int32(len(bp.ReadPaths)), Granted: 0}
 }
 
 // validatorNotRun: output was submitted under a declared validator. The

@@ -602,7 +602,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		st.MaxIterationsHit = true
 		st.reason = cutOff(stage)
 	}
-	if !hitMax && stage.FanOut == nil && !st.finishing(bp, stage, target) {
+	if !hitMax && stage.FanOut == nil && (st.stuckWhileHeld(bp, stage, target, e.At) || !st.finishing(bp, stage, target)) {
 		return
 	}
 	if stage.FanOut == nil && target != "" {

@@ -147,18 +147,50 @@ func (st *State) finishing(bp *blueprint.Blueprint, stage *blueprint.Stage, targ
 	if target == "" || st.CanEnter(bp, target) {
 		return true
 	}
+	if open := st.openTargets(bp, stage); len(open) > 0 {
+		st.refuse(bp, stage, fmt.Sprintf("stage %q has used its max_revisits; choose one of: %s", target, strings.Join(open, ", ")))
+		return false
+	}
+	st.strand(bp, stage)
+	return false
+}
+
+// openTargets are the targets of the stage's normal edges that have
+// revisits left.
+func (st *State) openTargets(bp *blueprint.Blueprint, stage *blueprint.Stage) []string {
 	var open []string
 	for _, t := range stage.Transitions {
 		if isNormal(t) && st.CanEnter(bp, t.Target) {
 			open = append(open, t.Target)
 		}
 	}
-	if len(open) > 0 {
-		st.refuse(bp, stage, fmt.Sprintf("stage %q has used its max_revisits; choose one of: %s", target, strings.Join(open, ", ")))
+	return open
+}
+
+// heldBack says whether the move an answer leads to (the model's choice,
+// its completion, or the stage's always edge; target "" completes the run)
+// will be refused, keeping the run in the stage: require_output unmet, a
+// required region empty, or a target out of revisits while another is open
+// (with none open the stage is stranded, and dead_end moves it).
+func (st *State) heldBack(bp *blueprint.Blueprint, stage *blueprint.Stage, target string) bool {
+	switch {
+	case stage.RequireOutput && (st.Output == nil || st.Output.Stage != stage.Name):
+		return true
+	case target == "":
 		return false
+	case !st.CanEnter(bp, target):
+		return len(st.openTargets(bp, stage)) > 0
 	}
-	st.strand(bp, stage)
-	return false
+	return len(st.emptyRegions(stage, target)) > 0
+}
+
+// stuckWhileHeld reads the stage's stuck edges when the answer's move is
+// held back: the run stays in the stage as after an answer that asks for no
+// move, and runtime-signal edges are not held back by the gates of the
+// normal ones (docs/blueprints.md). The refusal is told only if no stuck
+// threshold fires.
+func (st *State) stuckWhileHeld(bp *blueprint.Blueprint, stage *blueprint.Stage, target string, at time.Time) bool {
+	return st.heldBack(bp, stage, target) && st.stuck(bp, stage, at)
 }
 
 // strand is a finished stage whose every normal target is out of

@@ -115,6 +115,7 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 			if err != nil {
 				logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq).Error(err, "Journaling the call's intent failed; the call was not made")
 			}
+			rt.Breakers.Release(string(c.Run.UID)) // not made: a probe goes back
 			return
 		}
 	}
@@ -147,6 +148,7 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 	log := logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq)
 	result, callErr := rt.callModel(ctx, c)
 	if ctx.Err() != nil {
+		rt.Breakers.Release(string(c.Run.UID)) // no verdict on the provider: a probe goes back
 		log.V(1).Info("Step cancelled before completion; its intent stays pending")
 		return nil
 	}
@@ -338,6 +340,8 @@ func (rt *Runtime) failed(done *journal.Entry, c ModelCall, err error) {
 	pe := providers.AsError(err)
 	if pe.Class != journal.FailFatal && pe.Class != journal.FailEgressRefused {
 		rt.Breakers.Failure(c.BreakerKey, string(pe.Class), rt.Clock.Now())
+	} else {
+		rt.Breakers.Release(string(c.Run.UID)) // no verdict on the provider's health
 	}
 	done.Kind = journal.ModelCallFailed
 	done.Failure = &journal.Failure{

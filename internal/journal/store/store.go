@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +53,35 @@ const DefaultChunkBytes = 512 << 10
 // other content: the caller's view of the run is stale (or another writer
 // drives it), so it must derive again from the reloaded journal.
 var ErrSeqTaken = errors.New("journal seq already taken")
+
+// ErrCorrupt is what every CorruptError is (errors.Is): the stored journal
+// cannot be what was written, so reading it again cannot help; it needs a
+// change from outside (the chunk restored).
+var ErrCorrupt = errors.New("the journal is corrupt")
+
+// CorruptError says what is wrong with a run's stored journal: an entry
+// that does not decode, a chunk missing while a later one exists, a gap in
+// the sequence, or fewer entries than the run's status records. Its text
+// names the object and key at fault, never the stored value.
+type CorruptError struct {
+	// Object is the journal ConfigMap at fault (a missing chunk's name).
+	Object string
+	// Key is the data key at fault, when one entry is.
+	Key string
+	// Problem says what is wrong.
+	Problem string
+}
+
+func (e *CorruptError) Error() string {
+	where := "journal " + e.Object
+	if e.Key != "" {
+		where += " key " + e.Key
+	}
+	return where + ": " + e.Problem
+}
+
+// Is makes errors.Is(err, ErrCorrupt) hold.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 // Store keeps journals. The zero value is not usable; use New.
 type Store struct {
@@ -121,6 +151,9 @@ func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog,
 	}
 	if !empty || l.mustRead {
 		entries, chunks, raw, out, err := readAll(ctx, s.reader, run.Namespace, run.UID)
+		if err == nil {
+			err = shorterThanStatus(run, entries)
+		}
 		if err != nil {
 			return err
 		}
@@ -453,28 +486,31 @@ func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]
 	var entries []journal.Entry
 	raw := map[int64]string{}
 	byIndex := map[int]chunk{}
+	legacy := false
 	for i := range list.Items {
 		cm := &list.Items[i]
 		if v, ok := cm.Data[legacyKey]; ok && cm.Labels[LabelChunk] == "" {
-			e, err := decode(cm.Name, v)
+			e, err := decodeEntry(cm.Name, legacyKey, v)
 			if err != nil {
 				return nil, nil, nil, out, err
 			}
 			entries = append(entries, e)
 			raw[e.Seq] = v
+			legacy = true
 			continue
 		}
 		idx, err := strconv.Atoi(cm.Labels[LabelChunk])
-		if err != nil {
-			return nil, nil, nil, out, fmt.Errorf("journal chunk %s has no valid %s label", cm.Name, LabelChunk)
+		if err != nil || idx < 0 {
+			return nil, nil, nil, out, &CorruptError{Object: cm.Name, Problem: fmt.Sprintf("the chunk has no valid %s label", LabelChunk)}
 		}
 		c := chunk{name: cm.Name, rv: cm.ResourceVersion}
-		for k, v := range cm.Data {
+		for _, k := range sortedKeys(cm.Data) {
+			v := cm.Data[k]
 			if k == OutputKey {
 				out = stored{text: v, chunk: idx, ok: true}
 				continue
 			}
-			e, err := decode(cm.Name, v)
+			e, err := decodeEntry(cm.Name, k, v)
 			if err != nil {
 				return nil, nil, nil, out, err
 			}
@@ -484,16 +520,119 @@ func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]
 		}
 		byIndex[idx] = c
 	}
-	chunks := make([]chunk, len(byIndex))
+	chunks, err := inOrder(byIndex)
+	if err != nil {
+		return nil, nil, nil, out, err
+	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
+	if !legacy {
+		if err := dense(entries, chunks); err != nil {
+			return nil, nil, nil, out, err
+		}
+	}
+	return entries, chunks, raw, out, nil
+}
+
+// inOrder lists the chunks by index: a chunk missing before the last one
+// found is lost journal, not a journal that ends there.
+func inOrder(byIndex map[int]chunk) ([]chunk, error) {
+	last := -1
+	for i := range byIndex {
+		last = max(last, i)
+	}
+	chunks := make([]chunk, last+1)
 	for i := range chunks {
 		c, ok := byIndex[i]
 		if !ok {
-			return nil, nil, nil, out, fmt.Errorf("journal chunk %d of run %s is missing", i, uid)
+			return nil, &CorruptError{Object: siblingName(byIndex[last].name, last, i), Problem: fmt.Sprintf("chunk %d is missing while chunk %d (%s) exists", i, last, byIndex[last].name)}
 		}
 		chunks[i] = c
 	}
-	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
-	return entries, chunks, raw, out, nil
+	return chunks, nil
+}
+
+// siblingName is the name of chunk i of the journal whose chunk last is
+// called name (ChunkName's pattern), or "chunk i" when name does not
+// follow it.
+func siblingName(name string, last, i int) string {
+	suffix := "-" + Component
+	if last > 0 {
+		suffix += "-" + strconv.Itoa(last)
+	}
+	base, ok := strings.CutSuffix(name, suffix)
+	switch {
+	case !ok:
+		return fmt.Sprintf("chunk %d", i)
+	case i == 0:
+		return base + "-" + Component
+	}
+	return fmt.Sprintf("%s-%s-%d", base, Component, i)
+}
+
+// dense checks a chunked journal's entries are numbered 0, 1, 2, ... (an
+// entry issued again may repeat its seq): every write appends after the
+// last seq, so a number missing is an entry lost.
+func dense(entries []journal.Entry, chunks []chunk) error {
+	next := int64(0)
+	for _, e := range entries {
+		switch {
+		case e.Seq == next-1:
+			// issued again (in a later chunk)
+		case e.Seq != next:
+			return &CorruptError{Object: chunks[0].name, Key: key(next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
+		default:
+			next++
+		}
+	}
+	return nil
+}
+
+// shorterThanStatus catches a journal that lost its end (or all of it):
+// the run's status records a call whose seq says how many entries came
+// before it, or completed model calls, which are only ever journaled.
+func shorterThanStatus(run *arv1.AgentRun, entries []journal.Entry) error {
+	want := int64(0)
+	if p := run.Status.PendingCall; p != nil {
+		want = p.Seq
+	}
+	if run.Status.Usage.ModelCalls > 0 {
+		want = max(want, 2) // an intent and its completion
+	}
+	have := int64(0)
+	if n := len(entries); n > 0 {
+		have = entries[n-1].Seq + 1
+	}
+	if have >= want {
+		return nil
+	}
+	what := fmt.Sprintf("the run's status records %d completed model calls", run.Status.Usage.ModelCalls)
+	if p := run.Status.PendingCall; p != nil && p.Seq >= want {
+		what = fmt.Sprintf("the run's status records a pending call at seq %d", p.Seq)
+	}
+	return &CorruptError{Object: ChunkName(run, 0), Problem: fmt.Sprintf("the journal holds %d entries but %s", have, what)}
+}
+
+// decodeEntry decodes one stored entry. What is wrong is said without the
+// stored text (it may hold a tool's output or a prompt).
+func decodeEntry(name, k, v string) (journal.Entry, error) {
+	var e journal.Entry
+	err := json.Unmarshal([]byte(v), &e)
+	if err == nil && k != legacyKey && k != key(e.Seq) {
+		return e, &CorruptError{Object: name, Key: k, Problem: fmt.Sprintf("the entry stored under this key says it is seq %d", e.Seq)}
+	}
+	if err == nil {
+		return e, nil
+	}
+	problem := "the entry does not decode as a journal entry"
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		problem = fmt.Sprintf("the entry is not valid JSON (at byte %d of %d)", syn.Offset, len(v))
+	case errors.As(err, &typ):
+		problem = fmt.Sprintf("the entry does not decode: field %q cannot hold a JSON %s", typ.Field, typ.Value)
+	}
+	return e, &CorruptError{Object: name, Key: k, Problem: problem}
 }
 
 func decode(name, v string) (journal.Entry, error) {
