@@ -134,6 +134,9 @@ func (r *AgentRunReconciler) record(ctx context.Context, s *scope, es ...journal
 	for i := range es {
 		es[i].Seq, es[i].At = s.facts.State.NextSeq+int64(i), s.facts.Now
 	}
+	if len(es) > 0 && s.facts.statusIntent == nil {
+		stampSnapshot(s, &es[0])
+	}
 	if p := s.facts.statusIntent; p != nil {
 		in := *p
 		if h := s.facts.State.HeadCall(); in.Kind == journal.ToolCallRequested && h != nil && h.Index == in.Index {
@@ -142,6 +145,15 @@ func (r *AgentRunReconciler) record(ctx context.Context, s *scope, es ...journal
 		return r.journals.Append(ctx, s.run, append([]journal.Entry{in}, es...)...)
 	}
 	return r.journals.Append(ctx, s.run, es...)
+}
+
+// stampSnapshot names, on the first entry of a journal written before the
+// run's status recorded its snapshot, the snapshot the run started from
+// (journal.Entry.Snapshot).
+func stampSnapshot(s *scope, e *journal.Entry) {
+	if e.Seq == 0 && s.before.Status.BlueprintSnapshot == "" {
+		e.Snapshot = s.run.Status.BlueprintSnapshot
+	}
 }
 
 // cancel stops the run's steps and journals the cancellation once none
@@ -173,6 +185,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		}
 	}
 	intent.RequestHash = requestHash(run, &intent)
+	stampSnapshot(s, &intent)
 	ticket, ok := r.pool.Reserve(r.stepOf(run, intent.Seq, ""))
 	if !ok {
 		s.out.backpressure = true

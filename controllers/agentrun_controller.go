@@ -185,6 +185,8 @@ type AgentRunReconciler struct {
 	// statusTimers wake runs whose steps moved them on when their status
 	// is due.
 	statusTimers *statusTimers
+	// first defers new runs' first status writes (see firststatus.go).
+	first *firstStatus
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -221,6 +223,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r.statusWrites, r.unjournaled, r.rateHolds = perrun.New[time.Time](), perrun.New[journal.Entry](), newRateHolds()
 	r.statusTimers, r.limiter = newStatusTimers(), d.Limiter
+	r.first = newFirstStatus(r.statusInterval > 0 && !r.sharded())
 	if r.sharded() {
 		r.shareLimits(0) // no shard held yet: the least share
 	}
@@ -278,7 +281,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return r.reconcileFinished(ctx, run)
 	}
 	s := r.begin(run)
-	defer func() { res, err = r.finish(ctx, s, err) }()
+	defer func() { res, err = r.settle(ctx, s, err) }()
 	return ctrl.Result{}, r.drive(ctx, s)
 }
 
@@ -315,7 +318,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		o.NeedLeaderElection = ptr.To(false)
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
-		For(&arv1.AgentRun{}, builder.WithPredicates(predicate.Or(
+		For(&arv1.AgentRun{}, builder.WithPredicates(r.first.births(), predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
 			predicate.LabelChangedPredicate{},

@@ -47,7 +47,11 @@ func (r *AgentRunReconciler) continuation(ref *arv1.AgentRun) func(context.Conte
 // gate holds), or nil to hand the run back to its reconcile.
 func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.NamespacedName, uid types.UID, done []journal.Entry) *steps.Continuation {
 	run, err := r.runs.Get(ctx, key)
-	if err != nil || run == nil || run.UID != uid || !mayContinue(run) || !r.drives(run) {
+	if err != nil || run == nil || run.UID != uid {
+		return nil
+	}
+	r.first.withHeld(run) // a new run's status not written yet
+	if !mayContinue(run) || !r.drives(run) {
 		return nil
 	}
 	s := r.begin(run)

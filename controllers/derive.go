@@ -61,15 +61,6 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 	if c := run.Status.Active; c != nil {
 		f.Working = time.Duration(c.TotalSeconds(now)) * time.Second
 	}
-	if err := r.loadBlueprint(ctx, run, f); err != nil {
-		return nil, err
-	}
-	if !f.Spawned {
-		if err := r.unspawnedFacts(ctx, run, f, fresh); err != nil {
-			return nil, err
-		}
-		return f, r.regionFacts(ctx, run, f)
-	}
 	// Which steps run now is read before the journal: a step finishing in
 	// between then shows either as still running or as completed in the
 	// journal, never as neither (which would look like an interrupted call).
@@ -77,6 +68,17 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 	entries, err := r.journals.Load(ctx, run, fresh)
 	if err != nil {
 		return nil, err
+	}
+	if err := r.loadBlueprint(ctx, run, f, journal.StartedFrom(entries)); err != nil {
+		return nil, err
+	}
+	if !f.Spawned {
+		// A run that never spawned may have journaled only its
+		// cancellation.
+		if len(entries) > 0 {
+			f.State = journal.Fold(&blueprint.Blueprint{}, entries)
+		}
+		return f, r.regionFacts(ctx, run, f)
 	}
 	if ahead != nil {
 		entries = withAhead(entries, ahead)
@@ -110,20 +112,9 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 	return f, r.providerFacts(ctx, run, f, now)
 }
 
-// unspawnedFacts folds the journal of a run that never spawned: it may
-// hold only its cancellation.
-func (r *AgentRunReconciler) unspawnedFacts(ctx context.Context, run *arv1.AgentRun, f *facts, fresh bool) error {
-	entries, err := r.journals.Load(ctx, run, fresh)
-	if err == nil && len(entries) > 0 {
-		f.State = journal.Fold(&blueprint.Blueprint{}, entries)
-	}
-	return err
-}
-
-// neverDriven says the run has no journal yet: the status write that
-// records its snapshot precedes every journal write, but for a
-// cancellation before it ever started, which ends it (and a stale guess is
-// caught by the journal store, which then reads what is stored).
+// neverDriven says the run's status records nothing it did: no snapshot,
+// no intent, no end. Whether its journal is then empty too is
+// r.fresh's question.
 func neverDriven(run *arv1.AgentRun) bool {
 	return run.Status.BlueprintSnapshot == "" && run.Status.PendingCall == nil && !run.Status.Phase.IsTerminal()
 }
@@ -203,7 +194,15 @@ func (r *AgentRunReconciler) providerFacts(ctx context.Context, run *arv1.AgentR
 	if f.TitleWanted && !f.State.Titled && f.Blueprint.Agent.Title.Model != "" {
 		refs = []string{f.Blueprint.Agent.Title.Model}
 	}
+	// A half-open circuit admits one probe: a probe this run claimed and
+	// did not make is given back first, and one another run holds makes
+	// the provider read as open when resolved again (failover, or park).
+	owner := string(run.UID)
+	r.breakers.Release(owner)
 	res, block, retryAt, err := r.resolveProvider(ctx, run, stage, refs, f.State, now)
+	for err == nil && res != nil && !r.breakers.Admit(breakerKey(run.Namespace, res.provider.Name), owner, now) {
+		res, block, retryAt, err = r.resolveProvider(ctx, run, stage, refs, f.State, now)
+	}
 	if err != nil {
 		return err
 	}
@@ -224,7 +223,13 @@ func (r *AgentRunReconciler) providerFacts(ctx context.Context, run *arv1.AgentR
 // its parent's), else the ConfigMap spec.agent names. A missing blueprint
 // ConfigMap is a setup wait (GitOps applies objects in any order); a
 // blueprint that does not parse is an error.
-func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+//
+// A run whose journal names the snapshot it started from (journaled
+// before its first status write) uses that one, and status records it.
+func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentRun, f *facts, started string) error {
+	if started != "" && run.Status.BlueprintSnapshot == "" {
+		run.Status.BlueprintSnapshot = started
+	}
 	switch {
 	case run.Status.BlueprintSnapshot != "":
 		return r.loadSnapshot(ctx, run, f, run.Status.BlueprintSnapshot, true)
@@ -240,6 +245,9 @@ func (r *AgentRunReconciler) loadSnapshot(ctx context.Context, run *arv1.AgentRu
 	bp, perr, err := r.snapshotBlueprint(ctx, run.Namespace, name)
 	if err != nil {
 		return err
+	}
+	if perr != nil && spawned {
+		return &snapshotError{name: name, err: perr} // the run's own record: terminal.go
 	}
 	if perr == nil {
 		bp, perr = withEntryStage(bp, run.Spec.EntryStage)

@@ -37,7 +37,7 @@ type statusFaults struct {
 func (f *statusFaults) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		prefix := "/apis/agentrun.dev/v1alpha1/namespaces/" + f.ns + "/agentruns/"
-		if req.Method != http.MethodPatch || !strings.HasPrefix(req.URL.Path, prefix) || !strings.HasSuffix(req.URL.Path, "/status") {
+		if (req.Method != http.MethodPut && req.Method != http.MethodPatch) || !strings.HasPrefix(req.URL.Path, prefix) || !strings.HasSuffix(req.URL.Path, "/status") {
 			return rt.RoundTrip(req)
 		}
 		run := strings.TrimSuffix(strings.TrimPrefix(req.URL.Path, prefix), "/status")

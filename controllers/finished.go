@@ -86,6 +86,7 @@ func (r *AgentRunReconciler) dropRunState(uid types.UID) {
 	r.unjournaled.Take(uid)
 	r.rateHolds.end(uid)
 	r.statusTimers.stop(uid)
+	r.first.written(uid)
 }
 
 // reconcileFinished settles what a finished run still owes: the fate of

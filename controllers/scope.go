@@ -65,8 +65,13 @@ type startable struct {
 	fn     func(context.Context)
 }
 
+// begin starts a reconcile of run (a copy the reconcile owns): before is
+// the run as stored, run starts from the status held for it if its stored
+// one was never written.
 func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
-	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: neverDriven(run), driver: r.identity}
+	s := &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: r.first.fresh(run), driver: r.identity}
+	r.first.withHeld(s.run)
+	return s
 }
 
 // start reserves nothing itself: it records a reserved step to start once
@@ -94,7 +99,7 @@ func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 	if ok, waited := r.admit(ctx, s.run, s.now); !ok {
 		s.out.queued = true
-		if waited < queuedShownAfter {
+		if waited < queuedShownAfter && !r.handedOver(s.run) {
 			// Not shown yet: look again when it would be.
 			s.out.quietQueue, s.out.requeueAfter = true, queuedShownAfter-waited
 		}
@@ -202,8 +207,11 @@ func (r *AgentRunReconciler) writeStatus(ctx context.Context, s *scope, waits bo
 	if err != nil {
 		return err
 	}
-	if written && !s.run.Status.Phase.IsTerminal() {
-		r.statusWrites.Put(s.run.UID, s.now)
+	if written {
+		r.first.written(s.run.UID)
+		if !s.run.Status.Phase.IsTerminal() {
+			r.statusWrites.Put(s.run.UID, s.now)
+		}
 	}
 	return nil
 }

@@ -25,10 +25,14 @@ func (r *AgentRunReconciler) intentMayWait(s *scope) bool {
 		return false
 	}
 	b := &s.before.Status
+	at, ok := r.statusWrites.Get(s.run.UID)
+	if statusNeverWritten(b) {
+		// A new run: its first write may wait as long (firststatus.go).
+		return r.first.on && (!ok || s.now.Sub(at) < r.statusInterval)
+	}
 	if b.BlueprintSnapshot == "" || b.Phase != arv1.PhaseRunning || b.WaitingOn != nil {
 		return false
 	}
-	at, ok := r.statusWrites.Get(s.run.UID)
 	return ok && s.now.Sub(at) < r.statusInterval
 }
 
@@ -40,10 +44,16 @@ func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
 	if err != nil || s.out.queued || s.out.journaledIntents != len(s.intents) || !r.intentMayWait(s) {
 		return false
 	}
-	if !onlyProgress(&s.before.Status, &s.run.Status) {
+	if !r.first.progressOnly(&s.before.Status, &s.run.Status) {
 		return false
 	}
-	at, _ := r.statusWrites.Get(s.run.UID)
+	at, ok := r.statusWrites.Get(s.run.UID)
+	if !ok {
+		// A new run's first status waits from now.
+		at = s.now
+		r.statusWrites.Put(s.run.UID, at)
+	}
+	r.first.hold(s.run.UID, &s.before.Status, &s.run.Status)
 	if left := at.Add(r.statusInterval).Sub(s.now); s.out.requeueAfter == 0 || left < s.out.requeueAfter {
 		s.out.requeueAfter = max(left, time.Millisecond)
 	}

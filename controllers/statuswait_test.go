@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
@@ -12,10 +15,10 @@ import (
 )
 
 // TestStatusWaitsWhileARunOnlyProgresses: with a status interval longer
-// than the run, a 6-stage run's status is written twice, when it starts
-// (the write that records its snapshot) and when it ends; the five intents
-// between go into the journal, each with the completion before it. The
-// final status misses nothing.
+// than the run, a 6-stage run's status is written once, when it ends: its
+// first intent goes into the journal with the snapshot it binds the run
+// to, and the five after it each with the completion before it. The final
+// status misses nothing, and names the snapshot the journal does.
 func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 	ns := newNamespace(t)
 	wc, scripted := countingManager(t, ns, manager.Options{MaxConcurrentSteps: 16, StatusInterval: time.Hour})
@@ -29,16 +32,23 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 	done := waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	time.Sleep(500 * time.Millisecond)
 	after := wc.snapshot()
-	statusWrites := after["PATCH agentruns/status"] - before["PATCH agentruns/status"]
+	statusWrites := after["PUT agentruns/status"] - before["PUT agentruns/status"]
 	journalWrites := after["PATCH configmaps"] - before["PATCH configmaps"] + after["POST configmaps"] - before["POST configmaps"]
 	t.Logf("status writes %d, journal writes %d (%v)", statusWrites, journalWrites, after)
-	if statusWrites != 2 {
-		t.Errorf("%d status writes, want 2: the first and the last", statusWrites)
+	if statusWrites != 1 {
+		t.Errorf("%d status writes, want 1: the last", statusWrites)
 	}
-	// Six completions, each with the next call's intent (the first intent
-	// rides in status): one journal write per call.
-	if journalWrites != 6 {
-		t.Errorf("%d journal writes, want 6", journalWrites)
+	// The first intent, then six completions, five of them with the next
+	// call's intent: one journal write per call, and one to start.
+	if journalWrites != 7 {
+		t.Errorf("%d journal writes, want 7", journalWrites)
+	}
+	entries, err := store.Read(context.Background(), k8s, ns, run.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := journal.StartedFrom(entries); got == "" || got != done.Status.BlueprintSnapshot {
+		t.Errorf("the journal's first entry binds the run to snapshot %q, status names %q", got, done.Status.BlueprintSnapshot)
 	}
 	st := done.Status
 	if st.Usage.ModelCalls != 6 || st.Usage.LostCalls != 0 || st.PendingCall != nil || st.CurrentStage != "s5" || scripted.Calls(string(run.UID)) != 6 {
@@ -53,10 +63,12 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 }
 
 // TestRestartWithTheIntentOnlyInTheJournal stops the manager while a call
-// whose intent only the journal holds (status waited) is at the provider.
-// The next manager reads the intent there, issues the call again once,
-// counts the first dispatch as lost, and records that in the journal over
-// the unanswered intent.
+// whose intent only the journal holds (status waited) is at the provider,
+// before the run's status was ever written, and deletes the blueprint
+// ConfigMap. The next manager, which did not see the run created, reads
+// the journal: it uses the snapshot the journal binds the run to, issues
+// the call again once, counts the first dispatch as lost, and records that
+// in the journal over the unanswered intent.
 func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "slow", map[string]string{"agent.toml": slowMiddle})
@@ -70,10 +82,14 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if r := getRun(t, ns, "r"); r.Status.CurrentStage != "first" || r.Status.PendingCall == nil || r.Status.PendingCall.Seq != 0 {
-		t.Fatalf("status shows stage %q, pending %+v; want it still at the first write (stage first, call #0)", r.Status.CurrentStage, r.Status.PendingCall)
+	if r := getRun(t, ns, "r"); len(r.Status.Conditions) != 0 || r.Status.BlueprintSnapshot != "" || r.Status.PendingCall != nil {
+		t.Fatalf("status %+v; want it never written yet (the status interval is an hour)", r.Status)
 	}
 	h1.stop()
+	bp := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slow"}}
+	if err := k8s.Delete(context.Background(), bp); err != nil {
+		t.Fatal(err)
+	}
 	intent := lastIntent(t, ns, run)
 	if intent == nil || intent.Stage != "second" || intent.Lost != 0 {
 		t.Fatalf("the journal's last model intent is %+v, want the second stage's call, not yet lost", intent)
@@ -88,6 +104,13 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 	}
 	if again := intentAt(t, ns, run, intent.Seq); again == nil || again.Lost != 1 {
 		t.Errorf("the journal's intent #%d is %+v after the restart, want it issued again with lost = 1", intent.Seq, again)
+	}
+	es, err := store.Read(context.Background(), k8s, ns, run.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started := journal.StartedFrom(es); started == "" || done.Status.BlueprintSnapshot != started {
+		t.Errorf("status names snapshot %q, the journal binds the run to %q", done.Status.BlueprintSnapshot, started)
 	}
 }
 

@@ -92,7 +92,9 @@ func annotateNamespace(t *testing.T, ns, value string) {
 func TestNamespaceCapBoundsOneTenant(t *testing.T) {
 	capped, flagged := newNamespace(t), newNamespace(t)
 	annotateNamespace(t, capped, "1") // before the manager starts: in its cache when runs come
-	startManagerWith(t, manager.Options{MaxActiveRuns: 8, MaxConcurrentSteps: 8, MaxActiveRunsPerNamespace: 2})
+	// Runs are counted through their phase: every status change is
+	// written at once, so a run shows Running while it is active.
+	startManagerWith(t, manager.Options{MaxActiveRuns: 8, MaxConcurrentSteps: 8, MaxActiveRunsPerNamespace: 2, StatusInterval: -1})
 	for ns, delay := range map[string]string{capped: "1000", flagged: "300"} {
 		createConfigMap(t, ns, "paced", map[string]string{"agent.toml": strings.ReplaceAll(stages(2), "text = ", "delay_ms = "+delay+"\ntext = ")})
 		createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})

@@ -83,6 +83,11 @@ type Entry struct {
 	Seq  int64     `json:"seq"`
 	Kind Kind      `json:"kind"`
 	At   time.Time `json:"at"`
+	// Snapshot names, on a run's first entry when it was journaled before
+	// the run's status recorded it, the blueprint snapshot the run started
+	// from: the journal then binds the run to its blueprint, so a manager
+	// that takes the run up before its first status write uses the same.
+	Snapshot string `json:"snapshot,omitempty"`
 
 	// Stage and Iteration locate a model call (iteration is 0-based within
 	// the stage).
@@ -168,6 +173,15 @@ type Entry struct {
 	// which cancelled the run.
 	Choice string `json:"choice,omitempty"`
 	Abort  string `json:"abort,omitempty"`
+}
+
+// StartedFrom is the snapshot the first entry of es binds the run to, if
+// any (see Entry.Snapshot).
+func StartedFrom(es []Entry) string {
+	if len(es) == 0 {
+		return ""
+	}
+	return es[0].Snapshot
 }
 
 // PurposeTitle marks the titling call.

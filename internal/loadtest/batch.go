@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,8 +59,10 @@ type BatchResult struct {
 	// FirstCreate is when the first create was sent; every duration below
 	// is measured from it.
 	FirstCreate time.Time
-	// CreatesDone is when the last create returned.
+	// CreatesDone is when the last create returned; CreatedAt when each
+	// run's did.
 	CreatesDone time.Duration
+	CreatedAt   map[string]time.Time
 	// Reached holds each run's time to reach Until, ascending, as first
 	// seen through the watch.
 	Reached []time.Duration
@@ -83,6 +86,9 @@ type BatchResult struct {
 	// the window (zero without Manager), and Memory the manager's at its
 	// end.
 	Reconcile Histogram
+	// QueueWait is how long runs waited in the work queue for a worker
+	// over the batch.
+	QueueWait Histogram
 	Memory    Memory
 	// CPU is what each process used over the window, and Requests what
 	// the API server was asked.
@@ -120,18 +126,33 @@ func (c *Cluster) setupNamespaceWith(ctx context.Context, prefix, agent, manifes
 // CreateRuns creates n AgentRuns named RunName(prefix, i) of blueprint agent
 // in ns from concurrency goroutines.
 func (c *Cluster) CreateRuns(ctx context.Context, ns, agent, prefix string, n, concurrency int) error {
-	return Parallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
-		name := RunName(prefix, i)
+	return c.CreateRunsWith(ctx, ns, agent, prefix, n, concurrency, nil)
+}
+
+// createRunsTimed is CreateRuns that records when each create returned.
+func (c *Cluster) createRunsTimed(ctx context.Context, b Batch) (map[string]time.Time, error) {
+	var mu sync.Mutex
+	at := make(map[string]time.Time, b.N)
+	err := Parallel(ctx, b.N, b.Concurrency, func(ctx context.Context, i int) error {
+		name := RunName(b.Prefix, i)
 		run := &arv1.AgentRun{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       arv1.AgentRunSpec{Agent: agent, Task: "load test task " + name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: name},
+			Spec:       arv1.AgentRunSpec{Agent: b.Agent, Task: RunTask(name)},
 		}
 		if err := c.Client.Create(ctx, run); err != nil {
-			return fmt.Errorf("creating AgentRun %s/%s: %w", ns, name, err)
+			return fmt.Errorf("creating AgentRun %s/%s: %w", b.Namespace, name, err)
 		}
+		mu.Lock()
+		at[name] = time.Now()
+		mu.Unlock()
 		return nil
 	})
+	return at, err
 }
+
+// RunTask is the task of a batch's run name: it names the run, so a
+// loopback provider can tell which run a call is for.
+func RunTask(name string) string { return "load test task " + name }
 
 // CancelRuns sets spec.cancel on every AgentRun of ns and waits until all
 // of them have ended.
@@ -228,13 +249,13 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	}
 	defer stopWatch()
 
-	var hist0 Histogram
+	var hist0, queue0 Histogram
 	if b.Manager != nil {
 		sc, err := b.Manager.Scrape(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("scraping the manager before the batch: %w", err)
 		}
-		hist0 = ReconcileTime(sc)
+		hist0, queue0 = ReconcileTime(sc), QueueWait(sc)
 	}
 	rev0, err := c.Revision(ctx)
 	if err != nil {
@@ -253,7 +274,8 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	}
 	created := make(chan error, 1)
 	go func() {
-		err := c.CreateRuns(ctx, b.Namespace, b.Agent, b.Prefix, b.N, b.Concurrency)
+		var err error
+		res.CreatedAt, err = c.createRunsTimed(ctx, b)
 		res.CreatesDone = time.Since(res.FirstCreate)
 		created <- err
 	}()
@@ -312,6 +334,7 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 			return nil, fmt.Errorf("scraping the manager after the batch: %w", err)
 		}
 		res.Reconcile = ReconcileTime(sc).Sub(hist0)
+		res.QueueWait = QueueWait(sc).Sub(queue0)
 		if res.Memory, err = b.Manager.Memory(); err != nil {
 			return nil, err
 		}

@@ -175,11 +175,8 @@ func batch(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.M
 		b.Fatal(err)
 	}
 	spec := loadtest.Batch{Namespace: ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m}
-	if dir := os.Getenv("LOADTEST_APISERVER_PROFILE_DIR"); dir != "" && name != "warmup" {
-		spec.ProfileTo = filepath.Join(dir, name+".pprof")
-		if s, err := time.ParseDuration(os.Getenv("LOADTEST_APISERVER_PROFILE_FOR")); err == nil {
-			spec.ProfileFor = s
-		}
+	if name != "warmup" {
+		profileAPIServer(&spec, name)
 	}
 	for _, t := range tweak {
 		t(&spec)
@@ -189,6 +186,21 @@ func batch(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.M
 		b.Fatalf("%s batch of %d: %v\nmanager log tail:\n%s", name, n, err, m.LogTail(3000))
 	}
 	return res
+}
+
+// profileAPIServer asks for a CPU profile of the API server over the batch
+// when LOADTEST_APISERVER_PROFILE_DIR names a directory (the cluster must
+// serve /debug/pprof: AGENTRUN_TESTENV_PROFILING=1), written there as
+// NAME.pprof; LOADTEST_APISERVER_PROFILE_FOR sets its length.
+func profileAPIServer(spec *loadtest.Batch, name string) {
+	dir := os.Getenv("LOADTEST_APISERVER_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	spec.ProfileTo = filepath.Join(dir, name+".pprof")
+	if s, err := time.ParseDuration(os.Getenv("LOADTEST_APISERVER_PROFILE_FOR")); err == nil {
+		spec.ProfileFor = s
+	}
 }
 
 // checkModelCalls fails unless every run of the batch made want model calls

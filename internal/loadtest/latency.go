@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"sync"
@@ -129,6 +130,7 @@ type LatencyServer struct {
 	inFlight    int
 	maxInFlight int
 	starts      []time.Time
+	runs        map[string][]CallSpan
 	limited     int64
 	finals      int64
 	bad         int64
@@ -171,6 +173,27 @@ type LatencyStats struct {
 	Starts []time.Time
 	// MaxInFlight is the most accepted calls held at once.
 	MaxInFlight int
+	// Runs holds each run's accepted calls in arrival order, by the run
+	// name its task carries (calls naming none are not kept).
+	Runs map[string][]CallSpan
+}
+
+// CallSpan is one accepted call: its arrival and its answer.
+type CallSpan struct{ Start, End time.Time }
+
+// Chain is how long runs took to start their first call after their create
+// returned (lead) and between one call's answer and the next call's arrival
+// (gaps), in no particular order.
+func (st LatencyStats) Chain(created map[string]time.Time) (lead, gaps []time.Duration) {
+	for name, calls := range st.Runs {
+		if at, ok := created[name]; ok && len(calls) > 0 {
+			lead = append(lead, calls[0].Start.Sub(at))
+		}
+		for k := 1; k < len(calls); k++ {
+			gaps = append(gaps, calls[k].Start.Sub(calls[k-1].End))
+		}
+	}
+	return lead, gaps
 }
 
 // BusiestSecond is the most accepted calls that started within any one
@@ -201,10 +224,10 @@ func (s *LatencyServer) Take() LatencyStats {
 	defer s.mu.Unlock()
 	st := LatencyStats{
 		Requests: s.requests.Swap(0), RateLimited: s.limited, Accepted: int64(len(s.starts)),
-		Finals: s.finals, Bad: s.bad, Starts: s.starts, MaxInFlight: s.maxInFlight,
+		Finals: s.finals, Bad: s.bad, Starts: s.starts, MaxInFlight: s.maxInFlight, Runs: s.runs,
 	}
 	sort.Slice(st.Starts, func(i, j int) bool { return st.Starts[i].Before(st.Starts[j]) })
-	s.starts, s.limited, s.finals, s.bad, s.maxInFlight = nil, 0, 0, 0, s.inFlight
+	s.starts, s.limited, s.finals, s.bad, s.maxInFlight, s.runs = nil, 0, 0, 0, s.inFlight, nil
 	return st
 }
 
@@ -229,6 +252,23 @@ func (s *LatencyServer) admit(now time.Time, final bool) bool {
 	s.inFlight++
 	s.maxInFlight = max(s.maxInFlight, s.inFlight)
 	return true
+}
+
+// runTaskPattern finds the run name RunTask put in a call's messages.
+var runTaskPattern = regexp.MustCompile(`load test task ([a-z0-9.-]+)`)
+
+// answered records a named run's call, from its arrival to now.
+func (s *LatencyServer) answered(name string, start time.Time) {
+	if name == "" {
+		return
+	}
+	end := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[string][]CallSpan{}
+	}
+	s.runs[name] = append(s.runs[name], CallSpan{start, end})
 }
 
 func (s *LatencyServer) done() {
@@ -274,6 +314,11 @@ func (s *LatencyServer) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.done()
+	name := ""
+	if m := runTaskPattern.FindSubmatch(body); m != nil {
+		name = string(m[1])
+	}
+	defer s.answered(name, now)
 	if s.delay > 0 {
 		t := time.NewTimer(s.delay)
 		select {

@@ -125,7 +125,9 @@ func (lr *latencyRun) run(ctx context.Context, c *loadtest.Cluster, m *loadtest.
 			}
 		}
 	}()
-	res, err := c.RunBatch(ctx, loadtest.Batch{Namespace: lr.ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m})
+	spec := loadtest.Batch{Namespace: lr.ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m}
+	profileAPIServer(&spec, lr.name)
+	res, err := c.RunBatch(ctx, spec)
 	lr.server = lr.srv.Take()
 	select {
 	case why := <-stuck:
@@ -178,6 +180,15 @@ func bareLatency(b *testing.B, ctx context.Context, srv *loadtest.LatencyServer,
 	return res, st
 }
 
+// durQuantile is the q-quantile of ds (0 when empty); ds is sorted.
+func durQuantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(int(q*float64(len(ds))), len(ds)-1)]
+}
+
 func apiServerMsPerRun(res *loadtest.BatchResult) float64 {
 	return float64(res.CPU["kube-apiserver"].Microseconds()) / 1000 / float64(res.N)
 }
@@ -228,13 +239,18 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		incomplete := res.N - len(res.Reached)
 		r.row("operator", "%d runs created by %d goroutines (creates done at %.2fs); first Complete %.2fs, half %.2fs, all (wall) %.2fs", n, res.Concurrency, secs(res.CreatesDone), secs(res.First()), secs(res.Half()), opWall)
 		r.row("operator: server", "%s", serverRow(op.server))
+		lead, gaps := op.server.Chain(res.CreatedAt)
+		r.row("operator: chain", "first call after the create returned p50 %.0fms p99 %.0fms (%d runs); next call after an answer p50 %.0fms p99 %.0fms (%d gaps)",
+			ms(durQuantile(lead, 0.5).Seconds()), ms(durQuantile(lead, 0.99).Seconds()), len(lead), ms(durQuantile(gaps, 0.5).Seconds()), ms(durQuantile(gaps, 0.99).Seconds()), len(gaps))
 		r.row("operator: waits seen", "%s", op.waits)
 		r.row("operator: runs not Complete", "%d", incomplete)
 		r.row("operator: etcd writes", "%d = %.2f/run", res.Writes, res.WritesPerRun())
 		r.row("operator: CPU", "%s", res.CPU.PerRun(res.N))
+		r.row("operator: API requests", "%s per run", res.Requests.PerRun(res.N))
 		r.row("operator: manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 		h := res.Reconcile
-		r.row("operator: reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)))
+		q := res.QueueWait
+		r.row("operator: reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms; waited in the queue p50 %.1fms p99 %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(q.Quantile(0.5)), ms(q.Quantile(0.99)))
 		r.row("ratio", "%.3f (mean bare wall %.2fs / operator wall %.2fs: the operator's throughput as a fraction of the bare client's)", ratio, bareWall, opWall)
 
 		var bareBusiest float64

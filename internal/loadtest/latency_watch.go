@@ -25,7 +25,7 @@ func (c *Cluster) CreateRunsWith(ctx context.Context, ns, agent, prefix string, 
 		name := RunName(prefix, i)
 		run := &arv1.AgentRun{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       arv1.AgentRunSpec{Agent: agent, Task: "load test task " + name},
+			Spec:       arv1.AgentRunSpec{Agent: agent, Task: RunTask(name)},
 		}
 		if mutate != nil {
 			mutate(i, run)

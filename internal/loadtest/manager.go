@@ -314,6 +314,13 @@ func ReconcileTime(sc Scrape) Histogram {
 	return h
 }
 
+// QueueWait is the AgentRun work queue's queue-time histogram: how long
+// a run waited in line for a reconcile worker.
+func QueueWait(sc Scrape) Histogram {
+	h, _ := sc.Histogram("workqueue_queue_duration_seconds", map[string]string{"name": "agentrun"})
+	return h
+}
+
 // WaitIdle waits until the manager's AgentRun work queue has been empty and
 // no worker busy in two scrapes in a row, 200ms apart: a new manager has
 // reconciled what it found at start (finished runs of earlier batches) and
