@@ -5,6 +5,12 @@ SHELL := /usr/bin/env bash -o pipefail
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+CRD_REF_DOCS_VERSION ?= v0.3.0
+CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
+# golangci-lint is built from hack/golangci-lint, a module that pins it (this
+# version) together with the kube-api-linter module plugin.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBE_VERSION ?= v1.37.2
 KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
 # -p 1: packages run one at a time, so the latency assertions of the
@@ -35,9 +41,16 @@ chart: ## Copy the generated CRDs and manager RBAC rules from config/ into the H
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the API reference (docs/api-reference.md).
+generate: $(CONTROLLER_GEN) api-docs ## Generate deepcopy code and the API reference (docs/api-reference.md).
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
-	go run ./hack/gen-api-docs -o docs/api-reference.md
+
+# The API reference is rendered by crd-ref-docs with this project's own
+# templates (hack/api-docs/templates) and configuration.
+.PHONY: api-docs
+api-docs: $(CRD_REF_DOCS) ## Generate docs/api-reference.md from api/v1alpha1 (crd-ref-docs).
+	$(CRD_REF_DOCS) --log-level=ERROR --source-path=./api/v1alpha1 --config=hack/api-docs/config.yaml \
+		--renderer=markdown --templates-dir=hack/api-docs/templates \
+		--template-value=generator="crd-ref-docs $(CRD_REF_DOCS_VERSION)" --output-path=docs/api-reference.md
 
 .PHONY: fmt
 fmt: ## go fmt.
@@ -79,6 +92,14 @@ BENCH_TIMEOUT ?= 240m
 bench: controlplane ## Run benchmarks (BENCH=pattern selects some; see docs/benchmarks.md).
 	go test -run '^$$' -bench '$(BENCH)' -benchmem -timeout $(BENCH_TIMEOUT) ./...
 
+# LINT_FLAGS passes options through, e.g. `make lint LINT_FLAGS=--fix`.
+LINT_FLAGS ?=
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml; kube-api-linter on api/), as make vet does.
+	$(GOLANGCI_LINT) run $(LINT_FLAGS) ./...
+	$(GOLANGCI_LINT) run $(LINT_FLAGS) --build-tags otlpgrpc ./internal/tracing/...
+
 ##@ Build
 
 .PHONY: build
@@ -94,6 +115,21 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(LOCALBIN)
 	@echo ">> Installing controller-gen $(CONTROLLER_TOOLS_VERSION) into bin/ (once)"
 	@tmp=$$(mktemp -d) && GOBIN=$$tmp go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) && mv $$tmp/controller-gen $@ && rm -rf $$tmp
+
+$(CRD_REF_DOCS):
+	@mkdir -p $(LOCALBIN)
+	@echo ">> Installing crd-ref-docs $(CRD_REF_DOCS_VERSION) into bin/ (once)"
+	@tmp=$$(mktemp -d) && GOBIN=$$tmp go install github.com/elastic/crd-ref-docs@$(CRD_REF_DOCS_VERSION) && mv $$tmp/crd-ref-docs $@ && rm -rf $$tmp
+
+# Rebuilt when hack/golangci-lint changes (a new golangci-lint or
+# kube-api-linter version). `golangci-lint custom` would clone golangci-lint
+# from GitHub; this builds the same binary from the Go module proxy.
+$(GOLANGCI_LINT): hack/golangci-lint/go.mod hack/golangci-lint/go.sum hack/golangci-lint/main.go
+	@mkdir -p $(LOCALBIN)
+	@v=$$(cd hack/golangci-lint && go list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2) && \
+		test "$$v" = "$(GOLANGCI_LINT_VERSION)" || { echo "hack/golangci-lint/go.mod pins golangci-lint $$v, the Makefile $(GOLANGCI_LINT_VERSION)"; exit 1; }
+	@echo ">> Building golangci-lint $(GOLANGCI_LINT_VERSION) with kube-api-linter into bin/ (once; a few minutes)"
+	cd hack/golangci-lint && go build -trimpath -o $@ .
 
 .PHONY: help
 help: ## Show targets.

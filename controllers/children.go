@@ -48,10 +48,7 @@ func (r *AgentRunReconciler) childFacts(run *arv1.AgentRun, children []arv1.Agen
 		seen.Insert(c.Name)
 		out = append(out, factOf(c))
 	}
-	for _, want := range r.expect.pending(run.UID, seen) {
-		out = append(out, want)
-	}
-	return out
+	return append(out, r.expect.pending(run.UID, seen)...)
 }
 
 func factOf(c *arv1.AgentRun) runstate.ChildFact {
@@ -186,7 +183,7 @@ func (r *AgentRunReconciler) cascade(ctx context.Context, run *arv1.AgentRun, ch
 
 // mergeInputs reads the final outputs of the last fan-out's successful
 // workers, in item order, from their output objects.
-func (r *AgentRunReconciler) mergeInputs(ctx context.Context, run *arv1.AgentRun, children []arv1.AgentRun) ([]string, error) {
+func (r *AgentRunReconciler) mergeInputs(ctx context.Context, _ *arv1.AgentRun, children []arv1.AgentRun) ([]string, error) {
 	latest := map[int]*arv1.AgentRun{}
 	for i := range children {
 		c := &children[i]

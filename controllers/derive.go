@@ -148,8 +148,7 @@ func withUnjournaled(entries []journal.Entry, e journal.Entry) ([]journal.Entry,
 	case n == 0 || e.Seq > entries[n-1].Seq:
 		return append(entries[:n:n], e), &e
 	case e.Seq == entries[n-1].Seq && entries[n-1].Kind == journal.ModelCallRequested:
-		out := append(entries[:n-1:n-1], e)
-		return out, &e
+		return append(entries[:n-1:n-1], e), &e
 	}
 	return entries, nil
 }

@@ -285,7 +285,7 @@ func allowedReceiver(t *testing.T, redirect string) (url string, got *atomic.Int
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		got.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -391,7 +391,7 @@ func TestEgressConfigMapEditsApplyPerNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }))
 	_ = srv.Listener.Close()
 	srv.Listener = l
 	srv.Start()

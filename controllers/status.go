@@ -19,8 +19,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
-type metav1Time = metav1.Time
-
 // project writes the run record from the facts and the decision: the one
 // place status is computed, so phase, waitingOn, conditions and counters
 // always agree.

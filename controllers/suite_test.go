@@ -128,7 +128,6 @@ type harness struct {
 	scripted   *providers.Scripted
 	reconciles sync.Map // types.NamespacedName -> *atomic.Int64
 	stop       func()
-	metricsURL string
 }
 
 type managerOpts struct {

@@ -37,7 +37,7 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="agent is immutable: create a new AgentRun to use another blueprint"
-	Agent string `json:"agent"`
+	Agent string `json:"agent,omitempty"`
 
 	// task is the instruction the run was started with, verbatim. Immutable,
 	// because every recorded step was taken in answer to it.
@@ -45,7 +45,7 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=65536
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="task is immutable: create a new AgentRun for a new task"
-	Task string `json:"task"`
+	Task string `json:"task,omitempty"`
 
 	// model overrides model resolution for every stage, as
 	// "provider/model" or a bare model name, exactly as given (Leviath's
@@ -61,7 +61,7 @@ type AgentRunSpec struct {
 	// providers (type, base URL, credentials Secret and key, models, rates).
 	// Read whenever a step needs it, so fixing it unblocks a parked run.
 	// +optional
-	// +kubebuilder:default=agentrun-providers
+	// +default="agentrun-providers"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ProviderConfig string `json:"providerConfig,omitempty"`
@@ -195,7 +195,7 @@ type RegionSource struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_-]{0,62}$`
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 	// text is the content, inline (at most 16 KiB; 64 KiB over all
 	// regions). An empty string is an empty region.
 	// +optional
@@ -218,12 +218,12 @@ type ConfigMapKeyRef struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 	// key within the ConfigMap's data.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Key string `json:"key"`
+	Key string `json:"key,omitempty"`
 }
 
 // CallbackSpec is the webhook a run notifies on its terminal transition.
@@ -239,7 +239,7 @@ type CallbackSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://')",message="url must be an http:// or https:// URL"
 	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'(?i)^https?://([^/?#@]*@)?(127[.][0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}|169[.]254[.][0-9]{1,3}[.][0-9]{1,3}|0[.]0[.]0[.]0|\[[0:]*:[0:]*1?\]|\[fe[89ab][0-9a-f]:[^\]]*\])(:[0-9]*)?([/?#].*)?$')`,message="url must not point at a loopback, link-local (cloud metadata) or unspecified address: the manager refuses to call them"
 	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'(?i)^https?://([^/?#@]*@)?([^/?#@:\[]*[.])?localhost[.]?(:[0-9]*)?([/?#].*)?$')`,message="url must not point at localhost: the manager refuses to call loopback addresses"
-	URL string `json:"url"`
+	URL string `json:"url,omitempty"`
 
 	// signingKeySecretRef names the Secret key holding the HMAC-SHA256
 	// signing key. Replaces Leviath's persisted callback_secret: the
@@ -271,7 +271,7 @@ type CallbackStatus struct {
 	DeliveryID string `json:"deliveryID"`
 	// state of the delivery.
 	// +required
-	State CallbackState `json:"state"`
+	State CallbackState `json:"state,omitempty"`
 	// attempts made so far.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
@@ -293,12 +293,12 @@ type SecretKeyRef struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 	// key within the Secret's data.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Key string `json:"key"`
+	Key string `json:"key,omitempty"`
 }
 
 // OutputFormat is the shape a run's final output must take.
@@ -447,7 +447,7 @@ type AgentRunStatus struct {
 
 	// usage is what this run itself has consumed (not its children).
 	// +optional
-	Usage Usage `json:"usage,omitzero"`
+	Usage Usage `json:"usage,omitempty,omitzero"`
 
 	// treeUsage is this run's usage plus every descendant's. Cost is unknown
 	// if any descendant's is.
@@ -512,11 +512,12 @@ type AgentRunStatus struct {
 
 	// flags say why a run may have produced nothing useful.
 	// +optional
-	Flags RunFlags `json:"flags,omitzero"`
+	Flags RunFlags `json:"flags,omitempty,omitzero"`
 
 	// readPaths is how much of the blueprint's [read_paths] was granted at
 	// spawn. The operator reads no files of its own pod, so nothing is ever
 	// granted; the counts make that visible for blueprints that declare paths.
+	// Absent when the blueprint declares none.
 	// +optional
 	ReadPaths *ReadPathGrantCounts `json:"readPaths,omitempty"`
 
@@ -558,10 +559,12 @@ type AgentRunStatus struct {
 // StageStatus is one blueprint stage as the run has met it.
 type StageStatus struct {
 	// name is the stage's name in the blueprint.
+	// +required
 	// +kubebuilder:validation:MaxLength=128
 	Name string `json:"name"`
 	// state is where the run stands with the stage.
-	State StageState `json:"state"`
+	// +required
+	State StageState `json:"state,omitempty"`
 	// entered is when the run first entered the stage.
 	// +optional
 	Entered *metav1.Time `json:"entered,omitempty"`
@@ -580,9 +583,11 @@ type StageStatus struct {
 // StageTransition is one stage change of a run.
 type StageTransition struct {
 	// from is the stage the run left.
+	// +required
 	// +kubebuilder:validation:MaxLength=128
 	From string `json:"from"`
 	// to is the stage the run entered.
+	// +required
 	// +kubebuilder:validation:MaxLength=128
 	To string `json:"to"`
 	// condition is the edge's condition: always, llm_choice, error,
@@ -613,7 +618,8 @@ const (
 	StageWaitingInput StageState = "WaitingInput"
 	// StageComplete: the run left the stage, or completed in it.
 	StageComplete StageState = "Complete"
-	// StageError: the run ended in Error in this stage.
+	// StageError: the run ended in Error in this stage, or left the stage
+	// on its error edge (a failure the edge recovered from).
 	StageError StageState = "Error"
 	// StageCancelled: the run was cancelled in this stage.
 	StageCancelled StageState = "Cancelled"
@@ -804,7 +810,7 @@ const (
 type WaitingOn struct {
 	// reason is the variant.
 	// +required
-	Reason WaitReason `json:"reason"`
+	Reason WaitReason `json:"reason,omitempty"`
 	// needsAPerson is false only for waits that clear by themselves
 	// (workers, children, sleeping, signal). Alerts key on it. Always
 	// present, true or false, so a jsonpath read never comes back empty.
@@ -902,7 +908,7 @@ type WaitingOn struct {
 type BudgetLimit struct {
 	// kind of budget.
 	// +required
-	Kind BudgetKind `json:"kind"`
+	Kind BudgetKind `json:"kind,omitempty"`
 	// limit in force when it fired, as a decimal string.
 	// +required
 	// +kubebuilder:validation:MaxLength=64
@@ -1008,11 +1014,11 @@ type RunFlags struct {
 	// modifiedFileCount counts modifying tool calls.
 	// +optional
 	ModifiedFileCount int32 `json:"modifiedFileCount,omitempty"`
-	// emptyOutput: terminal, no modifications, no output produced, and the
-	// run had output tools.
+	// emptyOutput means the run is terminal with no modifications and no
+	// output produced, although it had output tools.
 	// +optional
 	EmptyOutput bool `json:"emptyOutput,omitempty"`
-	// noOutputTools: the run had no way to produce output (routers,
+	// noOutputTools means the run had no way to produce output (routers,
 	// researchers), so emptyOutput is not raised against it.
 	// +optional
 	NoOutputTools bool `json:"noOutputTools,omitempty"`
@@ -1023,28 +1029,29 @@ type RunFlags struct {
 	// searchesRun and non-zero means the report rests on nothing.
 	// +optional
 	SearchesEmpty int32 `json:"searchesEmpty,omitempty"`
-	// maxIterationsHit: a stage ran out of iterations.
+	// maxIterationsHit means a stage ran out of iterations.
 	// +optional
 	MaxIterationsHit bool `json:"maxIterationsHit,omitempty"`
-	// gatesForced: an interaction point was passed without a person.
+	// gatesForced means an interaction point was passed without a person.
 	// +optional
 	GatesForced bool `json:"gatesForced,omitempty"`
-	// outputForced: output was accepted without passing validation.
+	// outputForced means output was accepted without passing validation.
 	// +optional
 	OutputForced bool `json:"outputForced,omitempty"`
-	// workspaceLost: state the run depended on disappeared.
+	// workspaceLost means state the run depended on disappeared.
 	// +optional
 	WorkspaceLost bool `json:"workspaceLost,omitempty"`
-	// producedOutput: the run submitted output.
+	// producedOutput means the run submitted output.
 	// +optional
 	ProducedOutput bool `json:"producedOutput,omitempty"`
-	// brokenScripts: a declared validator could not run.
+	// brokenScripts means a declared validator could not run.
 	// +optional
 	BrokenScripts bool `json:"brokenScripts,omitempty"`
-	// requiredRegionsAbandoned: required regions were still empty at the end.
+	// requiredRegionsAbandoned means required regions were still empty at
+	// the end.
 	// +optional
 	RequiredRegionsAbandoned bool `json:"requiredRegionsAbandoned,omitempty"`
-	// splitsDegraded: a fan-out lost items.
+	// splitsDegraded means a fan-out lost items.
 	// +optional
 	SplitsDegraded bool `json:"splitsDegraded,omitempty"`
 }
@@ -1075,7 +1082,7 @@ type FinalOutputDescriptor struct {
 	// bytes is the size as submitted, before any truncation.
 	// +optional
 	Bytes int64 `json:"bytes,omitempty"`
-	// truncated: the stored copy was cut at the 256 KiB cap.
+	// truncated means the stored copy was cut at the 256 KiB cap.
 	// +optional
 	Truncated bool `json:"truncated,omitempty"`
 	// objectName is the owned ConfigMap holding the bytes (key "output").
@@ -1120,7 +1127,7 @@ const (
 type PendingCall struct {
 	// kind of call.
 	// +required
-	Kind CallKind `json:"kind"`
+	Kind CallKind `json:"kind,omitempty"`
 	// seq is the call's journal sequence.
 	// +required
 	// +kubebuilder:validation:Minimum=0
@@ -1152,10 +1159,11 @@ type PendingCall struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Iteration int32 `json:"iteration,omitempty"`
-	// provider and model the call goes to (model calls).
+	// provider is the provider the call goes to (model calls).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Provider string `json:"provider,omitempty"`
+	// model is the model the call goes to (model calls).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Model string `json:"model,omitempty"`
@@ -1197,17 +1205,19 @@ type PendingCall struct {
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.status.parentRun`,priority=10
 type AgentRun struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata: name, namespace, labels,
+	// annotations.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is what was asked for.
 	// +required
-	Spec AgentRunSpec `json:"spec"`
+	Spec AgentRunSpec `json:"spec,omitzero"`
 
 	// status is the run record, written by the controller.
 	// +optional
-	// +kubebuilder:default={"observedGeneration":-1,"phase":"Queued"}
-	Status AgentRunStatus `json:"status,omitzero"`
+	// +default={"observedGeneration":-1,"phase":"Queued"}
+	Status AgentRunStatus `json:"status,omitempty,omitzero"`
 }
 
 // AgentRunList is a list of AgentRuns.
@@ -1218,8 +1228,4 @@ type AgentRunList struct {
 	// +optional
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []AgentRun `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&AgentRun{}, &AgentRunList{})
 }

@@ -28,6 +28,8 @@ import (
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AgentRunAnswer struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata: name, namespace, labels,
+	// annotations.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
@@ -36,11 +38,11 @@ type AgentRunAnswer struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an answer cannot be changed; create another"
 	// +kubebuilder:validation:XValidation:rule="has(self.decision) || has(self.text) || has(self.input)",message="an answer needs a decision, text or input"
 	// +kubebuilder:validation:XValidation:rule="!(has(self.text) && has(self.input))",message="set text or input, not both"
-	Spec AgentRunAnswerSpec `json:"spec"`
+	Spec AgentRunAnswerSpec `json:"spec,omitzero"`
 
 	// status says whether the run took the answer.
 	// +optional
-	Status AgentRunAnswerStatus `json:"status,omitzero"`
+	Status AgentRunAnswerStatus `json:"status,omitempty,omitzero"`
 }
 
 // AgentRunAnswerSpec names the run, the question and the answer.
@@ -49,12 +51,12 @@ type AgentRunAnswerSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Run string `json:"run"`
+	Run string `json:"run,omitempty"`
 	// point is the question answered: the run's status.waitingOn.point.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Point string `json:"point"`
+	Point string `json:"point,omitempty"`
 	// decision approves or denies a checkpoint, tool call, taint gate or
 	// review (a denied checkpoint cancels the run; a denied tool call is
 	// not made and the agent is told). For a dangling write
@@ -81,7 +83,7 @@ type AgentRunAnswerSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	By string `json:"by"`
+	By string `json:"by,omitempty"`
 }
 
 // AnswerDecision approves or denies, or settles a dangling write.
@@ -144,8 +146,4 @@ type AgentRunAnswerList struct {
 	// +optional
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []AgentRunAnswer `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&AgentRunAnswer{}, &AgentRunAnswerList{})
 }

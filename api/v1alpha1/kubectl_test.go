@@ -267,7 +267,7 @@ func sampleFiles(t *testing.T) (string, []string) {
 	var files []string
 	for _, e := range entries {
 		n := e.Name()
-		if e.IsDir() || n == "kustomization.yaml" || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+		if e.IsDir() || n == "kustomization.yaml" || !strings.HasSuffix(n, ".yaml") && !strings.HasSuffix(n, ".yml") {
 			continue
 		}
 		files = append(files, n)

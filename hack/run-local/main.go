@@ -58,8 +58,9 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo), zap.ConsoleEncoder()))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, kubeconfig, local, demo); err != nil {
+	err := run(ctx, o, kubeconfig, local, demo)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "run-local:", err)
 		os.Exit(1)
 	}

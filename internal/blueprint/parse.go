@@ -736,7 +736,7 @@ func (p *parser) script(s *Stage, raw []rawScriptStep) *ParseError {
 }
 
 // crossCheck validates references between stages, which needs every stage.
-func (p *parser) crossCheck(bp *Blueprint, raw map[string]rawStage) *ParseError {
+func (p *parser) crossCheck(bp *Blueprint, _ map[string]rawStage) *ParseError {
 	for _, s := range bp.Stages {
 		for _, t := range s.Transitions {
 			if _, _, ok := bp.Stage(t.Target); !ok {

@@ -92,7 +92,7 @@ func checkLabel(l string) error {
 		if c >= 0x80 {
 			return fmt.Errorf("label %q is not ASCII; write internationalized names in their xn-- (punycode) form", l)
 		}
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 			return fmt.Errorf("label %q has the character %q; only letters, digits, '-' and '_' are allowed", l, c)
 		}
 	}

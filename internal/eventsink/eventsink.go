@@ -140,7 +140,7 @@ func (s *Sink) Start(ctx context.Context) error {
 	}
 }
 
-// NeedLeaderElection: every replica records its own runs' events.
+// NeedLeaderElection is false: every replica records its own runs' events.
 func (s *Sink) NeedLeaderElection() bool { return false }
 
 // digest keys a repeat by a short hash, so remembering thousands costs

@@ -356,7 +356,8 @@ func (p *Pool) Cancel(run types.UID) {
 	delete(p.waiting, run)
 }
 
-// NeedLeaderElection: every replica runs the steps of the runs it drives.
+// NeedLeaderElection is false: every replica runs the steps of the runs it
+// drives, not only the leader.
 func (p *Pool) NeedLeaderElection() bool { return false }
 
 // Start implements manager.Runnable: it blocks until the manager stops, then

@@ -161,7 +161,7 @@ func TestPoolBoundsConcurrency(t *testing.T) {
 	started := make(chan struct{}, n)
 	accepted := 0
 	for i := 0; i < n; i++ {
-		ok := p.Submit(Step{Key: key(fmt.Sprintf("r%d", i), 1), Wake: wakeFor(fmt.Sprintf("r%d", i))}, func(ctx context.Context) {
+		ok := p.Submit(Step{Key: key(fmt.Sprintf("r%d", i), 1), Wake: wakeFor(fmt.Sprintf("r%d", i))}, func(context.Context) {
 			defer track()()
 			started <- struct{}{}
 			select {

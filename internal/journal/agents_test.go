@@ -2,6 +2,7 @@ package journal
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestFoldMessages(t *testing.T) {
 	if !st.Received["call-3-0"] || !st.Received["call-5-0"] || len(st.Received) != 2 {
 		t.Errorf("received %v", st.Received)
 	}
-	moved := append(entries[:5:5],
+	moved := append(slices.Clone(entries[:5]),
 		Entry{Seq: 5, Kind: ModelCallRequested, At: t0, Stage: "work"},
 		Entry{Seq: 6, Kind: ModelCallCompleted, At: t0, Call: 5, Response: &Response{Next: "done"}},
 	)

@@ -109,7 +109,7 @@ func TestFoldRegionWrites(t *testing.T) {
 	if got := Regions(entries); got["draft"].Content != "v2" || got["notes"].Content != "n" {
 		t.Errorf("Regions(entries) = %+v", got)
 	}
-	ended := append(entries, Entry{Seq: 3, Kind: RunCancelled, At: at(3)}, wrote(4, "draft", "late", ByModel))
+	ended := append(slices.Clone(entries), Entry{Seq: 3, Kind: RunCancelled, At: at(3)}, wrote(4, "draft", "late", ByModel))
 	if got := Fold(bp, ended).Regions["draft"].Content; got != "v2" {
 		t.Errorf("a write after the run ended applied: %q", got)
 	}
@@ -137,7 +137,7 @@ allow_complete = true
 		t.Fatalf("not at the checkpoint: %+v", st.Interaction)
 	}
 
-	edited := append(base[:3:3], wrote(3, "draft", "edited by ann", "ann"),
+	edited := append(slices.Clone(base), wrote(3, "draft", "edited by ann", "ann"),
 		Entry{Seq: 4, Kind: InteractionAnswered, At: at(4), Point: "check", Approved: true, By: "ann", Region: "draft"})
 	st := Fold(bp, edited)
 	if st.Stage != "publish" || st.Handoff != "draft" || st.Regions["draft"].Content != "edited by ann" {
@@ -150,7 +150,7 @@ allow_complete = true
 		t.Errorf("publish did not complete: %q", st.Outcome)
 	}
 
-	revised := append(base[:3:3], Entry{Seq: 3, Kind: InteractionAnswered, At: at(3), Point: "check", Approved: true, By: "ann", Directive: "shorter, please"})
+	revised := append(slices.Clone(base), Entry{Seq: 3, Kind: InteractionAnswered, At: at(3), Point: "check", Approved: true, By: "ann", Directive: "shorter, please"})
 	st = Fold(bp, revised)
 	if st.Stage != "write" || st.Directive != "shorter, please" || st.Iteration != 0 || len(st.Turns) != 0 || st.Stages["write"].Visits != 2 {
 		t.Fatalf("after the directive: stage %q directive %q iteration %d turns %d visits %d", st.Stage, st.Directive, st.Iteration, len(st.Turns), st.Stages["write"].Visits)
@@ -223,12 +223,12 @@ allow_complete = true
 	chose := func(seq int64, point, choice string) Entry {
 		return Entry{Seq: seq, Kind: InteractionAnswered, At: at(seq), Point: point, Approved: true, By: "ann", Choice: choice}
 	}
-	first := append(base[:2:2], chose(2, "colour", "green"))
+	first := append(slices.Clone(base), chose(2, "colour", "green"))
 	st := Fold(bp, first)
 	if st.Stage != "pick" || st.Interaction == nil || st.Interaction.Point.Name != "why" || len(st.PointChoices) != 0 {
 		t.Fatalf("after the first point: stage %q interaction %+v choices %v", st.Stage, st.Interaction, st.PointChoices)
 	}
-	both := append(first, chose(3, "why", "it matches the logo"))
+	both := append(slices.Clone(first), chose(3, "why", "it matches the logo"))
 	st = Fold(bp, both)
 	want := []PointChoice{{"colour", "green"}, {"why", "it matches the logo"}}
 	if st.Stage != "build" || !slices.Equal(st.PointChoices, want) {
@@ -248,7 +248,7 @@ allow_complete = true
 		t.Errorf("deny: outcome %q message %q", st.Outcome, st.Message)
 	}
 
-	revised := append(first, Entry{Seq: 3, Kind: InteractionAnswered, At: at(3), Point: "why", Approved: true, By: "ann", Directive: "again"})
+	revised := append(slices.Clone(first), Entry{Seq: 3, Kind: InteractionAnswered, At: at(3), Point: "why", Approved: true, By: "ann", Directive: "again"})
 	revised = append(revised, req(4, "pick", 0), done(5, 4, Response{Text: "new options"}), chose(6, "colour", "blue"), chose(7, "why", "calm"))
 	st = Fold(bp, revised)
 	if want := []PointChoice{{"colour", "blue"}, {"why", "calm"}}; st.Stage != "build" || !slices.Equal(st.PointChoices, want) {

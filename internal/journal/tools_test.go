@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -60,7 +61,6 @@ func TestFoldToolCallsEveryPrefix(t *testing.T) {
 		tainted    bool
 		approved   bool
 		taintClear bool
-		askedAt    int
 		point      string
 	}
 	wants := []want{
@@ -152,7 +152,7 @@ func TestFoldQuestionAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
-	es := append(toolEntries(t0)[:2], Entry{Seq: 2, Kind: QuestionAsked, At: t0.Add(time.Hour), Point: "call-1-0-approval"})
+	es := append(slices.Clone(toolEntries(t0)[:2]), Entry{Seq: 2, Kind: QuestionAsked, At: t0.Add(time.Hour), Point: "call-1-0-approval"})
 	st := Fold(bp, es)
 	if at, ok := st.AskedAt("call-1-0-approval"); !ok || !at.Equal(t0.Add(time.Hour)) {
 		t.Errorf("AskedAt = %v %v, want the QuestionAsked time", at, ok)

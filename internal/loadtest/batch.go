@@ -66,6 +66,8 @@ type BatchResult struct {
 	// Reached holds each run's time to reach Until, ascending, as first
 	// seen through the watch.
 	Reached []time.Duration
+	// ReachedAt is when each run was first seen at Until.
+	ReachedAt map[string]time.Time
 	// Writes is the etcd revision's movement from just before the first
 	// create to Settle after the last run reached Until; Window is that
 	// window's length.
@@ -196,7 +198,8 @@ func (c *Cluster) CancelRuns(ctx context.Context, ns string, timeout time.Durati
 // IsComplete is the default Until: phase Complete.
 func IsComplete(r *arv1.AgentRun) bool { return r.Status.Phase == arv1.PhaseComplete }
 
-// IsWaitingForAPerson: phase WaitingInput on an interaction point.
+// IsWaitingForAPerson is an Until for runs that stop at a person: phase
+// WaitingInput on an interaction point.
 func IsWaitingForAPerson(r *arv1.AgentRun) bool {
 	return r.Status.Phase == arv1.PhaseWaitingInput && r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitInteractionPoint
 }
@@ -304,6 +307,7 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 		}
 	}
 	var lastAt time.Time
+	res.ReachedAt = w.reached
 	for _, t := range w.reached {
 		res.Reached = append(res.Reached, t.Sub(res.FirstCreate))
 		if t.After(lastAt) {
@@ -442,11 +446,17 @@ func (r *BatchResult) At(frac float64) time.Duration {
 	return r.Reached[min(max(k, 0), len(r.Reached)-1)]
 }
 
-// First, P1, Half and All are At(0), At(1%), At(50%) and At(100%).
+// First is At(0): when the first run reached Until.
 func (r *BatchResult) First() time.Duration { return r.At(0) }
-func (r *BatchResult) P1() time.Duration    { return r.At(0.01) }
-func (r *BatchResult) Half() time.Duration  { return r.At(0.5) }
-func (r *BatchResult) All() time.Duration   { return r.At(1) }
+
+// P1 is At(1%).
+func (r *BatchResult) P1() time.Duration { return r.At(0.01) }
+
+// Half is At(50%).
+func (r *BatchResult) Half() time.Duration { return r.At(0.5) }
+
+// All is At(100%): when the last run reached Until.
+func (r *BatchResult) All() time.Duration { return r.At(1) }
 
 // RunsPerSec is N / (last arrival - first create).
 func (r *BatchResult) RunsPerSec() float64 { return float64(r.N) / r.All().Seconds() }

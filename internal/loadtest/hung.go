@@ -36,10 +36,11 @@ func NewHungServer() (*HungServer, error) {
 // URL is an MCP endpoint URL on the server.
 func (s *HungServer) URL() string { return fmt.Sprintf("http://%s/mcp", s.l.Addr()) }
 
-// Accepted is how many connections were accepted so far; Bytes how many
-// request bytes were read (and never answered).
+// Accepted is how many connections were accepted so far.
 func (s *HungServer) Accepted() int64 { return s.accepted.Load() }
-func (s *HungServer) Bytes() int64    { return s.bytes.Load() }
+
+// Bytes is how many request bytes were read (and never answered).
+func (s *HungServer) Bytes() int64 { return s.bytes.Load() }
 
 func (s *HungServer) serve() {
 	defer s.wg.Done()

@@ -152,9 +152,10 @@ func NewLatencyServer(delay time.Duration, ratePerSec int) (*LatencyServer, erro
 	return s, nil
 }
 
-// URL is the server's root, http://127.0.0.1:<port>; BaseURL is what a
-// providers.toml names (URL + "/v1").
-func (s *LatencyServer) URL() string     { return "http://" + s.l.Addr().String() }
+// URL is the server's root, http://127.0.0.1:<port>.
+func (s *LatencyServer) URL() string { return "http://" + s.l.Addr().String() }
+
+// BaseURL is what a providers.toml names: URL + "/v1".
 func (s *LatencyServer) BaseURL() string { return s.URL() + "/v1" }
 
 // Delay is how long an accepted call is held.
@@ -182,18 +183,22 @@ type LatencyStats struct {
 type CallSpan struct{ Start, End time.Time }
 
 // Chain is how long runs took to start their first call after their create
-// returned (lead) and between one call's answer and the next call's arrival
-// (gaps), in no particular order.
-func (st LatencyStats) Chain(created map[string]time.Time) (lead, gaps []time.Duration) {
+// returned (lead), between one call's answer and the next call's arrival
+// (gaps), and from their last answer to being seen complete (tail), in no
+// particular order.
+func (st LatencyStats) Chain(created, reached map[string]time.Time) (lead, gaps, tail []time.Duration) {
 	for name, calls := range st.Runs {
 		if at, ok := created[name]; ok && len(calls) > 0 {
 			lead = append(lead, calls[0].Start.Sub(at))
+		}
+		if at, ok := reached[name]; ok && len(calls) > 0 {
+			tail = append(tail, at.Sub(calls[len(calls)-1].End))
 		}
 		for k := 1; k < len(calls); k++ {
 			gaps = append(gaps, calls[k].Start.Sub(calls[k-1].End))
 		}
 	}
-	return lead, gaps
+	return lead, gaps, tail
 }
 
 // BusiestSecond is the most accepted calls that started within any one

@@ -177,7 +177,8 @@ func TestOperatorBatchSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Kill()
+	// A no-op once the test has stopped it with SIGTERM; kills it if the test fails first.
+	defer func() { _ = m.Kill() }()
 	ns, err := c.SetupNamespace(ctx, "small", "bench", loadtest.ThreeStage)
 	if err != nil {
 		t.Fatal(err)

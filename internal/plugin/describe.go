@@ -282,12 +282,12 @@ func orDash(s string) string {
 	return s
 }
 
-// oneLine collapses whitespace and cuts s at max runes, so one value never
+// oneLine collapses whitespace and cuts s at limit runes, so one value never
 // breaks a listing.
-func oneLine(s string, max int) string {
+func oneLine(s string, limit int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > max {
-		return string(r[:max-1]) + "…"
+	if r := []rune(s); len(r) > limit {
+		return string(r[:limit-1]) + "…"
 	}
 	return s
 }
@@ -372,7 +372,7 @@ func stageLine(ss arv1.StageStatus) string {
 	}
 	out := fmt.Sprintf("%s, %d visit(s), %d turn(s)", ss.State, ss.Visits, ss.Iterations)
 	if ss.TimeInStage != nil {
-		out += ", " + wire.Duration(int64(ss.TimeInStage.Duration.Seconds())) + " in ended visits"
+		out += ", " + wire.Duration(int64(ss.TimeInStage.Seconds())) + " in ended visits"
 	}
 	return out
 }

@@ -73,9 +73,7 @@ var (
 
 // resetHint reads the rate-limit reset headers: OpenAI's, then Anthropic's.
 func resetHint(h http.Header, now time.Time) (time.Duration, bool) {
-	if d, ok := pickReset(h, openAIResets, func(v string) (time.Duration, bool) {
-		return parseResetDuration(v)
-	}); ok {
+	if d, ok := pickReset(h, openAIResets, parseResetDuration); ok {
 		return d, true
 	}
 	return pickReset(h, anthropicResets, func(v string) (time.Duration, bool) {
@@ -211,7 +209,7 @@ func parseResetDuration(s string) (time.Duration, bool) {
 		}
 		s = s[i:]
 		j := 0
-		for j < len(s) && !(s[j] >= '0' && s[j] <= '9' || s[j] == '.') {
+		for j < len(s) && (s[j] < '0' || s[j] > '9') && s[j] != '.' {
 			j++
 		}
 		unit, ok := resetUnits[s[:j]]

@@ -10,7 +10,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
-// ActReceiveMessage: journal a message the parent sent (Action.Received)
+// ActReceiveMessage journals a message the parent sent (Action.Received)
 // before the model is called, so the call shows it.
 const ActReceiveMessage ActionKind = "ReceiveMessage"
 

@@ -1,6 +1,7 @@
 package runstate
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,7 +129,7 @@ func TestDecideMessages(t *testing.T) {
 		t.Errorf("a stage without accepts_messages took a message in: %+v", a)
 	}
 	inFlight := f
-	inFlight.Messages = append(msgs, Message{ID: "call-9-0", Text: "three"})
+	inFlight.Messages = append(slices.Clone(msgs), Message{ID: "call-9-0", Text: "three"})
 	inFlight.State.Apply(bp, journal.Entry{Seq: 2, Kind: journal.ModelCallRequested, Stage: "a"})
 	if a = Decide(inFlight); a.Kind == ActReceiveMessage {
 		t.Errorf("a message was taken in with a call pending: %+v", a)

@@ -77,7 +77,7 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		if a.Decision == DecisionDone {
 			v, ok := value(a)
 			if !ok {
-				return nil, fmt.Errorf("Done needs the write's output as text or input")
+				return nil, fmt.Errorf("decision Done needs the write's output as text or input")
 			}
 			ans.Input = v
 		}

@@ -348,8 +348,6 @@ func TestProviderRemedyWithoutSecret(t *testing.T) {
 			if strings.Contains(r, "kubectl") {
 				t.Errorf("remedy %q tells the operator to update a Secret though the provider uses none", r)
 			}
-			if class == journal.FailCredits {
-			}
 			if strings.Contains(r, "Secret") {
 				t.Errorf("remedy %q mentions a Secret though the provider uses none", r)
 			}

@@ -193,7 +193,8 @@ func (c *Coordinator) Owned() []int {
 	return out
 }
 
-// NeedLeaderElection: every replica takes part.
+// NeedLeaderElection is false: every replica takes part, not only the
+// leader.
 func (c *Coordinator) NeedLeaderElection() bool { return false }
 
 // Start takes part until ctx ends, then gives its shards up and leaves.

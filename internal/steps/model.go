@@ -187,14 +187,14 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 			ResponseModel: result.ResponseModel, FinishReason: result.FinishReason, Request: &c.Request,
 		})
 	}
-	return followed(next, err, ctx)
+	return followed(ctx, next, err)
 }
 
 // followed is the continuation a step goes on to once the write that
 // journaled its intent returned err: none when the write failed (or not
 // certainly) or the step was stopped, and the reconcile then takes the run
 // over from what the journal holds.
-func followed(next *Continuation, err error, ctx context.Context) *Continuation {
+func followed(ctx context.Context, next *Continuation, err error) *Continuation {
 	if next == nil {
 		return nil
 	}

@@ -74,6 +74,9 @@ type Options struct {
 	Log            logr.Logger
 }
 
+// New is the runtime over o's dependencies, with defaults for what o leaves
+// zero (catalog, breakers, egress-guarded HTTP, clock, limiter, step
+// timeout, callback policy, log). A Journal, a Reader and Wake are required.
 func New(o Options) (*Runtime, error) {
 	if o.Journal == nil || o.Reader == nil || o.Wake == nil {
 		return nil, errors.New("steps: a Journal, a Reader and a Wake function are required")

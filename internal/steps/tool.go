@@ -102,7 +102,7 @@ func (rt *Runtime) toolCallOnce(ctx context.Context, c ToolCall) *Continuation {
 		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
 	}
 	rt.traceToolCall(c, start, outcome)
-	return followed(next, err, ctx) // never after a stop: next is nil then
+	return followed(ctx, next, err) // never after a stop: next is nil then
 }
 
 // traceToolCall emits the call's span, when tracing is on.

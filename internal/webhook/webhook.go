@@ -88,7 +88,7 @@ type Policy struct {
 	MaxDelay   time.Duration
 }
 
-// DefaultPolicy: the seeds' backoff, 500ms * 2^(n-1) capped at 30s, 10s per
+// DefaultPolicy is the seeds' backoff: 500ms * 2^(n-1) capped at 30s, 10s per
 // attempt, four attempts in all.
 var DefaultPolicy = Policy{Attempts: 4, PerAttempt: 10 * time.Second, BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second}
 

@@ -273,7 +273,7 @@ func budgetNumber(kind arv1.BudgetKind, s string) any {
 // the exact digits given ("2.50" stays 2.50), and false when s is not a
 // JSON number.
 func Number(s string) (json.Number, bool) {
-	if s == "" || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) || !json.Valid([]byte(s)) {
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) || !json.Valid([]byte(s)) {
 		return "", false
 	}
 	return json.Number(s), true

@@ -76,7 +76,8 @@ func New(src string) *Index {
 			parent := x.indexPath(parts[:len(parts)-1])
 			arr := join(append(parent, parts[len(parts)-1]))
 			x.arrays[arr]++
-			table = append(parent, parts[len(parts)-1]+"["+strconv.Itoa(x.arrays[arr]-1)+"]")
+			parent = append(parent, parts[len(parts)-1]+"["+strconv.Itoa(x.arrays[arr]-1)+"]")
+			table = parent
 			plain = parts
 			x.record(plain, table, n)
 		case rest[0] == '[':

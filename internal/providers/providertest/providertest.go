@@ -207,10 +207,10 @@ func startOn(t testing.TB, k kind, addr string) *Server {
 		if err != nil {
 			t.Fatalf("providertest: listening on %s: %v", addr, err)
 		}
-		_ = s.Server.Listener.Close()
-		s.Server.Listener = l
+		_ = s.Listener.Close()
+		s.Listener = l
 	}
-	s.Server.Start()
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }
