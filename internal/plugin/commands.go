@@ -16,6 +16,7 @@ type options struct {
 	args           []string
 	allNamespaces  bool // -A (ps)
 	watch          bool // -w (ps)
+	follow         bool // -f (transcript)
 	leaseNamespace string
 	// print is -o and the template flags (ps, status); output is its
 	// format once parsed.
@@ -233,7 +234,15 @@ for instance to edit a draft before kubectl agentrun answer --edit-file.`,
 			check: regionArgs, run: (*app).regions},
 		{use: "transcript NAME", short: "Print a run's journal, one line per entry", group: groupInspect, runNames: 1,
 			long: `Print the run's journal (its model calls, answers, failures, checkpoint
-answers and cancellation) one line per entry, in sequence order.`, run: (*app).transcript},
+answers and cancellation) one line per entry, in sequence order. --follow
+then prints each entry as it is journaled (a watch of the journal and the
+run, not polling) until the run ends, or until Ctrl-C.`,
+			example: `  kubectl agentrun transcript review-pr
+  kubectl agentrun transcript -f review-pr`,
+			flags: func(fs *pflag.FlagSet, o *options) {
+				fs.BoolVarP(&o.follow, "follow", "f", false, "after the journal so far, print each entry as it is journaled, until the run ends")
+			},
+			run: (*app).transcript},
 	}
 	steer := []spec{
 		{use: "pause NAME", short: "Pause a run (spec.paused: true)", group: groupSteer, runNames: 1,

@@ -87,6 +87,9 @@ func (a *app) transcript(ctx context.Context, c client.Client, ns string, o opti
 	if err != nil {
 		return err
 	}
+	if o.follow {
+		return a.followTranscript(ctx, ns, run)
+	}
 	entries, unreadable, err := store.ReadLenient(ctx, c, ns, run.UID)
 	if err != nil {
 		return err

@@ -20,18 +20,7 @@ func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string)
 	tw := newTable(w)
 	turns := turnsOf(entries)
 	for i := range entries {
-		e := &entries[i]
-		where := orDash(turns[i])
-		at := orDash("")
-		if !e.At.IsZero() {
-			at = e.At.UTC().Format(time.RFC3339)
-		}
-		what, detail := describeEntry(e)
-		if detail == "" {
-			fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\n", e.Seq, at, where, what)
-			continue
-		}
-		fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\t%s\n", e.Seq, at, where, what, detail)
+		writeEntry(tw, &entries[i], turns[i])
 	}
 	for _, bad := range unreadable {
 		fmt.Fprintf(tw, "#?\t\t\t%s\n", bad)
@@ -43,6 +32,21 @@ func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string)
 		return fmt.Errorf("%d journal entr(ies) could not be read", len(unreadable))
 	}
 	return nil
+}
+
+// writeEntry writes an entry's line: "#SEQ  TIME  TURN  WHAT  DETAIL".
+func writeEntry(w io.Writer, e *journal.Entry, turn string) {
+	where := orDash(turn)
+	at := orDash("")
+	if !e.At.IsZero() {
+		at = e.At.UTC().Format(time.RFC3339)
+	}
+	what, detail := describeEntry(e)
+	if detail == "" {
+		fmt.Fprintf(w, "#%d\t%s\t%s\t%s\n", e.Seq, at, where, what)
+		return
+	}
+	fmt.Fprintf(w, "#%d\t%s\t%s\t%s\t%s\n", e.Seq, at, where, what, detail)
 }
 
 // turnsOf says which turn of which stage each entry belongs to, as

@@ -430,21 +430,34 @@ func ReadLenient(ctx context.Context, r client.Reader, namespace string, uid typ
 	var entries []journal.Entry
 	var bad []string
 	for i := range list.Items {
-		cm := &list.Items[i]
-		for _, k := range sortedKeys(cm.Data) {
-			if k == OutputKey {
-				continue
-			}
-			e, err := decode(cm.Name, cm.Data[k])
-			if err != nil {
-				bad = append(bad, fmt.Sprintf("%s %s: unreadable entry: %v", cm.Name, k, err))
-				continue
-			}
-			entries = append(entries, e)
-		}
+		es, b := DecodeChunk(&list.Items[i])
+		entries, bad = append(entries, es...), append(bad, b...)
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
 	return entries, bad, nil
+}
+
+// DecodeChunk reads the entries one journal object holds, in key order,
+// leniently: an entry that does not decode is described in bad instead.
+// For readers following a journal through a watch of its objects.
+func DecodeChunk(cm *corev1.ConfigMap) (entries []journal.Entry, bad []string) {
+	for _, k := range sortedKeys(cm.Data) {
+		if k == OutputKey {
+			continue
+		}
+		e, err := decode(cm.Name, cm.Data[k])
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s %s: unreadable entry: %v", cm.Name, k, err))
+			continue
+		}
+		entries = append(entries, e)
+	}
+	return entries, bad
+}
+
+// Selector selects the objects of a run's journal, for a list or a watch.
+func Selector(uid types.UID) client.MatchingLabels {
+	return client.MatchingLabels{LabelRunUID: string(uid), arv1.LabelComponent: Component}
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -458,8 +471,7 @@ func sortedKeys(m map[string]string) []string {
 
 func list(ctx context.Context, r client.Reader, ns string, uid types.UID) (*corev1.ConfigMapList, error) {
 	var list corev1.ConfigMapList
-	if err := r.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingLabels{LabelRunUID: string(uid), arv1.LabelComponent: Component}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(ns), Selector(uid)); err != nil {
 		return nil, fmt.Errorf("reading the journal: %w", err)
 	}
 	return &list, nil
