@@ -17,6 +17,11 @@ KUBE_BIN ?= $(LOCALBIN)/k8s/$(KUBE_VERSION)
 # controller suite (a fixed Secret wakes its runs within a second) are not
 # measured against a parallel compile on a 2-core machine.
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 60m
+# test/ is a second module holding the test-only packages (the Helm chart's
+# tests, the load tests and benchmarks), so that their dependencies (the Helm
+# SDK, pod-security-admission) stay out of the operator's go.mod. Every go
+# command that covers the repository runs there too.
+TEST_MODULE ?= test
 
 .PHONY: all
 all: build
@@ -30,7 +35,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers
 	$(MAKE) --no-print-directory chart
 
 # The Helm chart carries the generated CRDs and the manager's RBAC rules as
-# copies, so it cannot drift from config/ (internal/helmchart fails when the
+# copies, so it cannot drift from config/ (test/helmchart fails when the
 # copies differ).
 CHART_DIR ?= charts/agentrun-operator
 
@@ -53,13 +58,15 @@ api-docs: $(CRD_REF_DOCS) ## Generate docs/api-reference.md from api/v1alpha1 (c
 		--template-value=generator="crd-ref-docs $(CRD_REF_DOCS_VERSION)" --output-path=docs/api-reference.md
 
 .PHONY: fmt
-fmt: ## go fmt.
+fmt: ## go fmt (both modules).
 	go fmt ./...
+	cd $(TEST_MODULE) && go fmt ./...
 
 .PHONY: vet
-vet: ## go vet (and the tracing package as -tags otlpgrpc builds it).
+vet: ## go vet both modules (and the tracing package as -tags otlpgrpc builds it).
 	go vet ./...
 	go vet -tags otlpgrpc ./internal/tracing/...
+	cd $(TEST_MODULE) && go vet ./...
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, etcd and kubectl from Go modules into bin/k8s/$(KUBE_VERSION) (once; ~5 min).
@@ -69,6 +76,7 @@ controlplane: ## Build kube-apiserver, etcd and kubectl from Go modules into bin
 test: manifests generate vet controlplane ## Regenerate, vet, build the control plane if missing, run all tests.
 	go test $(GO_TEST_FLAGS) ./...
 	go test $(GO_TEST_FLAGS) -tags otlpgrpc ./internal/tracing/
+	cd $(TEST_MODULE) && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) test-monitoring
 
 # hack/monitoring is its own module (Prometheus's parser and rule engine
@@ -83,22 +91,25 @@ verify-generated: manifests generate ## Fail if generated files are not committe
 	@git diff --exit-code -- api config charts docs/api-reference.md || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
 
 # BENCH picks benchmarks by name (a go test -bench pattern), e.g.
-# `make bench BENCH=RunEconomy300`; the default runs them all. The load
-# benchmarks of internal/loadtest take minutes each (docs/benchmarks.md).
+# `make bench BENCH=RunEconomy300`; the default runs them all, the
+# operator's own (controllers) and then those of the test module. The load
+# benchmarks of test/loadtest take minutes each (docs/benchmarks.md).
 BENCH ?= .
 BENCH_TIMEOUT ?= 240m
 
 .PHONY: bench
 bench: controlplane ## Run benchmarks (BENCH=pattern selects some; see docs/benchmarks.md).
 	go test -run '^$$' -bench '$(BENCH)' -benchmem -timeout $(BENCH_TIMEOUT) ./...
+	cd $(TEST_MODULE) && go test -run '^$$' -bench '$(BENCH)' -benchmem -timeout $(BENCH_TIMEOUT) ./...
 
 # LINT_FLAGS passes options through, e.g. `make lint LINT_FLAGS=--fix`.
 LINT_FLAGS ?=
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml; kube-api-linter on api/), as make vet does.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint on both modules (.golangci.yml; kube-api-linter on api/), as make vet does.
 	$(GOLANGCI_LINT) run $(LINT_FLAGS) ./...
 	$(GOLANGCI_LINT) run $(LINT_FLAGS) --build-tags otlpgrpc ./internal/tracing/...
+	cd $(TEST_MODULE) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(LINT_FLAGS) ./...
 
 ##@ Build
 

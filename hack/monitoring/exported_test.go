@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 func TestMain(m *testing.M) {

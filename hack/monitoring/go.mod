@@ -9,10 +9,16 @@ module github.com/agentrun-dev/agentrun-operator/hack/monitoring
 
 go 1.26.7
 
-replace github.com/agentrun-dev/agentrun-operator => ../..
+// The operator, and its test module (test/), whose loadtest package starts
+// the manager and the control plane for these checks.
+replace (
+	github.com/agentrun-dev/agentrun-operator => ../..
+	github.com/agentrun-dev/agentrun-operator/test => ../../test
+)
 
 require (
 	github.com/agentrun-dev/agentrun-operator v0.0.0-00010101000000-000000000000
+	github.com/agentrun-dev/agentrun-operator/test v0.0.0-00010101000000-000000000000
 	github.com/prometheus/common v0.72.1
 	github.com/prometheus/prometheus v0.316.0
 	k8s.io/api v0.37.2

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // The unit tests share one control plane, started by the first test that

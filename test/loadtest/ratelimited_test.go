@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // waitRecorder follows every AgentRun of a namespace (c.WatchRuns) and

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // TestLatencyServerSpeaksOpenAI: the operator's own OpenAI provider (the

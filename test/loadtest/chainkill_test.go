@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // chainModelCalls is how many model calls a run of chainBlueprint makes.

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // lingering keeps a run working for minutes: one model call a second in a

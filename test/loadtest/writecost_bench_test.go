@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // writeCostOps is how many writes of each kind BenchmarkWriteCosts times

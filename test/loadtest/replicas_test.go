@@ -21,9 +21,9 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // Lease timings of the replica tests: short, so a takeover happens within

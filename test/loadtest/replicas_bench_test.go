@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun-dev/agentrun-operator/internal/loadtest"
+	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
 // replicaBenchRuns is the batch each replica count drives: enough that the
