@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +29,8 @@ const conformanceDir = "testdata/conformance"
 
 // conformanceCase is what expect.yaml states about one Leviath-format
 // blueprint run through the real API server with the scripted provider.
-// Every field but phase is optional; maps are matched as subsets.
+// Every field but phase is optional; maps are matched as subsets, where a
+// key must be present with the value given, or absent where it is null.
 type conformanceCase struct {
 	// Description says which feature of the format the case proves.
 	Description string `json:"description"`
@@ -323,7 +326,11 @@ func finalOutput(t *testing.T, run *arv1.AgentRun) string {
 }
 
 // matchSubset checks that every key of want has the same value in got's
-// JSON form, recursing into maps so a case states only what it proves.
+// JSON form, recursing into maps so a case states only what it proves. A
+// key that is absent fails the check, whatever its value: a case expects
+// absence explicitly, with null (which is how an omitempty field's zero
+// value reads: maxIterationsHit: null, not false). Every key must be a
+// field of got's type, so a misspelt key cannot pass as absent.
 func matchSubset(t *testing.T, what string, got any, want map[string]any) {
 	t.Helper()
 	if want == nil {
@@ -335,42 +342,114 @@ func matchSubset(t *testing.T, what string, got any, want map[string]any) {
 	}
 	var have map[string]any
 	_ = json.Unmarshal(raw, &have)
-	for _, diff := range subsetDiff("", have, want) {
+	for _, diff := range subsetDiff("", reflect.TypeOf(got), have, want) {
 		t.Errorf("%s: %s", what, diff)
 	}
 }
 
-func subsetDiff(prefix string, have, want map[string]any) []string {
+// subsetDiff lists how have (of Go type typ, when known) differs from
+// want: a key of want absent from have (unless want says null), present
+// where want says null, or with another value.
+func subsetDiff(prefix string, typ reflect.Type, have, want map[string]any) []string {
 	var diffs []string
-	for k, w := range want {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		w := want[k]
+		ft, known := jsonField(typ, k)
+		if !known {
+			diffs = append(diffs, prefix+k+" is not a field of "+typ.String())
+			continue
+		}
 		h, ok := have[k]
 		wm, wIsMap := w.(map[string]any)
 		hm, hIsMap := h.(map[string]any)
 		switch {
-		case wIsMap && hIsMap:
-			diffs = append(diffs, subsetDiff(prefix+k+".", hm, wm)...)
-		case !ok && !isZero(w):
+		case w == nil:
+			if ok && h != nil {
+				diffs = append(diffs, prefix+k+" = "+jsonText(h)+", want it absent")
+			}
+		case wIsMap && (hIsMap || h == nil):
+			// An absent map holds nothing: each key of want is checked
+			// (and reported) on its own.
+			diffs = append(diffs, subsetDiff(prefix+k+".", ft, hm, wm)...)
+		case !ok:
 			diffs = append(diffs, prefix+k+" is absent, want "+jsonText(w))
-		case ok && !reflect.DeepEqual(h, w):
+		case !reflect.DeepEqual(h, w):
 			diffs = append(diffs, prefix+k+" = "+jsonText(h)+", want "+jsonText(w))
 		}
 	}
 	return diffs
 }
 
-// isZero: omitempty drops a zero value, so an absent key matches it.
-func isZero(v any) bool {
-	switch x := v.(type) {
-	case nil:
-		return true
-	case bool:
-		return !x
-	case float64:
-		return x == 0
-	case string:
-		return x == ""
+// jsonField is the type of typ's field (or map value) whose JSON name is
+// key, and whether typ has one; an unknown type (nil, an interface)
+// accepts any key.
+func jsonField(typ reflect.Type, key string) (reflect.Type, bool) {
+	for typ != nil && typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
 	}
-	return false
+	if typ == nil {
+		return nil, true
+	}
+	switch typ.Kind() {
+	case reflect.Map:
+		return typ.Elem(), true
+	case reflect.Struct:
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" && f.Anonymous {
+				if ft, ok := jsonField(f.Type, key); ok {
+					return ft, true
+				}
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if name == key && name != "-" {
+				return f.Type, true
+			}
+		}
+		return nil, false
+	case reflect.Interface:
+		return nil, true
+	}
+	return nil, false
+}
+
+// TestConformanceMatchIsStrict: the runner's subset match fails a key that
+// is absent, whatever value the case gives it, unless the case says null;
+// and a key that is no field of the type fails even as null.
+func TestConformanceMatchIsStrict(t *testing.T) {
+	flags := arv1.RunFlags{ProducedOutput: true} // maxIterationsHit false: omitted
+	typ := reflect.TypeOf(flags)
+	raw, _ := json.Marshal(flags)
+	var have map[string]any
+	_ = json.Unmarshal(raw, &have)
+	status := arv1.AgentRunStatus{Usage: arv1.Usage{CostUSD: "0"}}
+	raw, _ = json.Marshal(status)
+	var haveStatus map[string]any
+	_ = json.Unmarshal(raw, &haveStatus)
+	for _, c := range []struct {
+		name  string
+		typ   reflect.Type
+		have  map[string]any
+		want  map[string]any
+		diffs []string
+	}{
+		{"present and equal", typ, have, map[string]any{"producedOutput": true}, nil},
+		{"absent, want false", typ, have, map[string]any{"maxIterationsHit": false}, []string{"maxIterationsHit is absent, want false"}},
+		{"absent, want null", typ, have, map[string]any{"maxIterationsHit": nil}, nil},
+		{"present, want null", typ, have, map[string]any{"producedOutput": nil}, []string{"producedOutput = true, want it absent"}},
+		{"misspelt, want null", typ, have, map[string]any{"maxIterationHit": nil}, []string{"maxIterationHit is not a field of v1alpha1.RunFlags"}},
+		{"nested absent, want 0", reflect.TypeOf(status), haveStatus, map[string]any{"usage": map[string]any{"modelCalls": float64(0)}}, []string{"usage.modelCalls is absent, want 0"}},
+		{"nested absent, want null", reflect.TypeOf(status), haveStatus, map[string]any{"usage": map[string]any{"modelCalls": nil}}, nil},
+		{"map absent, want a key", reflect.TypeOf(status), haveStatus, map[string]any{"children": map[string]any{"total": float64(3)}}, []string{"children.total is absent, want 3"}},
+	} {
+		if got := subsetDiff("", c.typ, c.have, c.want); !slices.Equal(got, c.diffs) {
+			t.Errorf("%s: diffs %q, want %q", c.name, got, c.diffs)
+		}
+	}
 }
 
 func jsonText(v any) string {

@@ -206,13 +206,30 @@ func TestPauseHoldsResultAndResumes(t *testing.T) {
 	// A loaded machine may see the pause only after the first call landed
 	// and the second started: either way, nothing starts once Paused.
 	atPause := h.scripted.Calls(string(run.UID))
-	time.Sleep(1500 * time.Millisecond) // the in-flight call lands meanwhile
-	held := getRun(t, ns, "r")
+	// The call in flight lands while paused: wait until the run's record
+	// shows it landed (no call pending, every call the provider got
+	// answered and counted, the pause observed), then that it was held.
+	landed := func(r *arv1.AgentRun) bool {
+		return r.Status.PendingCall == nil && int(r.Status.Usage.ModelCalls) == h.scripted.Calls(string(run.UID)) &&
+			r.Status.ObservedGeneration == r.Generation
+	}
+	held := waitFor(t, ns, "r", 10*time.Second, "the in-flight call landed and held", landed)
 	if held.Status.Phase != arv1.PhasePaused || held.Status.Error != "" {
 		t.Fatalf("a result landing while paused changed the run: phase %s error %q", held.Status.Phase, held.Status.Error)
 	}
 	if calls := h.scripted.Calls(string(run.UID)); calls != atPause || calls > 2 {
 		t.Fatalf("calls while paused = %d, %d when it paused (nothing new starts)", calls, atPause)
+	}
+	// That no call starts later while paused has no event to wait on: look
+	// for longer than a paced call takes (600ms).
+	if err := holdsFor(time.Second, func() error {
+		r := getRun(t, ns, "r")
+		if calls := h.scripted.Calls(string(run.UID)); calls != atPause || r.Status.Phase != arv1.PhasePaused || r.Status.Error != "" {
+			return fmt.Errorf("while paused: %d calls (%d when it paused), phase %s, error %q", calls, atPause, r.Status.Phase, r.Status.Error)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if held.Status.Active == nil || held.Status.Active.Since != nil {
 		t.Errorf("the active clock runs while paused: %+v", held.Status.Active)
@@ -233,32 +250,48 @@ func TestCancelAndDelete(t *testing.T) {
 	createConfigMap(t, ns, "paced", map[string]string{"agent.toml": pacedThree})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	run := createRun(t, ns, "c", "paced")
-	createRun(t, ns, "d", "paced")
 	// A call in flight, as the provider sees it (a new run's status may
 	// not show it yet: its first write waits while it only progresses).
 	waitCalls(t, h.scripted, run, 1)
 	atCancel := h.scripted.Calls(string(run.UID))
 	patchSpec(t, ns, "c", func(r *arv1.AgentRun) { r.Spec.Cancel = true })
-	c := waitFor(t, ns, "c", 10*time.Second, "Cancelled", phaseIs(arv1.PhaseCancelled))
+	// The record shows the cancel observed and acted on: Cancelled, at the
+	// spec's generation.
+	c := waitFor(t, ns, "c", 10*time.Second, "Cancelled, the cancel observed", func(r *arv1.AgentRun) bool {
+		return r.Status.Phase == arv1.PhaseCancelled && r.Status.ObservedGeneration == r.Generation
+	})
 	if c.Status.Error != "" {
 		t.Errorf("a cancelled run reports an error: %q", c.Status.Error)
 	}
 	if cond := meta.FindStatusCondition(c.Status.Conditions, arv1.ConditionStalled); cond == nil || cond.Reason != arv1.ReasonCancelled {
 		t.Errorf("Stalled = %+v, want reason Cancelled", cond)
 	}
-	time.Sleep(1 * time.Second)
 	// The call in flight at the cancel, or one whose intent was recorded
 	// just before it, may have reached the provider or been stopped
-	// before it did (a loaded machine); nothing starts after.
-	if calls := h.scripted.Calls(string(run.UID)); calls > atCancel+1 {
-		t.Errorf("calls after cancel = %d (%d at the cancel), want at most one more", calls, atCancel)
-	}
-	if r := getRun(t, ns, "c"); r.Status.Phase != arv1.PhaseCancelled {
-		t.Errorf("phase moved after cancel: %s", r.Status.Phase)
+	// before it did (a loaded machine); nothing starts after. Nothing
+	// signals that no call will start: look for longer than a paced call
+	// takes (600ms), so a run that went on would call again meanwhile.
+	if err := holdsFor(time.Second, func() error {
+		if calls := h.scripted.Calls(string(run.UID)); calls > atCancel+1 {
+			return fmt.Errorf("calls after cancel = %d (%d at the cancel), want at most one more", calls, atCancel)
+		}
+		if r := getRun(t, ns, "c"); r.Status.Phase != arv1.PhaseCancelled {
+			return fmt.Errorf("phase moved after cancel: %s", r.Status.Phase)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 
+	// Created now, so it is mid-run when it is deleted (created with the
+	// first, it could have finished by now, and its calls would stop
+	// whether or not the deletion stopped them).
+	createRun(t, ns, "d", "paced")
 	waitCalls(t, h.scripted, getRun(t, ns, "d"), 1)
 	d := getRun(t, ns, "d")
+	if d.Status.Phase.IsTerminal() || h.scripted.Calls(string(d.UID)) >= 3 {
+		t.Fatalf("run d finished (%s, %d calls) before it could be deleted mid-run", d.Status.Phase, h.scripted.Calls(string(d.UID)))
+	}
 	if len(d.Finalizers) != 0 {
 		t.Errorf("finalizers = %v, want none (a finalizer costs a write per run)", d.Finalizers)
 	}
@@ -271,9 +304,17 @@ func TestCancelAndDelete(t *testing.T) {
 		t.Fatalf("the deleted run is still there: %v", err)
 	}
 	calls := h.scripted.Calls(string(d.UID))
-	time.Sleep(2 * time.Second) // the paced stage would have called again by now
-	if got := h.scripted.Calls(string(d.UID)); got != calls {
-		t.Errorf("the deleted run's calls went on: %d, then %d", calls, got)
+	// The API server no longer has the run; when the manager has seen that
+	// and stopped its step shows nowhere outside the manager, so look for
+	// 2s: the paced stage, had it gone on, would have called again within
+	// 600ms of the call in flight landing.
+	if err := holdsFor(2*time.Second, func() error {
+		if got := h.scripted.Calls(string(d.UID)); got != calls {
+			return fmt.Errorf("the deleted run's calls went on: %d, then %d", calls, got)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	// The call in flight at the deletion may still record its outcome (an
 	// intent and its completion); nothing after it may.

@@ -396,7 +396,7 @@ func TestFanOutSurvivesManagerRestarts(t *testing.T) {
 // workers and starts no new ones; resuming resumes them and the parent
 // completes.
 func TestPauseCascadesToChildren(t *testing.T) {
-	startManager(t, managerOpts{})
+	h := startManager(t, managerOpts{})
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "fan", map[string]string{"agent.toml": fanOutBlueprint(4, 2, "continue", 1, 1500)})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
@@ -407,9 +407,47 @@ func TestPauseCascadesToChildren(t *testing.T) {
 	for _, c := range listChildren(t, ns, p) {
 		waitFor(t, ns, c.Name, 10*time.Second, "child paused", func(r *arv1.AgentRun) bool { return r.Spec.Paused && r.Status.Phase == arv1.PhasePaused })
 	}
-	time.Sleep(2 * time.Second) // in-flight worker calls land; nothing new may start
+	// The workers' calls in flight at the pause land (and may complete
+	// them); wait until each has no call in flight and the paused parent's
+	// record counts its children as they now stand: it has reconciled with
+	// the slots they freed, and started nobody in their place.
+	landed := func(*arv1.AgentRun) bool {
+		cs := listChildren(t, ns, p)
+		var running, succeeded, failed int32
+		for _, c := range cs {
+			switch {
+			case !c.Status.Phase.IsTerminal():
+				running++
+			case c.Status.Phase == arv1.PhaseComplete:
+				succeeded++
+			default:
+				failed++
+			}
+			if c.Status.PendingCall != nil || int(c.Status.Usage.ModelCalls) != h.scripted.Calls(string(c.UID)) {
+				return false // a call still in flight or not yet recorded
+			}
+		}
+		parent := getRun(t, ns, "p")
+		sum := parent.Status.Children
+		return parent.Status.Phase == arv1.PhasePaused && parent.Status.ObservedGeneration == parent.Generation &&
+			sum != nil && sum.Total == int32(len(cs)) && sum.Running == running && sum.Succeeded == succeeded && sum.Failed == failed
+	}
+	waitFor(t, ns, "p", 10*time.Second, "the workers' calls landed and the paused parent counted them", landed)
 	if n := len(listChildren(t, ns, p)); n != 2 {
 		t.Errorf("%d workers while paused, want the 2 that were running", n)
+	}
+	// Nothing says no worker will start later while paused: look for a
+	// second (no worker is made, the parent stays Paused).
+	if err := holdsFor(time.Second, func() error {
+		if n := len(listChildren(t, ns, p)); n != 2 {
+			return fmt.Errorf("%d workers while paused, want the 2 that were running", n)
+		}
+		if r := getRun(t, ns, "p"); r.Status.Phase != arv1.PhasePaused {
+			return fmt.Errorf("the parent left Paused: %s", r.Status.Phase)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	patchSpec(t, ns, "p", func(r *arv1.AgentRun) { r.Spec.Paused = false })
 	done := waitFor(t, ns, "p", 30*time.Second, "parent Complete after resume", phaseIs(arv1.PhaseComplete))

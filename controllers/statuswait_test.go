@@ -26,12 +26,16 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createRun(t, ns, "warm", "six") // snapshots the blueprint
 	waitFor(t, ns, "warm", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	time.Sleep(300 * time.Millisecond)
+	wc.settle(t, settleQuiet, settleTimeout) // the warm run has stopped writing
 	before := wc.snapshot()
 	run := createRun(t, ns, "r", "six")
-	done := waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	wc.settle(t, settleQuiet, settleTimeout) // a late write is counted, not cut off
 	after := wc.snapshot()
+	done := getRun(t, ns, "r") // the final record, after every write
+	if done.Status.Phase != arv1.PhaseComplete {
+		t.Fatalf("the run left Complete: %s", done.Status.Phase)
+	}
 	statusWrites := after["PUT agentruns/status"] - before["PUT agentruns/status"]
 	journalWrites := after["PATCH configmaps"] - before["PATCH configmaps"] + after["POST configmaps"] - before["POST configmaps"]
 	t.Logf("status writes %d, journal writes %d (%v)", statusWrites, journalWrites, after)

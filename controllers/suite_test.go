@@ -138,6 +138,11 @@ type managerOpts struct {
 	// statusInterval is manager.Options.StatusInterval; unset, 1s: the
 	// suite's tests watch runs move through stages in seconds.
 	statusInterval time.Duration
+	// identity is manager.Options.Identity; unset, the manager's default
+	// (the same for every manager of the test process). A test that
+	// restarts the manager names the new one, so status.driver shows when
+	// the new manager has taken the run up and written its record.
+	identity string
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -152,6 +157,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		EgressOptions:      suiteEgressOptions(),
 		Tracing:            o.tracing,
 		StatusInterval:     cmp.Or(o.statusInterval, time.Second),
+		Identity:           o.identity,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)
@@ -250,6 +256,25 @@ func waitFor(t *testing.T, ns, name string, timeout time.Duration, what string, 
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s/%s: timed out waiting for %s; phase=%s waitingOn=%+v error=%q stage=%q", ns, name, what, run.Status.Phase, run.Status.WaitingOn, run.Status.Error, run.Status.Stage)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holdsFor looks, for the whole window, for check to fail, and returns
+// its first failure. It proves that something does not happen, for which
+// there is no event to wait on: call it only after a positive signal that
+// the system has processed whatever could make it happen (a status that
+// shows the change observed), so the look is not vacuous, and make the
+// window longer than the thing it looks for would take.
+func holdsFor(window time.Duration, check func() error) error {
+	end := time.Now().Add(window)
+	for {
+		if err := check(); err != nil {
+			return err
+		}
+		if time.Now().After(end) {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -213,9 +213,26 @@ func TestDenyHoldsUnderYoloAndProfilesSurviveRestart(t *testing.T) {
 		func(r *arv1.AgentRun) { r.Spec.Yolo, r.Spec.YoloProfile = true, "ci" })
 	waitFor(t, ns2, "r", 20*time.Second, "ToolApproval for the unlisted write", waitingOn(arv1.WaitToolApproval))
 	h1.stop()
-	startManager(t, managerOpts{})
-	time.Sleep(time.Second) // the new manager has had time to (wrongly) approve it
-	w := waitFor(t, ns2, "r", 20*time.Second, "still ToolApproval after restart", waitingOn(arv1.WaitToolApproval)).Status.WaitingOn
+	startManager(t, managerOpts{identity: "after-restart"})
+	// The record the first manager wrote already shows ToolApproval, so
+	// waiting for that alone passes before the new manager has looked.
+	// Wait for the new manager's own record (it names it as the driver),
+	// still holding the call, with the spec observed.
+	heldByNew := func(r *arv1.AgentRun) bool {
+		return r.Status.Driver == "after-restart" && r.Status.ObservedGeneration == r.Generation && waitingOn(arv1.WaitToolApproval)(r)
+	}
+	w := waitFor(t, ns2, "r", 20*time.Second, "the new manager's record, still ToolApproval", heldByNew).Status.WaitingOn
+	// A wrong approval could still come from a later reconcile (one woken
+	// when the new manager's listing of the tool server completes, say),
+	// and nothing signals that none will: look for a second.
+	if err := holdsFor(time.Second, func() error {
+		if r := getRun(t, ns2, "r"); !heldByNew(r) || srv.Calls("create_ticket") != 0 {
+			return fmt.Errorf("after the restart: driver %q, waitingOn %+v, create_ticket calls %d", r.Status.Driver, r.Status.WaitingOn, srv.Calls("create_ticket"))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the new manager let the unlisted write through: %v", err)
+	}
 	if !strings.Contains(w.Question, "create_ticket") {
 		t.Errorf("question = %q, want the create_ticket call", w.Question)
 	}
@@ -400,9 +417,20 @@ func TestDanglingWriteWaitsForAPerson(t *testing.T) {
 			if req := entriesOf(t, ns, run, journal.ToolCallRequested); len(req) != 0 {
 				t.Fatalf("intents journaled before any outcome: %+v", req)
 			}
-			time.Sleep(500 * time.Millisecond)
-			if got := srv.Calls("create_ticket") - before; got != 1 {
-				t.Fatalf("the write reached the server %d times before anyone decided", got)
+			// The park is the new manager's decision (the stopped one never
+			// wrote it), so it has looked at the write. That it does not
+			// issue the write again later either has no event to wait on:
+			// look for half a second, the run still parked.
+			if err := holdsFor(500*time.Millisecond, func() error {
+				if got := srv.Calls("create_ticket") - before; got != 1 {
+					return fmt.Errorf("the write reached the server %d times before anyone decided", got)
+				}
+				if r := getRun(t, ns, "r"); !waitingOn(arv1.WaitNeedsReconciliation)(r) {
+					return fmt.Errorf("the run left NeedsReconciliation before anyone decided: phase %s, waitingOn %+v", r.Status.Phase, r.Status.WaitingOn)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 			refusedWithoutGrant(t, ns, w)
 			alice := grantAnswering(t, ns, "alice")

@@ -75,6 +75,34 @@ func (w *writeCounter) snapshot() map[string]int {
 	return out
 }
 
+// settle waits until writes have stopped: the manager's write count and
+// etcd's revision both unchanged for quiet, polled, so a late write (an
+// Event, a trailing status write) is counted rather than cut off by a fixed
+// sleep. It fails the test if they are still moving after timeout.
+func (w *writeCounter) settle(t testing.TB, quiet, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	writes, rev := w.total.Load(), etcdRevision(t)
+	still := start
+	for {
+		time.Sleep(50 * time.Millisecond)
+		now := time.Now()
+		if n, r := w.total.Load(), etcdRevision(t); n != writes || r != rev {
+			writes, rev, still = n, r, now
+		} else if now.Sub(still) >= quiet {
+			return
+		}
+		if now.Sub(start) > timeout {
+			t.Fatalf("writes never settled in %v: %d writes so far, etcd revision %d (%v)", timeout, writes, rev, w.snapshot())
+		}
+	}
+}
+
+// Writes settle when nothing has been written for settleQuiet (longer than
+// any pause between a run's own writes: its Events are sent at once, its
+// last status with the end), within settleTimeout.
+const settleQuiet, settleTimeout = time.Second, 30 * time.Second
+
 // startCountingManager runs a manager whose every write (into ns, when
 // given) is counted.
 func startCountingManager(t testing.TB, steps int, ns ...string) (*writeCounter, *providers.Scripted) {
@@ -156,11 +184,11 @@ func TestWritesPerStep(t *testing.T) {
 		waitFor(t, ns, "warm-"+agent, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	}
 	measure := func(name, agent string) (writes, etcd int64) {
-		time.Sleep(300 * time.Millisecond) // let trailing writes land
+		wc.settle(t, settleQuiet, settleTimeout) // the runs before have stopped writing
 		base, rev := wc.total.Load(), etcdRevision(t)
 		createRun(t, ns, name, agent)
 		waitFor(t, ns, name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-		time.Sleep(500 * time.Millisecond)
+		wc.settle(t, settleQuiet, settleTimeout) // its last writes land and are counted
 		return wc.total.Load() - base + 1, etcdRevision(t) - rev // + the user's create
 	}
 	three, threeEtcd := measure("r3", "three")
@@ -209,11 +237,11 @@ func TestWritesPerToolCall(t *testing.T) {
 	measure := func(name, agent string) int64 {
 		createRun(t, ns, "warm-"+name, agent) // snapshots the blueprint
 		waitFor(t, ns, "warm-"+name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-		time.Sleep(300 * time.Millisecond)
+		wc.settle(t, settleQuiet, settleTimeout)
 		before := wc.total.Load()
 		createRun(t, ns, name, agent)
 		waitFor(t, ns, name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-		time.Sleep(500 * time.Millisecond)
+		wc.settle(t, settleQuiet, settleTimeout)
 		return wc.total.Load() - before
 	}
 	for _, kind := range []string{"read", "write"} {
@@ -319,7 +347,7 @@ models = [{provider = "demo", model = "scripted-1"}]
 			}
 		}
 		elapsed := time.Since(start)
-		time.Sleep(500 * time.Millisecond)
+		wc.settle(b, settleQuiet, settleTimeout)
 		return elapsed, wc.total.Load() - before
 	}
 	for b.Loop() {
