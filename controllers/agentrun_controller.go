@@ -187,6 +187,9 @@ type AgentRunReconciler struct {
 	statusTimers *statusTimers
 	// first defers new runs' first status writes (see firststatus.go).
 	first *firstStatus
+	// runState is every holder of per-run state above, for one forget
+	// (registry.go).
+	runState *perrun.Registry
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -246,6 +249,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		return nil, err
 	}
 	r.steps = rt
+	r.runState = r.registerRunState()
 	r.wakes = d.Pool.Events()
 	if d.WakeThrough != nil {
 		r.wakes = d.WakeThrough(r.wakes)
@@ -266,11 +270,17 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		r.onReconcile(req.NamespacedName)
 	}
 	run, err := r.runs.Get(ctx, req.NamespacedName)
-	switch {
-	case err != nil:
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if uid, gone := r.runs.Gone(req.NamespacedName, run); gone {
+		if err := r.forgetGone(ctx, req.NamespacedName, uid); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	switch {
 	case run == nil:
-		return ctrl.Result{}, r.forgetGone(ctx, req.NamespacedName)
+		return ctrl.Result{}, nil
 	case !r.drives(run):
 		return ctrl.Result{}, nil // another replica's shard now
 	case !run.DeletionTimestamp.IsZero():
@@ -281,7 +291,14 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return r.reconcileFinished(ctx, run)
 	}
 	s := r.begin(run)
-	defer func() { res, err = r.settle(ctx, s, err) }()
+	defer func() {
+		res, err = r.settle(ctx, s, err)
+		if !r.drives(s.run) {
+			// Its shard went to another replica while this reconcile ran:
+			// what it kept of the run is that replica's now.
+			r.forget(s.run.UID)
+		}
+	}()
 	return ctrl.Result{}, r.drive(ctx, s)
 }
 
@@ -301,7 +318,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	if err := mgr.Add(r.sweeper()); err != nil {
 		return err
 	}
-	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Now: r.clock.Now})
+	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})
 	if err := r.observeWrites(mgr); err != nil {
 		return err
 	}
@@ -387,25 +404,27 @@ func (r *AgentRunReconciler) wake(runs ...types.NamespacedName) {
 	r.pool.Notify(evs...)
 }
 
-// forgetGone stops what a run no longer in the cache left behind in this
-// process: its steps and what was kept of it. A run that was deleted also
-// takes its children (where no garbage collector runs); one that is still
-// there belongs to a shard another replica drives now, and its children
-// stay.
-func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.NamespacedName) error {
-	uid, ok := r.runs.Gone(key)
-	if !ok {
-		return nil
-	}
+// forgetGone stops what a run that left the cache (uid: the informer
+// saw it go) left behind in this process: its steps and what was kept of
+// it. A run that was deleted also takes its children (where no garbage
+// collector runs); one that is still there belongs to a shard another
+// replica drives now, and its children stay.
+func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.NamespacedName, uid types.UID) error {
 	r.pool.Cancel(uid)
-	r.forgetLocal(key, uid)
+	r.forget(uid)
 	if r.sharded() {
-		err := r.reader.Get(ctx, key, &arv1.AgentRun{})
-		if err == nil || !apierrors.IsNotFound(err) {
-			return client.IgnoreNotFound(err)
+		live := &arv1.AgentRun{}
+		err := r.reader.Get(ctx, key, live)
+		switch {
+		case err == nil && live.UID == uid:
+			return nil // another replica's now
+		case err != nil && !apierrors.IsNotFound(err):
+			r.runs.goneAgain(key, uid)
+			return err
 		}
 	}
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
+		r.runs.goneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}
 	return nil
@@ -413,7 +432,6 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 
 // forgetLocal drops what this process kept of a run it no longer drives.
 func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID) {
-	r.runs.Gone(key)
-	r.admission.Forget(uid)
-	r.dropRunState(uid)
+	r.runs.drop(key)
+	r.forget(uid)
 }

@@ -34,7 +34,7 @@ func (r *AgentRunReconciler) deliverCallback(run *arv1.AgentRun) {
 		return // nothing owed, or an outcome waits to be recorded
 	}
 	d := steps.Delivery{Run: steps.RunRef(run), Body: func(run *arv1.AgentRun) ([]byte, error) { return callbackBody(run, r.clock.Now()) }}
-	r.pool.Submit(r.stepOf(run, steps.CallbackSeq, ""), func(ctx context.Context) { r.steps.RunDelivery(ctx, d) })
+	r.pool.Submit(r.stepOf(run, steps.CallbackSeq, ""), r.step(run, func(ctx context.Context) { r.steps.RunDelivery(ctx, d) }))
 }
 
 // recordDelivery puts a finished delivery's report in the run's status.

@@ -274,8 +274,26 @@ func (e *expectations) pending(parent types.UID, seen sets.Set[string]) []runsta
 	return out
 }
 
-func (e *expectations) drop(parent types.UID) {
+// Forget drops what is expected of the parent.
+func (e *expectations) Forget(parent types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.m, parent)
+}
+
+// Has reports whether anything is expected of the parent.
+func (e *expectations) Has(parent types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.m[parent]
+	return ok
+}
+
+// EachRun calls fn with every parent something is expected of.
+func (e *expectations) EachRun(fn func(types.UID)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid := range e.m {
+		fn(uid)
+	}
 }

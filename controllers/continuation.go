@@ -181,12 +181,29 @@ func (t *statusTimers) arm(uid types.UID, d time.Duration, fn func()) {
 	})
 }
 
-// stop drops the run's pending wake.
-func (t *statusTimers) stop(uid types.UID) {
+// Forget stops and drops the run's pending wake.
+func (t *statusTimers) Forget(uid types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if tm, ok := t.m[uid]; ok {
 		tm.Stop()
 		delete(t.m, uid)
+	}
+}
+
+// Has reports whether a wake is pending for the run.
+func (t *statusTimers) Has(uid types.UID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[uid]
+	return ok
+}
+
+// EachRun calls fn with every run a wake is pending for.
+func (t *statusTimers) EachRun(fn func(types.UID)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for uid := range t.m {
+		fn(uid)
 	}
 }

@@ -66,29 +66,6 @@ func (r *AgentRunReconciler) retention(run *arv1.AgentRun, now time.Time, res ct
 	return res
 }
 
-// forgetFinished drops what this process kept in memory for a run while it
-// was driven: a finished run is never folded again, so its journal,
-// expected children and error notes would only grow the manager's memory
-// with history.
-func (r *AgentRunReconciler) forgetFinished(run *arv1.AgentRun) {
-	r.dropRunState(run.UID)
-}
-
-// dropRunState forgets everything this process keeps in memory per run
-// while it drives it: the one list, so no map outlives the run.
-func (r *AgentRunReconciler) dropRunState(uid types.UID) {
-	r.journals.Forget(uid)
-	r.expect.drop(uid)
-	r.unstarted.forgetRun(uid)
-	r.failures.take(uid)
-	r.pressure.lasted(uid, false, time.Time{})
-	r.statusWrites.Take(uid)
-	r.unjournaled.Take(uid)
-	r.rateHolds.end(uid)
-	r.statusTimers.stop(uid)
-	r.first.written(uid)
-}
-
 // reconcileFinished settles what a finished run still owes: the fate of
 // answers it never got to record, its webhook, the generation it saw, and
 // its deletion once its retention has passed.
@@ -149,7 +126,7 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 		return fmt.Errorf("deleting run %s: %w", run.Name, err)
 	}
 	r.pool.Cancel(run.UID)
-	r.journals.Forget(run.UID)
+	r.forget(run.UID)
 	return nil
 }
 
@@ -177,8 +154,7 @@ func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.Agen
 	if err := r.deleteChildrenOf(ctx, run.Namespace, run.UID); err != nil {
 		return err
 	}
-	r.expect.drop(run.UID)
-	r.journals.Forget(run.UID)
+	r.forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
 		return nil
 	}

@@ -108,6 +108,6 @@ func (r *AgentRunReconciler) observeWrites(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	_, err = inf.AddEventHandler(cacheHandler{r.runs})
+	_, err = inf.AddEventHandler(cacheHandler{runs: r.runs, wake: r.wake})
 	return err
 }

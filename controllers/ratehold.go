@@ -85,6 +85,26 @@ func (h *rateHolds) end(uid types.UID) bool {
 	return hold.shown
 }
 
+// Forget drops the run's hold and stops its timer.
+func (h *rateHolds) Forget(uid types.UID) { h.end(uid) }
+
+// Has reports whether a limit holds the run's call.
+func (h *rateHolds) Has(uid types.UID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.m[uid]
+	return ok
+}
+
+// EachRun calls fn with every run whose call a limit holds.
+func (h *rateHolds) EachRun(fn func(types.UID)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for uid := range h.m {
+		fn(uid)
+	}
+}
+
 // shown is the run's hold as its status is to show it, if it is shown.
 func (h *rateHolds) shown(uid types.UID) *runstate.RateLimit {
 	h.mu.Lock()

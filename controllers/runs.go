@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -37,13 +38,14 @@ type runCache struct {
 	mu sync.Mutex
 	// written holds the copy each run's last status write returned.
 	written map[types.NamespacedName]*arv1.AgentRun
-	// uids remembers each run's UID, so its work can be stopped once it is
-	// gone from the cache.
-	uids map[types.NamespacedName]types.UID
+	// gone holds the UID of each run the informer saw leave the cache
+	// (deleted, or gone to a shard another replica drives) until the
+	// reconcile of its name stops its work and forgets it (forgetGone).
+	gone map[types.NamespacedName]types.UID
 }
 
 func newRunCache(cached client.Reader, w client.Client, live client.Reader) *runCache {
-	return &runCache{cached: cached, writer: w, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, uids: map[types.NamespacedName]types.UID{}}
+	return &runCache{cached: cached, writer: w, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, gone: map[types.NamespacedName]types.UID{}}
 }
 
 // Get returns the newest copy of the run known here, or nil when it is gone.
@@ -57,7 +59,6 @@ func (c *runCache) Get(ctx context.Context, key types.NamespacedName) (*arv1.Age
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.uids[key] = run.UID
 	if mine, ok := c.written[key]; ok {
 		if mine.UID == run.UID && newer(mine.ResourceVersion, run.ResourceVersion) {
 			return mine.DeepCopy(), nil
@@ -84,15 +85,92 @@ func (c *runCache) Observed(run *arv1.AgentRun) {
 	}
 }
 
-// Gone forgets a run that is no longer in the cache and returns its UID,
-// if it was seen.
-func (c *runCache) Gone(key types.NamespacedName) (types.UID, bool) {
+// left notes a run the informer no longer holds: its UID waits for the
+// reconcile of its name (Gone).
+func (c *runCache) left(run *arv1.AgentRun) {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	uid, ok := c.uids[key]
-	delete(c.uids, key)
+	c.gone[key] = run.UID
+	if mine, ok := c.written[key]; ok && mine.UID == run.UID {
+		delete(c.written, key)
+	}
+}
+
+// Gone returns the UID of a run of that name the informer saw leave, unless
+// it is the run the cache holds now (cur, nil when none), which came back;
+// either way it is no longer kept. A run deleted and created again under
+// its name is found here while its successor is in the cache.
+func (c *runCache) Gone(key types.NamespacedName, cur *arv1.AgentRun) (types.UID, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uid, ok := c.gone[key]
+	if !ok {
+		return "", false
+	}
+	delete(c.gone, key)
+	if cur != nil && cur.UID == uid {
+		return "", false
+	}
+	if mine, kept := c.written[key]; kept && mine.UID == uid {
+		delete(c.written, key)
+	}
+	return uid, true
+}
+
+// goneAgain puts back a gone run whose forgetting failed, unless another
+// left under its name meanwhile.
+func (c *runCache) goneAgain(key types.NamespacedName, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, newer := c.gone[key]; !newer {
+		c.gone[key] = uid
+	}
+}
+
+// drop forgets what is kept of a run no longer driven here (its shard
+// went to another replica).
+func (c *runCache) drop(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.gone, key)
 	delete(c.written, key)
-	return uid, ok
+}
+
+// Forget drops the copy kept of the run's last status write, unless it
+// records the run's end and the informer has not caught up with it yet:
+// until then it fences a reconcile off the stale copy in the cache, which
+// would drive the finished run again (Observed drops it, or Gone once the
+// run is deleted). A gone run's UID stays for its reconcile (Gone).
+func (c *runCache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, mine := range c.written {
+		if mine.UID == uid && !mine.Status.Phase.IsTerminal() {
+			delete(c.written, key)
+		}
+	}
+}
+
+// Has reports whether a written copy of the run, or its UID as gone, is
+// kept.
+func (c *runCache) Has(uid types.UID) bool {
+	found := false
+	c.EachRun(func(u types.UID) { found = found || u == uid })
+	return found
+}
+
+// EachRun calls fn with every run a written copy of is kept, and every
+// gone run not forgotten yet.
+func (c *runCache) EachRun(fn func(types.UID)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, mine := range c.written {
+		fn(mine.UID)
+	}
+	for _, uid := range c.gone {
+		fn(uid)
+	}
 }
 
 // PatchStatus writes after's status under before's resourceVersion;
@@ -207,12 +285,28 @@ func (c *runCache) Kept() int {
 	return len(c.written)
 }
 
-// cacheHandler tells the run cache what the informer has seen.
-type cacheHandler struct{ runs *runCache }
+// cacheHandler tells the run cache what the informer has seen, and wakes
+// a run that left it so that its reconcile forgets it (the controller's
+// own delete event may be handled before this handler's).
+type cacheHandler struct {
+	runs *runCache
+	wake func(...types.NamespacedName)
+}
 
 func (h cacheHandler) OnAdd(obj any, _ bool) { h.seen(obj) }
 func (h cacheHandler) OnUpdate(_, obj any)   { h.seen(obj) }
-func (h cacheHandler) OnDelete(any)          {}
+
+func (h cacheHandler) OnDelete(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	run, ok := obj.(*arv1.AgentRun)
+	if !ok {
+		return
+	}
+	h.runs.left(run)
+	h.wake(types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
+}
 
 func (h cacheHandler) seen(obj any) {
 	if run, ok := obj.(*arv1.AgentRun); ok {

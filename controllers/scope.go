@@ -178,12 +178,14 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		return ctrl.Result{}, nil
 	}
 	for _, t := range s.tickets {
-		t.ticket.Start(t.fn)
+		t.ticket.Start(r.step(s.run, t.fn))
 	}
 	r.unstarted.clearAll(s)
 	r.releaseIfIdle(s.run, s.out)
 	if s.run.Status.Phase.IsTerminal() {
-		r.forgetFinished(s.run)
+		// A finished run is never folded again: what was kept to drive it
+		// would only grow the manager's memory with history.
+		r.forget(s.run.UID)
 	}
 	if !waits {
 		// A status that waits is compared with the stored one when it is
@@ -262,6 +264,30 @@ type pressure struct {
 }
 
 func newPressure() *pressure { return &pressure{since: map[types.UID]time.Time{}} }
+
+// Forget drops since when the run has found the executor full.
+func (p *pressure) Forget(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.since, uid)
+}
+
+// Has reports whether the run is finding the executor full.
+func (p *pressure) Has(uid types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.since[uid]
+	return ok
+}
+
+// EachRun calls fn with every run finding the executor full.
+func (p *pressure) EachRun(fn func(types.UID)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for uid := range p.since {
+		fn(uid)
+	}
+}
 
 // lasted records whether the run found backpressure now and reports
 // whether it has lasted pressureShownAfter, or else how long until it

@@ -120,12 +120,34 @@ func (u *unstartedIntents) has(k executor.Key) bool {
 	return u.m[k]
 }
 
-func (u *unstartedIntents) forgetRun(uid types.UID) {
+// Forget drops the run's unstarted intents.
+func (u *unstartedIntents) Forget(uid types.UID) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for k := range u.m {
 		if k.Run == uid {
 			delete(u.m, k)
 		}
+	}
+}
+
+// Has reports whether the run has an unstarted intent.
+func (u *unstartedIntents) Has(uid types.UID) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k := range u.m {
+		if k.Run == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// EachRun calls fn with every run that has an unstarted intent.
+func (u *unstartedIntents) EachRun(fn func(types.UID)) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k := range u.m {
+		fn(k.Run)
 	}
 }

@@ -176,6 +176,32 @@ func (c *Controller) Forget(uid types.UID) {
 	c.Release(uid)
 }
 
+// Has reports whether the run is active, promised a slot or in line.
+func (c *Controller) Has(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, active := c.active[uid]
+	_, promised := c.promised[uid]
+	_, waiting := c.waiting[uid]
+	return active || promised || waiting
+}
+
+// EachRun calls fn with every run that is active, promised a slot or in
+// line (a run may come twice).
+func (c *Controller) EachRun(fn func(types.UID)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.active {
+		fn(uid)
+	}
+	for uid := range c.promised {
+		fn(uid)
+	}
+	for uid := range c.waiting {
+		fn(uid)
+	}
+}
+
 // Active is how many runs are active.
 func (c *Controller) Active() int {
 	c.mu.Lock()

@@ -198,6 +198,23 @@ func (b *Breakers) releaseLocked(owner string) {
 	}
 }
 
+// Probing reports whether owner holds a probe.
+func (b *Breakers) Probing(owner string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.probes[owner]
+	return ok
+}
+
+// EachProber calls fn with every owner holding a probe.
+func (b *Breakers) EachProber(fn func(owner string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for owner := range b.probes {
+		fn(owner)
+	}
+}
+
 // State is one breaker as the metrics report it.
 type State struct {
 	// Key is the breaker's key (namespace/provider).

@@ -356,6 +356,51 @@ func (p *Pool) Cancel(run types.UID) {
 	delete(p.waiting, run)
 }
 
+// Forget drops the run as waiting for room. Its steps, if any, are left
+// to end (Cancel stops them); each leaves the pool when it does.
+func (p *Pool) Forget(run types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.waiting, run)
+}
+
+// Has reports whether the pool keeps anything of the run: a step reserved
+// or running, or a wait for room.
+func (p *Pool) Has(run types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.waiting[run]; ok {
+		return true
+	}
+	for k := range p.inflight {
+		if k.Run == run {
+			return true
+		}
+	}
+	for k := range p.reserved {
+		if k.Run == run {
+			return true
+		}
+	}
+	return false
+}
+
+// EachRun calls fn with every run the pool keeps anything of (a run may
+// come more than once).
+func (p *Pool) EachRun(fn func(types.UID)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for uid := range p.waiting {
+		fn(uid)
+	}
+	for k := range p.inflight {
+		fn(k.Run)
+	}
+	for k := range p.reserved {
+		fn(k.Run)
+	}
+}
+
 // NeedLeaderElection is false: every replica runs the steps of the runs it
 // drives, not only the leader.
 func (p *Pool) NeedLeaderElection() bool { return false }

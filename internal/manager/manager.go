@@ -89,6 +89,9 @@ type Options struct {
 	Scripted *providers.Scripted
 	// OnReconcile observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
+	// OnReconciler is given the AgentRun reconciler once it is built
+	// (tests read what it keeps in memory).
+	OnReconciler func(*controllers.AgentRunReconciler)
 	// SkipNameValidation lets several managers live in one process (tests
 	// that restart the manager).
 	SkipNameValidation bool
@@ -254,6 +257,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if o.OnReconciler != nil {
+		o.OnReconciler(r)
 	}
 	if err := mgr.Add(memoryReleaser{interval: 30 * time.Second, threshold: 16 << 20}); err != nil {
 		return nil, err

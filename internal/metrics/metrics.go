@@ -120,6 +120,8 @@ type Sources struct {
 	Runs     client.Reader
 	Pool     Pool
 	Circuits Circuits
+	// RunsInMemory counts the runs the manager keeps state of in memory.
+	RunsInMemory func() int
 	// Now is the manager's clock (the one status timestamps are written
 	// with); time.Now when nil.
 	Now func() time.Time
@@ -178,6 +180,7 @@ var (
 	blockersDesc = prometheus.NewDesc("agentrun_setup_blockers", "Runs parked on NeedsSetup by namespace and blocker.", []string{"namespace", "blocker"}, nil)
 	poolDesc     = prometheus.NewDesc("agentrun_executor_slots", "Executor pool slots by state (busy, total).", []string{"state"}, nil)
 	queueDesc    = prometheus.NewDesc("agentrun_executor_waiting_runs", "Runs with a step due that wait for a free executor slot (the pool's or their MCP server's lane).", nil, nil)
+	memoryDesc   = prometheus.NewDesc("agentrun_runs_in_memory", "Runs this replica keeps state of in memory: the runs it drives; a finished, deleted or handed-over run leaves none.", nil, nil)
 	circuitDesc  = prometheus.NewDesc("agentrun_circuit_open", "1 while a provider's circuit is open, 0 for one with failures below the threshold or half-open; providers without recent failures are absent.", []string{"namespace", "provider"}, nil)
 )
 
@@ -189,7 +192,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, circuitDesc} {
+	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, memoryDesc, circuitDesc} {
 		ch <- d
 	}
 }
@@ -206,6 +209,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Busy()), "busy")
 		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Size()), "total")
 		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(p.Waiting()))
+	}
+	if src.RunsInMemory != nil {
+		ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(src.RunsInMemory()))
 	}
 	if src.Circuits != nil {
 		collectCircuits(ch, src.Circuits.States(now))

@@ -80,7 +80,7 @@ func TestStateGauges(t *testing.T) {
 	}
 	breakers.Failure("b/flaky", "ProviderFailed", now)
 
-	got := gather(t, &stateCollector{src: Sources{Runs: reader, Pool: pool{size: 4, busy: 4, waiting: 3}, Circuits: breakers, Now: func() time.Time { return now }}})
+	got := gather(t, &stateCollector{src: Sources{Runs: reader, Pool: pool{size: 4, busy: 4, waiting: 3}, Circuits: breakers, RunsInMemory: func() int { return 5 }, Now: func() time.Time { return now }}})
 	want := map[string]float64{
 		"agentrun_runs_waiting_oldest_seconds{namespace=a,needs_a_person=true,reason=InteractionPoint}": 7200,
 		"agentrun_runs_waiting_oldest_seconds{namespace=a,needs_a_person=true,reason=NeedsSetup}":       600,
@@ -90,6 +90,7 @@ func TestStateGauges(t *testing.T) {
 		"agentrun_executor_slots{state=busy}":                                                           4,
 		"agentrun_executor_slots{state=total}":                                                          4,
 		"agentrun_executor_waiting_runs{}":                                                              3,
+		"agentrun_runs_in_memory{}":                                                                     5,
 		"agentrun_circuit_open{namespace=a,provider=down}":                                              1,
 		"agentrun_circuit_open{namespace=b,provider=flaky}":                                             0,
 	}

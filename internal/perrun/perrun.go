@@ -1,6 +1,8 @@
-// Package perrun keeps one pending value per run, for the reconcile to take
-// once: a step's report, a failure to show. Steps and the reconcile run on
-// different goroutines, so the map is guarded.
+// Package perrun keeps what a process holds in memory per run: a Box keeps
+// one pending value per run, for the reconcile to take once (a step's
+// report, a failure to show), and a Registry knows every holder of per-run
+// state, so that one Forget drops all of a run's. Steps and the reconcile
+// run on different goroutines, so every holder is guarded.
 package perrun
 
 import (
@@ -58,5 +60,22 @@ func (b *Box[V]) Restore(uid types.UID, v V) {
 	defer b.mu.Unlock()
 	if _, newer := b.m[uid]; !newer {
 		b.m[uid] = v
+	}
+}
+
+// Forget drops the run's value, if there is one.
+func (b *Box[V]) Forget(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, uid)
+}
+
+// EachRun calls fn with every run that has a value (under the box's lock:
+// fn must not call back into it).
+func (b *Box[V]) EachRun(fn func(types.UID)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for uid := range b.m {
+		fn(uid)
 	}
 }

@@ -25,3 +25,26 @@ func TestBoxTakesOnceAndRestoresUnlessNewer(t *testing.T) {
 		t.Fatalf("restore must not replace a newer value: %q", v)
 	}
 }
+
+func TestRegistryForgetsARunEverywhere(t *testing.T) {
+	a, b := New[string](), New[int]()
+	g := NewRegistry()
+	g.Register("a", a)
+	g.Register("b", b)
+	a.Put("r1", "x")
+	b.Put("r1", 1)
+	b.Put("r2", 2)
+	if got := g.HeldBy("r1"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Fatalf("HeldBy(r1) = %v, want [a b]", got)
+	}
+	if n := g.Runs(); n != 2 {
+		t.Fatalf("Runs = %d, want 2 (r1 counted once)", n)
+	}
+	g.Forget("r1")
+	if got := g.HeldBy("r1"); len(got) != 0 {
+		t.Fatalf("after Forget, r1 held by %v", got)
+	}
+	if !b.Has("r2") || g.Runs() != 1 {
+		t.Fatalf("Forget(r1) touched r2: has %v, runs %d", b.Has("r2"), g.Runs())
+	}
+}

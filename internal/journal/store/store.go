@@ -379,6 +379,23 @@ func (s *Store) Forget(uid types.UID) {
 	delete(s.runs, uid)
 }
 
+// Has reports whether the run's journal is held in memory.
+func (s *Store) Has(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.runs[uid]
+	return ok
+}
+
+// EachRun calls fn with every run whose journal is held in memory.
+func (s *Store) EachRun(fn func(types.UID)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.runs {
+		fn(uid)
+	}
+}
+
 // Cached reports how many runs' journals are held in memory.
 func (s *Store) Cached() int {
 	s.mu.Lock()
