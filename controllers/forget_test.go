@@ -79,8 +79,8 @@ func (e endings) total() int {
 // taken out of every figure.
 func TestRunsLeaveNothingInMemory(t *testing.T) {
 	var r *controllers.AgentRunReconciler
-	startBareManager(t, func(rec *controllers.AgentRunReconciler) { r = rec })
 	ns := newNamespace(t)
+	startBareManager(t, ns, func(rec *controllers.AgentRunReconciler) { r = rec })
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	for name, bp := range map[string]string{"complete": endsComplete, "refused": endsRefused, "turns": endsOutOfTurns, "slow": endsMidCall} {
 		createConfigMap(t, ns, name, map[string]string{"agent.toml": bp})
@@ -291,7 +291,7 @@ func (w *forgetWorld) waitEnded(want map[string]arv1.Phase) {
 }
 
 // waitForgotten waits until the manager keeps nothing of any of the runs,
-// nor of any other.
+// nor of any other (it watches only the test's namespace).
 func (w *forgetWorld) waitForgotten(uids []types.UID) {
 	w.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -383,10 +383,12 @@ func cachedRuns(t *testing.T, ns string) int {
 // startBareManager starts a manager that keeps nothing per run for the
 // test's sake (no reconcile counts, an uncounted scripted provider) and
 // hands its reconciler to got.
-func startBareManager(t *testing.T, got func(*controllers.AgentRunReconciler)) {
+func startBareManager(t *testing.T, ns string, got func(*controllers.AgentRunReconciler)) {
 	t.Helper()
+	// Only the test's namespace: runs other tests left behind are not
+	// this manager's to hold.
 	mgr, err := manager.New(env.Config, manager.Options{
-		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
+		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, Namespaces: []string{ns},
 		Egress: loopbackEgress(), EgressOptions: suiteEgressOptions(),
 		OnReconciler: got,
 	})
