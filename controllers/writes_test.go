@@ -188,7 +188,7 @@ func TestWritesPerStep(t *testing.T) {
 		base, rev := wc.total.Load(), etcdRevision(t)
 		createRun(t, ns, name, agent)
 		waitFor(t, ns, name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-		wc.settle(t, settleQuiet, settleTimeout) // its last writes land and are counted
+		wc.settle(t, settleQuiet, settleTimeout)                 // its last writes land and are counted
 		return wc.total.Load() - base + 1, etcdRevision(t) - rev // + the user's create
 	}
 	three, threeEtcd := measure("r3", "three")
