@@ -64,6 +64,9 @@ type BucketStats struct {
 	InFlight    int       // calls started and not yet Done
 	Waiting     int       // calls queued in Acquire
 	PausedUntil time.Time // the latest Pause, zero if never paused
+	// LearnedPerSecond is the request rate learned from the provider's
+	// refusals (learn.go), zero when none is learned or one is configured.
+	LearnedPerSecond float64
 }
 
 // Limiter holds the buckets by key. Safe for concurrent use.
@@ -73,6 +76,7 @@ type Limiter struct {
 
 	mu        sync.RWMutex
 	buckets   map[string]*bucket
+	rings     map[string]*startRing // every key's starts, for learning
 	lastSweep time.Time
 
 	firing atomic.Int64 // see bucket.firing
@@ -81,7 +85,7 @@ type Limiter struct {
 // New returns a limiter enforcing full limits (share 1). Pass
 // clock.RealClock{} in production and a fake clock in tests.
 func New(clk clock.WithTicker) *Limiter {
-	l := &Limiter{clk: clk, buckets: map[string]*bucket{}, lastSweep: clk.Now()}
+	l := &Limiter{clk: clk, buckets: map[string]*bucket{}, rings: map[string]*startRing{}, lastSweep: clk.Now()}
 	l.share.Store(math.Float64bits(1))
 	return l
 }
@@ -92,6 +96,7 @@ type Permit struct {
 	// reqCharge and tokCharge are what the start reserved on the
 	// schedules (tokCharge for the estimate), to correct or refund it.
 	reqCharge, tokCharge time.Duration
+	at                   time.Time // when it started
 	done                 bool
 }
 
@@ -144,6 +149,7 @@ func (l *Limiter) bucket(key string, create bool) *bucket {
 					l.sweepLocked(now)
 				}
 				b = &bucket{key: key, clk: l.clk, queues: map[string]*nsQueue{}, lastUsed: now, firing: &l.firing}
+				b.learn.starts = l.ringLocked(key)
 				b.apply(l.shareNow())
 				l.buckets[key] = b
 			}
@@ -158,9 +164,41 @@ func (l *Limiter) bucket(key string, create bool) *bucket {
 	}
 }
 
-// sweepLocked drops idle buckets; l.mu must be held for writing.
+// ring returns key's start counts, made on first use.
+func (l *Limiter) ring(key string) *startRing {
+	l.mu.RLock()
+	r := l.rings[key]
+	l.mu.RUnlock()
+	if r != nil {
+		return r
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := l.clk.Now(); now.Sub(l.lastSweep) >= sweepEvery {
+		l.sweepLocked(now)
+	}
+	return l.ringLocked(key)
+}
+
+// ringLocked is ring with l.mu held for writing.
+func (l *Limiter) ringLocked(key string) *startRing {
+	r := l.rings[key]
+	if r == nil {
+		r = &startRing{}
+		l.rings[key] = r
+	}
+	return r
+}
+
+// sweepLocked drops idle buckets and the start counts of keys idle with no
+// bucket; l.mu must be held for writing.
 func (l *Limiter) sweepLocked(now time.Time) {
 	l.lastSweep = now
+	for k, r := range l.rings {
+		if l.buckets[k] == nil && r.idle(now) {
+			delete(l.rings, k)
+		}
+	}
 	for k, b := range l.buckets {
 		b.mu.Lock()
 		if b.idle(now) {
@@ -184,6 +222,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request, onWait func(until time
 	}
 	b := l.bucket(r.Key, !r.Limits.IsZero())
 	if b == nil {
+		l.ring(r.Key).add(l.clk.Now())
 		return free, nil
 	}
 	now := l.clk.Now()
@@ -194,6 +233,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request, onWait func(until time
 		b.pump(now)
 	}
 	tokens := max(r.Tokens, 0)
+	b.catchUp(now)
 	if b.waiting == 0 && b.slotFree() && !now.Before(b.readyAt(tokens)) {
 		p := b.start(tokens, now)
 		b.mu.Unlock()
@@ -265,7 +305,33 @@ func (p *Permit) Done(actualTokens int64) {
 	if actualTokens > 0 && b.tokPerMin > 0 {
 		b.tokTAT = shift(b.tokTAT, b.tokCost(actualTokens)-p.tokCharge, now)
 	}
+	if b.waiting > 0 && b.learns() && b.learn.grow() {
+		b.applyLearned()
+	}
 	b.pump(now)
+}
+
+// Refused ends a call the provider refused for its rate limit (429/529):
+// no call of key starts before until, and a bucket without a configured
+// request rate learns one from the refusals (see learn.go). p may be the
+// permit of an untracked call.
+func (l *Limiter) Refused(p *Permit, key string, until time.Time) {
+	b := p.b
+	if b == nil {
+		b = l.bucket(key, true)
+	} else {
+		b.mu.Lock()
+	}
+	defer b.mu.Unlock()
+	now := l.clk.Now()
+	if b.learns() {
+		b.learn.refused(p.at, now, b.pausedUntil.After(now))
+	}
+	if p.b != nil && !p.done {
+		p.done = true
+		b.inFlight--
+	}
+	b.pauseLocked(until, now)
 }
 
 // Pause holds every call of the bucket until `until` (the provider said
@@ -274,15 +340,18 @@ func (p *Permit) Done(actualTokens int64) {
 func (l *Limiter) Pause(key string, until time.Time) {
 	b := l.bucket(key, true)
 	defer b.mu.Unlock()
-	if !until.After(b.pausedUntil) {
-		return
-	}
-	b.pausedUntil = until
-	now := l.clk.Now()
+	b.pauseLocked(until, l.clk.Now())
+}
+
+// pauseLocked extends the pause to until and tells the waiters.
+func (b *bucket) pauseLocked(until, now time.Time) {
 	b.lastUsed = now
-	for _, q := range b.order {
-		for e := q.l.Front(); e != nil; e = e.Next() {
-			e.Value.(*waiter).later(until)
+	if until.After(b.pausedUntil) {
+		b.pausedUntil = until
+		for _, q := range b.order {
+			for e := q.l.Front(); e != nil; e = e.Next() {
+				e.Value.(*waiter).later(until)
+			}
 		}
 	}
 	b.pump(now)
@@ -301,7 +370,11 @@ func (l *Limiter) Stats() []BucketStats {
 	for _, b := range bs {
 		b.mu.Lock()
 		if !b.dead {
-			out = append(out, BucketStats{Key: b.key, InFlight: b.inFlight, Waiting: b.waiting, PausedUntil: b.pausedUntil})
+			st := BucketStats{Key: b.key, InFlight: b.inFlight, Waiting: b.waiting, PausedUntil: b.pausedUntil}
+			if b.learns() {
+				st.LearnedPerSecond = b.learn.rate
+			}
+			out = append(out, st)
 		}
 		b.mu.Unlock()
 	}
@@ -328,6 +401,7 @@ type bucket struct {
 	tokTAT      time.Time // when the token schedule is paid up
 	pausedUntil time.Time
 	lastUsed    time.Time
+	learn       learner // the request rate learned from refusals
 
 	// Waiters: a FIFO per namespace, served round-robin from order[cursor].
 	queues  map[string]*nsQueue
@@ -389,9 +463,30 @@ func (b *bucket) apply(share float64) {
 		burst := max(1, math.Floor(rpm/60*burstWindow.Seconds()))
 		b.reqWindow = time.Duration(burst) * b.reqInterval
 	}
+	b.applyLearned()
 	b.tokPerMin = 0
 	if tpm := float64(b.raw.TokensPerMinute) * share; tpm > 0 {
 		b.tokPerMin = tpm
+	}
+}
+
+// learns reports whether the bucket learns its request rate: it has none
+// configured.
+func (b *bucket) learns() bool { return b.raw.RequestsPerMinute <= 0 }
+
+// applyLearned puts the learned rate in force on a bucket that learns. The
+// learned rate is this process's own observation, so no share applies.
+func (b *bucket) applyLearned() {
+	if b.learns() {
+		b.reqInterval, b.reqWindow = b.learn.interval()
+	}
+}
+
+// catchUp settles a learning episode whose pause has ended before anything
+// starts.
+func (b *bucket) catchUp(now time.Time) {
+	if b.learn.pending && !now.Before(b.pausedUntil) && b.learn.settle() {
+		b.applyLearned()
 	}
 }
 
@@ -433,7 +528,8 @@ func (b *bucket) readyAt(tokens int64) time.Time {
 
 // start reserves a call's place on the schedules and returns its permit.
 func (b *bucket) start(tokens int64, now time.Time) *Permit {
-	p := &Permit{b: b}
+	p := &Permit{b: b, at: now}
+	b.learn.starts.add(now)
 	if b.reqInterval > 0 {
 		p.reqCharge = b.reqInterval
 		b.reqTAT = latest(b.reqTAT, now).Add(p.reqCharge)
@@ -511,6 +607,7 @@ func (b *bucket) remove(w *waiter) {
 // arms the timer for the next one held back by time. Called whenever state
 // changes: a release, a timer, a pause, a new waiter, a cancellation.
 func (b *bucket) pump(now time.Time) {
+	b.catchUp(now)
 	for b.waiting > 0 {
 		if !b.slotFree() {
 			// A release will pump again; no timer needed.

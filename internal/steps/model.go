@@ -257,10 +257,9 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 				pe = providers.AsError(err)
 			}
 			if pe != nil && pe.RateLimited && ctx.Err() == nil {
-				permit.Done(0)
 				metrics.RateLimitRefusals.WithLabelValues(c.Provider.Name).Inc()
 				until := rt.Clock.Now().Add(rateLimitWait(pe.RetryAfter, refused))
-				rt.Limiter.Pause(limit.Key, until)
+				rt.Limiter.Refused(permit, limit.Key, until)
 				onWait(until)
 				continue
 			}

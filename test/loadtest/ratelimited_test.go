@@ -185,12 +185,15 @@ func checkNoSetupWaits(t *testing.T, part string, w *waitRecorder) {
 // loopback OpenAI-compatible server each (200 ms a call).
 //
 //   - (a) The server takes 10 calls/s and answers 429 + Retry-After: 1
-//     above it; 40 runs of LatencyBlueprint (120 calls, 12 s of the
-//     server's rate) all complete; while they ran at least one showed
+//     above it; 60 runs of LatencyBlueprint (180 calls, 18 s of the
+//     server's rate, so calls are held well past the 5 s after which a
+//     hold shows) all complete; while they ran at least one showed
 //     phase WaitingInput with waitingOn RateLimited, needsAPerson false,
 //     provider llm, model m1 and a retryAt; none ever showed NeedsSetup
-//     (ProviderFailed or any other blocker); and the server did answer
-//     429s, so the test exercised them.
+//     (ProviderFailed or any other blocker); the server did answer 429s,
+//     so the test exercised them, but fewer than a quarter of the calls:
+//     the manager learned the rate from the first refusals instead of
+//     sending every held call again when each pause ended.
 //   - (c) Meanwhile 20 runs against an unlimited server complete within
 //     30 s of their creation and never show RateLimited: a rate-limited
 //     provider never holds back another's runs.
@@ -208,7 +211,7 @@ func TestRateLimitsAreAHealthyWait(t *testing.T) {
 	const (
 		delay    = 200 * time.Millisecond
 		rate     = 10 // calls/s of the limited servers
-		nA, nB   = 40, 40
+		nA, nB   = 60, 40
 		nC       = 20
 		cBound   = 30 * time.Second
 		batchMax = 3 * time.Minute
@@ -362,6 +365,9 @@ func TestRateLimitsAreAHealthyWait(t *testing.T) {
 	checkNoSetupWaits(t, "(a)", recA)
 	if stA.RateLimited == 0 {
 		t.Errorf("(a) the server answered no 429: the test proved nothing about them")
+	}
+	if callsA := nA * loadtest.LatencyModelCalls; stA.RateLimited > int64(callsA/4) {
+		t.Errorf("(a) the server answered %d 429s to %d calls (more than a quarter): the manager did not learn its rate", stA.RateLimited, callsA)
 	}
 	if stA.Accepted != int64(nA*loadtest.LatencyModelCalls) {
 		t.Errorf("(a) the server accepted %d calls, want %d (3 per run)", stA.Accepted, nA*loadtest.LatencyModelCalls)
