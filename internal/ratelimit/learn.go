@@ -19,14 +19,18 @@ import (
 //     refusals of calls already in flight belong to it). Its measure is the
 //     calls started in the second before it that the provider did not
 //     refuse; refusals arriving later take their call off the measure.
-//   - When the pause ends, the learned rate becomes 0.9 of that measure, or
-//     half the previous learned rate when the measure is empty but a rate
-//     was learned before; with neither, nothing is learned yet (the bucket
-//     had no history: it was created by this very refusal).
+//   - When the pause ends, the learned rate becomes 0.9 of that measure;
+//     with nothing accepted, nothing is learned yet and the next refusal
+//     starts another episode.
 //   - Each accepted call while calls wait raises the rate by 2% of a call
 //     per call (2% a second at any rate), at least 0.5 calls/s per second,
 //     and never more than doubling per call: the bucket probes for the
 //     provider's limit as it rises, and backs off when told.
+//   - Once a rate is learned, a refusal no longer pauses the bucket (a
+//     whole second with nothing sent, each time the probe touches the
+//     limit): the refused call alone waits what the provider said, and the
+//     rate is cut to 0.9 of the lower of itself and what the provider
+//     accepted in the second before, at most once a second.
 //
 // A configured requests_per_minute always wins and is never learned over.
 const (
@@ -100,6 +104,11 @@ type learner struct {
 	pending  bool
 	from, to time.Time
 	accepted int
+
+	// Once a rate is learned: the refusals by when they came, and the
+	// last cut.
+	refusals startRing
+	lastCut  time.Time
 }
 
 // refused records a refusal at now of a call started at start (zero: an
@@ -127,16 +136,31 @@ func (l *learner) settle() bool {
 		return false
 	}
 	l.pending = false
-	measured := float64(l.accepted) / measureWindow.Seconds()
-	switch {
-	case measured > 0:
-		l.rate = max(minLearned, measured*learnBackoff)
-	case l.rate > 0:
-		l.rate = max(minLearned, l.rate/2)
-	default:
+	if l.accepted == 0 {
 		return false
 	}
+	l.rate = max(minLearned, float64(l.accepted)/measureWindow.Seconds()*learnBackoff)
 	return true
+}
+
+// steering reports whether a learned rate is in force and no episode is
+// under way: then a refusal slows the rate down instead of pausing.
+func (l *learner) steering() bool { return l.rate > 0 && !l.pending }
+
+// slowDown cuts the learned rate for a refusal at now, once per
+// measureWindow (the refusals of calls sent before the cut belong to it).
+func (l *learner) slowDown(now time.Time) {
+	l.refusals.add(now)
+	if !l.lastCut.IsZero() && now.Sub(l.lastCut) < measureWindow {
+		return
+	}
+	l.lastCut = now
+	from := now.Add(-measureWindow)
+	r := l.rate
+	if accepted := l.starts.in(from, now) - l.refusals.in(from, now); accepted > 0 {
+		r = min(r, float64(accepted)/measureWindow.Seconds())
+	}
+	l.rate = max(minLearned, r*learnBackoff)
 }
 
 // grow raises the rate after an accepted call while calls wait for it.

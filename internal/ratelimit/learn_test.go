@@ -120,21 +120,37 @@ func TestLearnsRateFromRefusals(t *testing.T) {
 		}
 	}
 
-	// A refusal with nothing accepted in the second before it halves what
-	// was learned.
+	// With a rate learned, a refusal pauses nothing: the rate is cut to 0.9
+	// of the lower of itself and what was accepted in the second before
+	// (here nothing but the refused call started), once a second.
 	before := learned(t, l, "k")
 	step(l, fc, 5*time.Second)
 	q, _, ok := try(t, l, r)
 	if !ok {
 		t.Fatal("an idle bucket held a call")
 	}
-	l.Refused(q, "k", fc.Now().Add(time.Second))
-	step(l, fc, time.Second)
-	if _, _, ok := try(t, l, r); !ok {
-		t.Fatal("the first call after the pause was held")
+	if l.Refused(q, "k", fc.Now().Add(time.Minute)) {
+		t.Fatal("a refusal paused a bucket with a learned rate")
 	}
-	if got := learned(t, l, "k"); !near(got, before/2) {
-		t.Fatalf("after an episode with nothing accepted: %v/s, want half of %v", got, before)
+	if got := learned(t, l, "k"); !near(got, before*0.9) {
+		t.Fatalf("after a refusal: %v/s, want 0.9 x %v", got, before)
+	}
+	q, _, ok = try(t, l, r)
+	if !ok {
+		t.Fatal("a call after the refusal was held: the bucket is paused")
+	}
+	l.Refused(q, "k", fc.Now().Add(time.Minute))
+	if got := learned(t, l, "k"); !near(got, before*0.9) {
+		t.Fatalf("a second refusal within the second cut again: %v/s", got)
+	}
+	step(l, fc, time.Second)
+	q, _, _ = try(t, l, r)
+	l.Refused(q, "k", fc.Now().Add(time.Minute))
+	if got := learned(t, l, "k"); !near(got, before*0.81) {
+		t.Fatalf("a refusal a second later: %v/s, want 0.81 x %v", got, before)
+	}
+	if s := stats(t, l, "k"); s.PausedUntil.After(fc.Now()) {
+		t.Fatalf("paused until %v", s.PausedUntil)
 	}
 }
 

@@ -311,11 +311,14 @@ func (p *Permit) Done(actualTokens int64) {
 	b.pump(now)
 }
 
-// Refused ends a call the provider refused for its rate limit (429/529):
-// no call of key starts before until, and a bucket without a configured
-// request rate learns one from the refusals (see learn.go). p may be the
-// permit of an untracked call.
-func (l *Limiter) Refused(p *Permit, key string, until time.Time) {
+// Refused ends a call the provider refused for its rate limit (429/529),
+// which must not be sent again before until. It reports whether the whole
+// bucket is paused until then (the caller's Acquire waits); false means a
+// rate learned from earlier refusals is in force and was only cut (see
+// learn.go), so the caller waits until then on its own while the bucket's
+// other calls go on at the cut rate. p may be the permit of an untracked
+// call.
+func (l *Limiter) Refused(p *Permit, key string, until time.Time) (paused bool) {
 	b := p.b
 	if b == nil {
 		b = l.bucket(key, true)
@@ -324,14 +327,22 @@ func (l *Limiter) Refused(p *Permit, key string, until time.Time) {
 	}
 	defer b.mu.Unlock()
 	now := l.clk.Now()
-	if b.learns() {
-		b.learn.refused(p.at, now, b.pausedUntil.After(now))
-	}
 	if p.b != nil && !p.done {
 		p.done = true
 		b.inFlight--
 	}
+	if b.learns() && b.learn.steering() {
+		b.learn.slowDown(now)
+		b.applyLearned()
+		b.lastUsed = now
+		b.pump(now)
+		return false
+	}
+	if b.learns() {
+		b.learn.refused(p.at, now, b.pausedUntil.After(now))
+	}
 	b.pauseLocked(until, now)
+	return true
 }
 
 // Pause holds every call of the bucket until `until` (the provider said

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -259,8 +260,11 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 			if pe != nil && pe.RateLimited && ctx.Err() == nil {
 				metrics.RateLimitRefusals.WithLabelValues(c.Provider.Name).Inc()
 				until := rt.Clock.Now().Add(rateLimitWait(pe.RetryAfter, refused))
-				rt.Limiter.Refused(permit, limit.Key, until)
+				paused := rt.Limiter.Refused(permit, limit.Key, until)
 				onWait(until)
+				if !paused && !sleepUntil(ctx, rt.Clock, until) {
+					return false, ctx.Err()
+				}
 				continue
 			}
 			if held {
@@ -280,6 +284,22 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 		}
 	})
 	return result, err
+}
+
+// sleepUntil waits until t as clk tells it; false when ctx ended first.
+func sleepUntil(ctx context.Context, clk clock.PassiveClock, t time.Time) bool {
+	d := t.Sub(clk.Now())
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // rateLimitWait is how long a refused call waits: what the provider said,
