@@ -406,8 +406,10 @@ func (r *AgentRunReconciler) wake(runs ...types.NamespacedName) {
 
 // forgetGone stops what a run that left the cache (uid: the informer
 // saw it go) left behind in this process: its steps and what was kept of
-// it. A run that was deleted also takes its children (where no garbage
-// collector runs); one that is still there belongs to a shard another
+// it. A run that was deleted also takes its children and its journal
+// (where no garbage collector runs, such as the local control plane, a run
+// created again under the name would otherwise find its predecessor's
+// journal in the way); one that is still there belongs to a shard another
 // replica drives now, and its children stay.
 func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.NamespacedName, uid types.UID) error {
 	r.pool.Cancel(uid)
@@ -426,6 +428,11 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
 		r.runs.goneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
+	}
+	if err := r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(key.Namespace),
+		client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
+		r.runs.goneAgain(key, uid)
+		return fmt.Errorf("deleting the journal of deleted run %s: %w", key, err)
 	}
 	return nil
 }

@@ -171,7 +171,34 @@ func (w *forgetWorld) drive(prefix string, n endings) int {
 	defer set.mu.Unlock()
 	w.waitEnded(set.want)
 	w.waitForgotten(slices.Concat(set.old, slices.Collect(maps.Values(set.uids))))
+	w.waitJournalsGone(set.old)
 	return len(set.want)
+}
+
+// waitJournalsGone waits until no journal object of the deleted runs is
+// left (no garbage collector runs here: the manager deletes them).
+func (w *forgetWorld) waitJournalsGone(uids []types.UID) {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var left []string
+		for _, uid := range uids {
+			var cms corev1.ConfigMapList
+			if err := k8s.List(context.Background(), &cms, client.InNamespace(w.ns), client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
+				w.t.Fatal(err)
+			}
+			for _, cm := range cms.Items {
+				left = append(left, cm.Name)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%d journal objects of deleted runs are left: %s", len(left), strings.Join(first(left, 5), ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // runSet is the runs drive made: each one's UID, the phase each is to
@@ -218,11 +245,9 @@ func (w *forgetWorld) deleteMidCall(set *runSet, name string, recreate bool) {
 	if err := k8s.Delete(ctx, run); err != nil {
 		w.t.Errorf("deleting %s: %v", name, err)
 	}
-	// The garbage collector's part (none runs here): the run's journal,
-	// named after the run, would stand in the way of its successor's.
-	if err := k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(w.ns), client.MatchingLabels{store.LabelRunUID: string(run.UID)}); err != nil {
-		w.t.Errorf("deleting the journal of %s: %v", name, err)
-	}
+	// No garbage collector runs here: the manager deletes the run's
+	// journal itself, which would stand in the way of its successor's
+	// (named after the run).
 	set.mu.Lock()
 	delete(set.want, name)
 	delete(set.uids, name)
