@@ -22,10 +22,13 @@ import (
 //   - When the pause ends, the learned rate becomes 0.9 of that measure;
 //     with nothing accepted, nothing is learned yet and the next refusal
 //     starts another episode.
-//   - Each accepted call while calls wait raises the rate by 2% of a call
-//     per call (2% a second at any rate), at least 0.5 calls/s per second,
-//     and never more than doubling per call: the bucket probes for the
-//     provider's limit as it rises, and backs off when told.
+//   - Each accepted call while calls wait raises the rate by 0.05 calls/s
+//     (5% a second at any rate), at least 0.5 calls/s per second, and
+//     never more than doubling per call: the bucket probes for the
+//     provider's limit as it rises, and backs off when told. A measure
+//     taken while this process was slower than the provider (a busy
+//     manager) is outgrown in seconds, and since a refusal only cuts the
+//     rate, probing costs a few refused calls, not a pause.
 //   - Once a rate is learned, a refusal no longer pauses the bucket (a
 //     whole second with nothing sent, each time the probe touches the
 //     limit): the refused call alone waits what the provider said, and the
@@ -43,9 +46,10 @@ const (
 	slots = int(measureWindow/slotWidth) + 2
 	// learnBackoff scales the measured rate at the end of a pause.
 	learnBackoff = 0.9
-	// growPerCall is the relative rise per accepted call; growFloor the
-	// least rise a second, in calls/s.
-	growPerCall = 0.02
+	// growPerCall is the rise per accepted call, in calls/s (so the
+	// rate rises by that fraction a second); growFloor the least rise a
+	// second, in calls/s.
+	growPerCall = 0.05
 	growFloor   = 0.5
 	// minLearned keeps a learned rate from falling to nothing: one call a
 	// minute.

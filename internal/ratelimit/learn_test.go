@@ -105,7 +105,7 @@ func TestLearnsRateFromRefusals(t *testing.T) {
 	}
 
 	// An accepted call while calls wait raises the rate: by
-	// max(0.02, 0.5/7.2) per call.
+	// max(0.05, 0.5/7.2) per call.
 	next[0].Done(0)
 	if got, want := learned(t, l, "k"), 7.2+0.5/7.2; !near(got, want) {
 		t.Fatalf("after an accepted call with calls waiting: %v/s, want %v", got, want)
