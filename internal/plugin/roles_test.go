@@ -129,6 +129,12 @@ func TestPeopleRolesDriveThePlugin(t *testing.T) {
 	for _, obj := range []client.Object{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "done-output"}, Data: map[string]string{"output": "# Report"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "provider-key"}, StringData: map[string]string{"api-key": "sk-never-shown"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agentrun-providers"}, Data: map[string]string{"providers.toml": `
+[providers.keyed]
+type = "scripted"
+models = ["scripted-1"]
+api_key_secret = { name = "provider-key", key = "api-key" }
+`}},
 	} {
 		if err := k8sClient.Create(ctx, obj); err != nil {
 			t.Fatal(err)
@@ -175,6 +181,18 @@ func TestPeopleRolesDriveThePlugin(t *testing.T) {
 		covered["__complete"] = true
 		if out := mustPlugin(t, "__complete", "describe", "-n", ns, "--as", user, ""); !strings.HasPrefix(out, "asks\t") {
 			t.Errorf("%s: completion of run names printed %q", user, out)
+		}
+
+		// check says what it may not read instead of failing: the
+		// cluster-wide objects and the Secret are beyond these roles.
+		covered["check"] = true
+		if stdout, stderr, code := kubectlPlugin(t, as(user, "check")...); code != 0 ||
+			!strings.Contains(stdout, "OK    CRD agentruns.agentrun.dev: v1alpha1 served (seen through discovery") ||
+			!strings.Contains(stdout, "OK    provider ConfigMap "+ns+"/agentrun-providers: providers keyed") ||
+			!strings.Contains(stdout, "SKIP  Secret "+ns+`/provider-key (provider "keyed"'s API key): cannot check, secrets "provider-key" is forbidden: User "`+user+`" cannot get resource "secrets"`) ||
+			!strings.Contains(stdout, "SKIP  manager Deployment in agentrun-system: cannot check") ||
+			strings.Contains(stdout, "FIX") || strings.Contains(stdout, "sk-never-shown") {
+			t.Errorf("%s: check -n %s: exit %d, stderr %q, stdout:\n%s", user, ns, code, stderr, stdout)
 		}
 
 		covered["ps"] = true
