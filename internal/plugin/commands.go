@@ -125,6 +125,11 @@ func (a *app) command(s spec) *cobra.Command {
 	if s.flags != nil {
 		s.flags(cmd.Flags(), o)
 	}
+	for _, f := range []string{"lease-namespace", "operator-namespace"} {
+		if cmd.Flags().Lookup(f) != nil {
+			_ = cmd.RegisterFlagCompletionFunc(f, a.completeNamespaces)
+		}
+	}
 	if s.printing {
 		o.print = genericclioptions.NewPrintFlags("")
 		o.print.AddFlags(cmd)
