@@ -62,16 +62,13 @@ func installPeopleRoles(t *testing.T, ns string) {
 	ctx := ctxFor(t)
 	for name, r := range peopleRoles(t) {
 		var have rbacv1.ClusterRole
-		switch err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, &have); {
-		case err == nil:
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, &have); err == nil {
 			have.Rules = r.Rules
 			if err := k8sClient.Update(ctx, &have); err != nil {
 				t.Fatal(err)
 			}
-		default:
-			if err := k8sClient.Create(ctx, r.DeepCopy()); err != nil {
-				t.Fatalf("creating ClusterRole %s: %v", name, err)
-			}
+		} else if err := k8sClient.Create(ctx, r.DeepCopy()); err != nil {
+			t.Fatalf("creating ClusterRole %s: %v", name, err)
 		}
 	}
 	for user, role := range map[string]string{viewerUser: "agentrun-viewer", answererUser: "agentrun-answerer", editorUser: "agentrun-editor"} {
