@@ -18,6 +18,8 @@ type options struct {
 	watch          bool // -w (ps)
 	follow         bool // -f (transcript)
 	leaseNamespace string
+	// operatorNamespace is where the manager runs (check).
+	operatorNamespace string
 	// print is -o and the template flags (ps, status); output is its
 	// format once parsed.
 	print  *genericclioptions.PrintFlags
@@ -75,6 +77,7 @@ const (
 	groupInspect = "inspect"
 	groupSteer   = "steer"
 	groupAnswer  = "answer"
+	groupInstall = "install"
 )
 
 func (a *app) rootCommand() *cobra.Command {
@@ -95,7 +98,8 @@ the command. Shell completion: kubectl agentrun completion --help.`,
 	a.registerFlagCompletions(root)
 	root.AddGroup(&cobra.Group{ID: groupInspect, Title: "Inspect runs:"},
 		&cobra.Group{ID: groupSteer, Title: "Steer runs:"},
-		&cobra.Group{ID: groupAnswer, Title: "Answer what a run waits on:"})
+		&cobra.Group{ID: groupAnswer, Title: "Answer what a run waits on:"},
+		&cobra.Group{ID: groupInstall, Title: "Check the install:"})
 	for _, s := range specs() {
 		root.AddCommand(a.command(s))
 	}
@@ -120,6 +124,11 @@ func (a *app) command(s spec) *cobra.Command {
 		ValidArgsFunction: a.completeRuns(s.runNames)}
 	if s.flags != nil {
 		s.flags(cmd.Flags(), o)
+	}
+	for _, f := range []string{"lease-namespace", "operator-namespace"} {
+		if cmd.Flags().Lookup(f) != nil {
+			_ = cmd.RegisterFlagCompletionFunc(f, a.completeNamespaces)
+		}
 	}
 	if s.printing {
 		o.print = genericclioptions.NewPrintFlags("")
@@ -254,7 +263,43 @@ starts until the run is resumed.`, run: patchSpec(`{"spec":{"paused":true}}`, "p
 			long: `Set spec.cancel to true: in-flight work is abandoned, children are cancelled
 and the run ends Cancelled. A cancel cannot be withdrawn.`, run: patchSpec(`{"spec":{"cancel":true}}`, "cancel requested")},
 	}
-	return append(append(inspect, steer...), answerSpecs()...)
+	return append(append(append(inspect, steer...), answerSpecs()...), checkSpec())
+}
+
+func checkSpec() spec {
+	return spec{use: "check", short: "Check the install and what a namespace's runs need", group: groupInstall,
+		long: `Check the operator's install, one line each: OK, FIX (what is wrong and
+how to fix it) or SKIP (you may not read it; RBAC). Exits 1 when something
+needs fixing, 0 otherwise (SKIP lines too).
+
+Cluster-wide: the CRDs (installed, established, serving and storing the
+version this plugin speaks), the admission policy that signs answers with
+their creator, the manager's Deployment (every replica ready), its shard
+Leases (or the leader's: who holds each, and whether it expired) and the
+egress policy in force (the manager's --egress-* flags with the egress
+ConfigMap, which must parse).
+
+With -n NAMESPACE (or -A: every namespace with unfinished runs): the
+provider ConfigMaps its runs use (and agentrun-providers with -n) exist
+and parse, the Secrets they name hold their keys (no value is printed),
+and which runs wait on setup (NeedsSetup) with their remedy.`,
+		example: `  kubectl agentrun check
+  kubectl agentrun check -n team-a
+  kubectl agentrun check -A --operator-namespace agentrun-operator`,
+		flags: func(fs *pflag.FlagSet, o *options) {
+			fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "also check every namespace with unfinished runs")
+			fs.StringVar(&o.operatorNamespace, "operator-namespace", "", "where the manager's Deployment runs (default: "+defaultLeaseNamespace+")")
+		},
+		check: func(cmd *cobra.Command, o options) error {
+			if err := noArgs(cmd, o); err != nil {
+				return err
+			}
+			if o.allNamespaces && cmd.Flags().Changed("namespace") {
+				return usagef("-n/--namespace and -A/--all-namespaces cannot be used together")
+			}
+			return nil
+		},
+		run: (*app).check}
 }
 
 // psArgs: no arguments, and -A is not given with -n; the output format is

@@ -68,26 +68,7 @@ func runSummary(run *arv1.AgentRun) string {
 // registerFlagCompletions completes -n with the cluster's namespaces and
 // --context, --cluster and --user with the kubeconfig's names.
 func (a *app) registerFlagCompletions(root *cobra.Command) {
-	_ = root.RegisterFlagCompletionFunc("namespace", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		c, _, cancel, err := a.completionClient(cmd)
-		if err != nil {
-			cobra.CompErrorln(err.Error())
-			return nil, cobra.ShellCompDirectiveError
-		}
-		defer cancel()
-		var list corev1.NamespaceList
-		if err := c.List(cmd.Context(), &list); err != nil {
-			cobra.CompErrorln(err.Error())
-			return nil, cobra.ShellCompDirectiveError
-		}
-		var out []cobra.Completion
-		for _, ns := range list.Items {
-			if strings.HasPrefix(ns.Name, toComplete) {
-				out = append(out, ns.Name)
-			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	})
+	_ = root.RegisterFlagCompletionFunc("namespace", a.completeNamespaces)
 	kubeconfigNames := func(names func(contexts, clusters, users []string) []string) cobra.CompletionFunc {
 		return func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			raw, err := a.flags.ToRawKubeConfigLoader().RawConfig()
@@ -112,6 +93,29 @@ func (a *app) registerFlagCompletions(root *cobra.Command) {
 	_ = root.RegisterFlagCompletionFunc("context", kubeconfigNames(func(c, _, _ []string) []string { return c }))
 	_ = root.RegisterFlagCompletionFunc("cluster", kubeconfigNames(func(_, c, _ []string) []string { return c }))
 	_ = root.RegisterFlagCompletionFunc("user", kubeconfigNames(func(_, _, u []string) []string { return u }))
+}
+
+// completeNamespaces completes a namespace flag (-n, --lease-namespace,
+// --operator-namespace) with the cluster's namespaces.
+func (a *app) completeNamespaces(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	c, _, cancel, err := a.completionClient(cmd)
+	if err != nil {
+		cobra.CompErrorln(err.Error())
+		return nil, cobra.ShellCompDirectiveError
+	}
+	defer cancel()
+	var list corev1.NamespaceList
+	if err := c.List(cmd.Context(), &list); err != nil {
+		cobra.CompErrorln(err.Error())
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var out []cobra.Completion
+	for _, ns := range list.Items {
+		if strings.HasPrefix(ns.Name, toComplete) {
+			out = append(out, ns.Name)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // completionClient connects as the command line being completed would,

@@ -51,9 +51,17 @@ func TestKubectlAgentrunCompletion(t *testing.T) {
 		// A run NAME is there already: nothing more to complete.
 		{[]string{"__complete", "describe", "-n", ns, "alpha", ""}, ":4\n"},
 		{[]string{"__complete", "ps", "-n", ns, "-o", "wide", ""}, ":4\n"},
+		// check is a command, with its own flags; it takes no arguments.
+		{[]string{"__complete", "che"}, "check\tCheck the install and what a namespace's runs need\n:4\n"},
+		{[]string{"__complete", "check", "--op"}, "--operator-namespace\twhere the manager's Deployment runs (default: agentrun-system)\n:4\n"},
 	} {
 		if got := completion(t, bin, tc.args...); got != tc.want {
 			t.Errorf("%q printed %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	for _, flag := range []string{"-n", "--operator-namespace"} {
+		if got := completion(t, bin, "__complete", "check", flag, ns[:len(ns)-2]); !strings.Contains(got, "\n"+ns+"\n") && !strings.HasPrefix(got, ns+"\n") {
+			t.Errorf("%s completion lacks %s:\n%s", flag, ns, got)
 		}
 	}
 	if got := completion(t, bin, "__complete", "ps", "-n", ns[:len(ns)-2]); !strings.Contains(got, "\n"+ns+"\n") && !strings.HasPrefix(got, ns+"\n") {

@@ -23,8 +23,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -72,6 +75,9 @@ func controlPlane(t *testing.T) {
 		scheme := runtime.NewScheme()
 		utilruntime.Must(corev1.AddToScheme(scheme))
 		utilruntime.Must(rbacv1.AddToScheme(scheme))
+		utilruntime.Must(appsv1.AddToScheme(scheme))
+		utilruntime.Must(coordinationv1.AddToScheme(scheme))
+		utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 		utilruntime.Must(arv1.AddToScheme(scheme))
 		if scratchDir, envErr = os.MkdirTemp("", "kubectl-agentrun-test-"); envErr != nil {
 			return

@@ -21,9 +21,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -64,6 +67,9 @@ var scheme = func() *runtime.Scheme {
 	utilruntime.Must(coordinationv1.AddToScheme(s))
 	utilruntime.Must(authenticationv1.AddToScheme(s))
 	utilruntime.Must(arv1.AddToScheme(s))
+	utilruntime.Must(appsv1.AddToScheme(s))
+	utilruntime.Must(admissionv1.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	return s
 }()
 
@@ -127,7 +133,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, errRejected): // the verdict is printed already
+	case errors.Is(err, errRejected), errors.Is(err, errFix): // the verdict is printed already
 		return ExitError
 	case errors.As(err, &failed):
 		fmt.Fprintf(a.stderr, "error: %v\n", explain(failed.err))
