@@ -15,9 +15,8 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=catp,categories=agentrun
-// +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.spec.rules[*].name`
-// +kubebuilder:printcolumn:name="Actions",type=string,JSONPath=`.spec.rules[*].action`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterAgentToolPolicy struct {
@@ -42,9 +41,8 @@ type ClusterAgentToolPolicy struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=atp,categories=agentrun
-// +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.spec.rules[*].name`
-// +kubebuilder:printcolumn:name="Actions",type=string,JSONPath=`.spec.rules[*].action`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AgentToolPolicy struct {
@@ -131,7 +129,8 @@ const (
 // AgentToolPolicyStatus says whether the manager could compile the rules.
 type AgentToolPolicyStatus struct {
 	// conditions hold Ready: True when every rule compiled within the cost
-	// budget, False (reason InvalidRule) with the CEL errors otherwise.
+	// budget (its message counts the rules by action), False (reason
+	// InvalidRule) with the CEL errors otherwise.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

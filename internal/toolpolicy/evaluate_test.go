@@ -296,3 +296,21 @@ func TestDecisionRoundTripsThroughJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestReadyCondition(t *testing.T) {
+	spec := &arv1.AgentToolPolicySpec{Rules: []arv1.ToolPolicyRule{
+		rule("a", noP0, arv1.ToolPolicyDeny),
+		rule("b", `tool.name == "deploy"`, arv1.ToolPolicyRequireApproval),
+		rule("c", `tool.effect == "write"`, arv1.ToolPolicyDeny),
+	}}
+	c := ReadyCondition(spec, 4)
+	if c.Type != arv1.ConditionReady || c.Status != "True" || c.Reason != arv1.ReasonRulesCompiled || c.ObservedGeneration != 4 ||
+		c.Message != "3 rules compiled: 2 Deny, 1 RequireApproval" {
+		t.Errorf("valid rules: %+v", c)
+	}
+	spec.Rules[1].Match = `tool.nmae == "deploy"`
+	c = ReadyCondition(spec, 5)
+	if c.Status != "False" || c.Reason != arv1.ReasonInvalidRule || !strings.Contains(c.Message, "spec.rules[1].match") || !strings.Contains(c.Message, "undefined field 'nmae'") {
+		t.Errorf("invalid rule: %+v", c)
+	}
+}
