@@ -145,6 +145,14 @@ func (sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 	return nil
 }
 
+// CheckMatch compiles one rule's match and says why it would be refused:
+// a CEL syntax or type error, a result that cannot be a bool, or a
+// worst-case cost estimate above MaxEstimatedCost. Nil: it compiles.
+func CheckMatch(match string) error {
+	_, err := compileMatch(match)
+	return err
+}
+
 // Validate compiles every rule of spec and returns one error per rule that
 // does not compile or exceeds the cost budget, at the field path of its
 // match (spec.rules[i].match) with the CEL error. Admission refuses a
@@ -153,9 +161,15 @@ func Validate(spec *arv1.AgentToolPolicySpec) field.ErrorList {
 	var errs field.ErrorList
 	rules := field.NewPath("spec", "rules")
 	for i, r := range spec.Rules {
-		if _, err := compileMatch(r.Match); err != nil {
-			errs = append(errs, field.Invalid(rules.Index(i).Child("match"), r.Match, fmt.Sprintf("rule %q: %v", r.Name, err)))
+		if err := CheckMatch(r.Match); err != nil {
+			errs = append(errs, MatchError(rules.Index(i), r, err))
 		}
 	}
 	return errs
+}
+
+// MatchError is the field error Validate reports for rule r, at path (the
+// rule's path; the error is on its match).
+func MatchError(path *field.Path, r arv1.ToolPolicyRule, err error) *field.Error {
+	return field.Invalid(path.Child("match"), r.Match, fmt.Sprintf("rule %q: %v", r.Name, err))
 }
