@@ -96,7 +96,8 @@ verify-generated: manifests generate ## Fail if generated files are not committe
 
 # BENCH picks benchmarks by name (a go test -bench pattern), e.g.
 # `make bench BENCH=RunEconomy300`; the default runs them all, the
-# operator's own (controllers) and then those of the test module. The load
+# operator's own (controllers, internal/toolpolicy's BenchmarkEvaluate10000Calls)
+# and then those of the test module. The load
 # benchmarks of test/loadtest take minutes each (docs/benchmarks.md).
 BENCH ?= .
 BENCH_TIMEOUT ?= 240m
