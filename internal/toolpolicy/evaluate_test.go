@@ -77,9 +77,9 @@ func TestEachAction(t *testing.T) {
 }
 
 func TestStrictestWins(t *testing.T) {
-	any := `tool.name == "create_ticket"`
-	audit := rule("audit-tickets", any, arv1.ToolPolicyAudit)
-	ask := rule("ask-tickets", any, arv1.ToolPolicyRequireApproval)
+	tickets := `tool.name == "create_ticket"`
+	audit := rule("audit-tickets", tickets, arv1.ToolPolicyAudit)
+	ask := rule("ask-tickets", tickets, arv1.ToolPolicyRequireApproval)
 	ask.RequireReason = true
 	deny := rule("deny-p0", noP0, arv1.ToolPolicyDeny)
 	deny.Message = "no p0 tickets outside ops"
