@@ -5,7 +5,8 @@ package v1alpha1
 // Reconciling=True means work is in progress, Stalled=True means the run
 // cannot progress without a change from outside, Ready=True means it is done.
 const (
-	// ConditionReady is True once the run completed successfully.
+	// ConditionReady is True once the run completed successfully (on a tool
+	// policy: once its rules compiled).
 	ConditionReady = "Ready"
 	// ConditionReconciling is True while the run is being driven (working,
 	// waiting on its own children, paused), absent once terminal.
@@ -77,6 +78,18 @@ const (
 	// ReasonQueued: the run waits for one of the manager's active-run slots
 	// (--max-active-runs); runs are admitted in creation order.
 	ReasonQueued = "Queued"
+)
+
+// Tool policy (AgentToolPolicy, ClusterAgentToolPolicy) condition reasons.
+// A policy has one condition, ConditionReady: True once every rule compiled
+// within the cost budget.
+const (
+	// ReasonRulesCompiled: every rule compiled (Ready=True).
+	ReasonRulesCompiled = "RulesCompiled"
+	// ReasonInvalidRule: a rule does not compile or exceeds the cost budget
+	// (Ready=False); the message has the CEL errors. Admission refuses such
+	// rules, so this shows only for policies stored before it did.
+	ReasonInvalidRule = "InvalidRule"
 )
 
 // Labels, annotations and finalizers.

@@ -27,6 +27,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&AgentRun{}, &AgentRunList{},
 		&AgentRunAnswer{}, &AgentRunAnswerList{},
+		&AgentToolPolicy{}, &AgentToolPolicyList{},
+		&ClusterAgentToolPolicy{}, &ClusterAgentToolPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -59,7 +59,19 @@ type Env struct {
 }
 
 // Start launches etcd and kube-apiserver with the repository's CRDs installed.
-func Start() (*Env, error) {
+func Start() (*Env, error) { return StartWith(Options{}) }
+
+// Options are what some suites add to the control plane.
+type Options struct {
+	// WebhookPaths are directories or files of webhook configurations
+	// (config/webhook) to install, pointed at a local serving host, port
+	// and certificate envtest picks: a suite serves its handlers there
+	// (Env.WebhookInstallOptions) for the API server to call.
+	WebhookPaths []string
+}
+
+// StartWith launches etcd and kube-apiserver as Start does, with o.
+func StartWith(o Options) (*Env, error) {
 	if err := EnsureBinaries(); err != nil {
 		return nil, err
 	}
@@ -67,6 +79,7 @@ func Start() (*Env, error) {
 		BinaryAssetsDirectory: BinDir(),
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: o.WebhookPaths},
 	}
 	if os.Getenv("AGENTRUN_TESTENV_PROFILING") != "" {
 		// Serve the API server's /debug/pprof, to profile what a benchmark

@@ -110,7 +110,7 @@ func TestChartEqualsTheKustomizeInstall(t *testing.T) {
 	if crb.RoleRef.Name != one[rbacv1.ClusterRole](t, c, "ClusterRole", "-manager").Name || !reflect.DeepEqual(crb.Subjects, subject) {
 		t.Errorf("ClusterRoleBinding %s binds %s to %v", crb.Name, crb.RoleRef.Name, crb.Subjects)
 	}
-	for _, suffix := range []string{"-viewer", "-editor", "-answerer"} {
+	for _, suffix := range []string{"-viewer", "-editor", "-answerer", "-toolpolicy-admin", "-toolpolicy-namespace-admin", "-toolpolicy-reader"} {
 		kr, cr := one[rbacv1.ClusterRole](t, k, "ClusterRole", suffix), one[rbacv1.ClusterRole](t, c, "ClusterRole", suffix)
 		if !equality.Semantic.DeepEqual(kr.Rules, cr.Rules) {
 			t.Errorf("ClusterRole %s grants %v, config/default's %v", cr.Name, cr.Rules, kr.Rules)
