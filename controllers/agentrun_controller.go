@@ -34,6 +34,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -142,8 +143,8 @@ type AgentRunReconciler struct {
 	catalog     *toolcatalog.Catalog
 	breakers    *circuit.Breakers
 	providers   map[string]providers.Provider
-	runs        *runCache
-	refs        *refCache
+	runs        *caches.Runs
+	refs        *caches.Refs
 	blueprints  *blueprintCache
 	expect      *expectations
 	unstarted   *unstartedIntents
@@ -213,7 +214,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
-		providers: d.Providers, refs: newRefCache(d.Client, d.APIReader),
+		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, shardCaches: newShardCaches(), restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
@@ -237,7 +238,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		r.runsReader = r.shardCaches
 		r.labels = newLabeler(r)
 	}
-	r.runs = newRunCache(r.runsReader, d.Client, d.APIReader)
+	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
 	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
 	r.admission = admission.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
@@ -419,12 +420,12 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 		case err == nil && live.UID == uid:
 			return nil // another replica's now
 		case err != nil && !apierrors.IsNotFound(err):
-			r.runs.goneAgain(key, uid)
+			r.runs.GoneAgain(key, uid)
 			return err
 		}
 	}
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
-		r.runs.goneAgain(key, uid)
+		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}
 	return nil
@@ -432,6 +433,6 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 
 // forgetLocal drops what this process kept of a run it no longer drives.
 func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID) {
-	r.runs.drop(key)
+	r.runs.Drop(key)
 	r.forget(uid)
 }

@@ -108,6 +108,6 @@ func (r *AgentRunReconciler) observeWrites(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	_, err = inf.AddEventHandler(cacheHandler{runs: r.runs, wake: r.wake})
+	_, err = inf.AddEventHandler(r.runs.Handler(r.wake))
 	return err
 }

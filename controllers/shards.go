@@ -228,7 +228,7 @@ func (r *AgentRunReconciler) watchShard(c cache.Cache) error {
 	if err != nil {
 		return err
 	}
-	if _, err := inf.AddEventHandler(cacheHandler{runs: r.runs, wake: r.wake}); err != nil {
+	if _, err := inf.AddEventHandler(r.runs.Handler(r.wake)); err != nil {
 		return err
 	}
 	own := handler.EnqueueRequestForOwner(r.scheme, r.mapper, &arv1.AgentRun{}, handler.OnlyControllerOwner())

@@ -14,6 +14,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -93,7 +94,7 @@ func project(s *scope) {
 	observeClock(st, now)
 	markCallbackDue(run)
 	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued, cancelled: cancelledWhy(&state)})
-	if !sameStatus(prev, st) {
+	if !caches.SameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
 }
@@ -140,7 +141,7 @@ func projectQueued(s *scope) {
 	}
 	st.Driver = s.driver
 	setConditions(s.run, conditionInputs{queued: true})
-	if !sameStatus(prev, st) {
+	if !caches.SameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
 }
