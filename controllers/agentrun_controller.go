@@ -43,6 +43,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
@@ -165,8 +166,8 @@ type AgentRunReconciler struct {
 	// shards the caches of the shards this replica drives.
 	runsReader  client.Reader
 	shards      Sharding
-	shardCaches *shardCaches
-	labels      *labeler
+	shardCaches *shards.Caches
+	labels      *shards.Labeler
 	restConfig  *rest.Config
 	scheme      *runtime.Scheme
 	mapper      meta.RESTMapper
@@ -215,7 +216,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
-		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, shardCaches: newShardCaches(), restConfig: d.RestConfig,
+		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
@@ -228,15 +229,17 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.statusWrites, r.unjournaled, r.rateHolds = perrun.New[time.Time](), perrun.New[journal.Entry](), newRateHolds()
 	r.statusTimers, r.limiter = newStatusTimers(), d.Limiter
 	r.first = newFirstStatus(r.statusInterval > 0 && !r.sharded())
+	shardCaches := shards.CacheConfig{Rest: d.RestConfig, Namespaces: caches.Namespaces(d.Namespaces), Transform: FinishedRunTransform(), Index: SetupRunIndexes}
 	if r.sharded() {
 		r.shareLimits(0) // no shard held yet: the least share
+		shardCaches.Held = r.shareLimits
 	}
+	r.shardCaches = shards.NewCaches(shardCaches)
 	if r.sharded() {
 		if d.RestConfig == nil || d.Sharding.Owns == nil {
 			return nil, errors.New("sharding needs a RestConfig and an Owns function")
 		}
 		r.runsReader = r.shardCaches
-		r.labels = newLabeler(r)
 	}
 	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
 	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
@@ -355,6 +358,10 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	}
 	r.ctrl = c
 	if r.sharded() {
+		r.labels = shards.NewLabeler(shards.LabelerConfig{
+			Shards: r.shards.Shards, Owns: r.shards.Owns, Rest: r.restConfig, Scheme: r.scheme,
+			Namespaces: caches.Namespaces(r.namespaces), Writer: r.client, Reader: r.reader,
+		})
 		return mgr.Add(r.labels)
 	}
 	return nil
@@ -369,10 +376,6 @@ func (r *AgentRunReconciler) sweeper() *snapshotSweeper {
 	}
 	return s
 }
-
-// DriveShard is the shards.Coordinator's Drive: it runs while this replica
-// holds the shard's Lease.
-func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) { r.driveShard(ctx, shard) }
 
 // runsWaitingOn maps a Secret or ConfigMap to exactly the runs whose
 // setupRefs name it.

@@ -28,6 +28,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
@@ -311,12 +312,12 @@ func cacheOptions(namespaces []string, sharded bool) cache.Options {
 	}
 	runs := cache.ByObject{Transform: controllers.FinishedRunTransform()}
 	if sharded {
-		// Runs are cached per shard this replica drives (controllers'
-		// shard caches); the manager's own cache holds none.
+		// Runs are cached per shard this replica drives (shards.Caches,
+		// held by the reconciler); the manager's own cache holds none.
 		runs.Label = labels.SelectorFromSet(labels.Set{shards.LabelShard: "none"})
 	}
 	return cache.Options{
-		DefaultNamespaces: controllers.CacheNamespaces(namespaces),
+		DefaultNamespaces: caches.Namespaces(namespaces),
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},
