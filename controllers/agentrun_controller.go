@@ -44,6 +44,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
@@ -93,7 +94,7 @@ type Deps struct {
 	// cannot read Namespaces.
 	NamespaceCaps bool
 	// Sweep says how often unused blueprint snapshots are deleted.
-	Sweep Sweep
+	Sweep snapshotgc.Sweep
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
 	// OnWake, when set, observes the wake sources every reconcile of an
@@ -154,7 +155,7 @@ type AgentRunReconciler struct {
 	admission   *admission.Controller
 	caps        *namespaceCaps
 	watchCaps   bool
-	sweep       Sweep
+	sweep       snapshotgc.Sweep
 	namespaces  []string
 	seedOnce    sync.Once
 	retentionOf Retention
@@ -218,7 +219,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
-		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
+		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
 	switch {
 	case d.StatusInterval == 0:
@@ -369,10 +370,10 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 
 // sweeper deletes unused snapshots. With runs divided among replicas no
 // cache holds them all, so it lists them on the API server, in pages.
-func (r *AgentRunReconciler) sweeper() *snapshotSweeper {
-	s := &snapshotSweeper{runs: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace, namespaces: r.namespaces}
+func (r *AgentRunReconciler) sweeper() *snapshotgc.Sweeper {
+	s := &snapshotgc.Sweeper{Runs: r.client, Snapshots: r.reader, Writer: r.client, Clock: r.clock, Sweep: r.sweep, Namespaces: r.namespaces}
 	if r.sharded() {
-		s.runs, s.pageSize = r.reader, 500
+		s.Runs, s.PageSize = r.reader, 500
 	}
 	return s
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
@@ -72,7 +73,7 @@ type Options struct {
 	StatusInterval time.Duration
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
-	SnapshotSweep controllers.Sweep
+	SnapshotSweep snapshotgc.Sweep
 	// MaxStepsPerServer bounds the steps calling one MCP server at once, so
 	// a hung server cannot take every slot (0: a quarter of the pool).
 	MaxStepsPerServer int
