@@ -75,7 +75,7 @@ func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) {
 		log.Error(err, "Watching the shard's runs")
 		return
 	}
-	r.shardCaches.Hold(shard, c, ctx)
+	r.shardCaches.Hold(ctx, shard, c)
 	r.seedShard(ctx, c)
 	r.labels.Kick()
 	<-ctx.Done()

@@ -24,7 +24,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
 
-// ErrStatusConflict: the run changed since it was read (a spec edit, or a
+// ErrStatusConflict says the run changed since it was read (a spec edit, or a
 // write this process has not seen yet); nothing was stored, and the run is
 // reconciled again from what the API server holds now.
 var ErrStatusConflict = errors.New("the run changed while it was reconciled")

@@ -89,7 +89,7 @@ func (s *Caches) Open(ctx context.Context, shard int, scheme *runtime.Scheme) (c
 // Hold makes c the cache of a shard this replica drives, read by Get and
 // List, with fence (ended when the hold on the shard's Lease ends) as its
 // runs' Fence, until Release.
-func (s *Caches) Hold(shard int, c cache.Cache, fence context.Context) {
+func (s *Caches) Hold(fence context.Context, shard int, c cache.Cache) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shards[shard] = drivenShard{cache: c, fence: fence}

@@ -69,7 +69,8 @@ func (l *Labeler) Kick() {
 	}
 }
 
-// NeedLeaderElection: every replica labels the runs of its own shards.
+// NeedLeaderElection is false: every replica labels the runs of its own
+// shards.
 func (l *Labeler) NeedLeaderElection() bool { return false }
 
 // Start watches the runs without a shard in range and labels those of

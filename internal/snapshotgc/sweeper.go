@@ -67,7 +67,7 @@ type Sweeper struct {
 	Namespaces []string
 }
 
-// NeedLeaderElection: one replica sweeps.
+// NeedLeaderElection is true: one replica sweeps.
 func (s *Sweeper) NeedLeaderElection() bool { return true }
 
 // Start sweeps every Sweep.Every until ctx ends.
