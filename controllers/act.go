@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -237,17 +235,6 @@ func modelIntent(f *facts, a runstate.Action) journal.Entry {
 		intent.Purpose = journal.PurposeCompact
 	}
 	return intent
-}
-
-// reportFailover says, where people look, which of the stage's models
-// were passed over to call this one.
-func (r *AgentRunReconciler) reportFailover(run *arv1.AgentRun, res *resolved) {
-	var parts []string
-	for _, sk := range res.skipped {
-		parts = append(parts, sk.Ref+" ("+sk.Why+")")
-	}
-	r.recorder.Eventf(run, nil, corev1.EventTypeNormal, arv1.ReasonModelFailover, "Dispatch",
-		"Calling %s/%s: skipped %s", res.provider.Name, res.model, strings.Join(parts, ", "))
 }
 
 // finalOutput stores a completed run's output once.

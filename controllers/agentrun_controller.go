@@ -34,6 +34,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -42,6 +43,8 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
+	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
@@ -91,7 +94,7 @@ type Deps struct {
 	// cannot read Namespaces.
 	NamespaceCaps bool
 	// Sweep says how often unused blueprint snapshots are deleted.
-	Sweep Sweep
+	Sweep snapshotgc.Sweep
 	// OnReconcile, when set, observes every reconcile (tests count them).
 	OnReconcile func(types.NamespacedName)
 	// OnWake, when set, observes the wake sources every reconcile of an
@@ -142,8 +145,8 @@ type AgentRunReconciler struct {
 	catalog     *toolcatalog.Catalog
 	breakers    *circuit.Breakers
 	providers   map[string]providers.Provider
-	runs        *runCache
-	refs        *refCache
+	runs        *caches.Runs
+	refs        *caches.Refs
 	blueprints  *blueprintCache
 	expect      *expectations
 	unstarted   *unstartedIntents
@@ -152,7 +155,7 @@ type AgentRunReconciler struct {
 	admission   *admission.Controller
 	caps        *namespaceCaps
 	watchCaps   bool
-	sweep       Sweep
+	sweep       snapshotgc.Sweep
 	namespaces  []string
 	seedOnce    sync.Once
 	retentionOf Retention
@@ -164,8 +167,8 @@ type AgentRunReconciler struct {
 	// shards the caches of the shards this replica drives.
 	runsReader  client.Reader
 	shards      Sharding
-	shardCaches *shardCaches
-	labels      *labeler
+	shardCaches *shards.Caches
+	labels      *shards.Labeler
 	restConfig  *rest.Config
 	scheme      *runtime.Scheme
 	mapper      meta.RESTMapper
@@ -213,10 +216,10 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
 		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
-		providers: d.Providers, refs: newRefCache(d.Client, d.APIReader),
-		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, shardCaches: newShardCaches(), restConfig: d.RestConfig,
+		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
+		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
-		retentionOf: d.Retention, sweep: d.Sweep.withDefaults(), onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
+		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
 	switch {
 	case d.StatusInterval == 0:
@@ -227,17 +230,19 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.statusWrites, r.unjournaled, r.rateHolds = perrun.New[time.Time](), perrun.New[journal.Entry](), newRateHolds()
 	r.statusTimers, r.limiter = newStatusTimers(), d.Limiter
 	r.first = newFirstStatus(r.statusInterval > 0 && !r.sharded())
+	shardCaches := shards.CacheConfig{Rest: d.RestConfig, Namespaces: caches.Namespaces(d.Namespaces), Transform: FinishedRunTransform(), Index: SetupRunIndexes}
 	if r.sharded() {
 		r.shareLimits(0) // no shard held yet: the least share
+		shardCaches.Held = r.shareLimits
 	}
+	r.shardCaches = shards.NewCaches(shardCaches)
 	if r.sharded() {
 		if d.RestConfig == nil || d.Sharding.Owns == nil {
 			return nil, errors.New("sharding needs a RestConfig and an Owns function")
 		}
 		r.runsReader = r.shardCaches
-		r.labels = newLabeler(r)
 	}
-	r.runs = newRunCache(r.runsReader, d.Client, d.APIReader)
+	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
 	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
 	r.admission = admission.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
@@ -354,6 +359,10 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	}
 	r.ctrl = c
 	if r.sharded() {
+		r.labels = shards.NewLabeler(shards.LabelerConfig{
+			Shards: r.shards.Shards, Owns: r.shards.Owns, Rest: r.restConfig, Scheme: r.scheme,
+			Namespaces: caches.Namespaces(r.namespaces), Writer: r.client, Reader: r.reader,
+		})
 		return mgr.Add(r.labels)
 	}
 	return nil
@@ -361,17 +370,13 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 
 // sweeper deletes unused snapshots. With runs divided among replicas no
 // cache holds them all, so it lists them on the API server, in pages.
-func (r *AgentRunReconciler) sweeper() *snapshotSweeper {
-	s := &snapshotSweeper{runs: r.client, live: r.reader, writer: r.client, clock: r.clock, every: r.sweep.Every, grace: r.sweep.Grace, namespaces: r.namespaces}
+func (r *AgentRunReconciler) sweeper() *snapshotgc.Sweeper {
+	s := &snapshotgc.Sweeper{Runs: r.client, Snapshots: r.reader, Writer: r.client, Clock: r.clock, Sweep: r.sweep, Namespaces: r.namespaces}
 	if r.sharded() {
-		s.runs, s.pageSize = r.reader, 500
+		s.Runs, s.PageSize = r.reader, 500
 	}
 	return s
 }
-
-// DriveShard is the shards.Coordinator's Drive: it runs while this replica
-// holds the shard's Lease.
-func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) { r.driveShard(ctx, shard) }
 
 // runsWaitingOn maps a Secret or ConfigMap to exactly the runs whose
 // setupRefs name it.
@@ -421,12 +426,12 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 		case err == nil && live.UID == uid:
 			return nil // another replica's now
 		case err != nil && !apierrors.IsNotFound(err):
-			r.runs.goneAgain(key, uid)
+			r.runs.GoneAgain(key, uid)
 			return err
 		}
 	}
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
-		r.runs.goneAgain(key, uid)
+		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}
 	if err := r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(key.Namespace),
@@ -439,6 +444,6 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 
 // forgetLocal drops what this process kept of a run it no longer drives.
 func (r *AgentRunReconciler) forgetLocal(key types.NamespacedName, uid types.UID) {
-	r.runs.drop(key)
+	r.runs.Drop(key)
 	r.forget(uid)
 }

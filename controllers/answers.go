@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,14 +66,6 @@ func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun
 		}
 	}
 	return nil
-}
-
-// capitalize makes an error message a sentence.
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // answerUpdate is an answer's fate to record on it.

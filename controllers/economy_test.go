@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 )
 
 // startManagerWith runs a manager with the given options (tests that need
@@ -296,7 +296,7 @@ func watchClient(t *testing.T) client.WithWatch {
 // TestUnusedSnapshotsAreSwept: a blueprint snapshot no run refers to any
 // more is deleted by the sweeper; one a run refers to stays.
 func TestUnusedSnapshotsAreSwept(t *testing.T) {
-	startManagerWith(t, manager.Options{SnapshotSweep: controllers.Sweep{Every: 200 * time.Millisecond, Grace: time.Millisecond}})
+	startManagerWith(t, manager.Options{SnapshotSweep: snapshotgc.Sweep{Every: 200 * time.Millisecond, Grace: time.Millisecond}})
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createConfigMap(t, ns, "bp", map[string]string{"agent.toml": stages(1)})

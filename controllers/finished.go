@@ -9,11 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 )
 
@@ -33,6 +35,13 @@ var gitOpsMarks = []string{
 	"argocd.argoproj.io/tracking-id",
 	"kustomize.toolkit.fluxcd.io/name",
 	"helm.toolkit.fluxcd.io/name",
+}
+
+// FinishedRunTransform keeps a finished run in the informer cache as the
+// stub the controller still reads (caches.FinishedRunTransform), with the
+// GitOps marks retention reads.
+func FinishedRunTransform() toolscache.TransformFunc {
+	return caches.FinishedRunTransform(gitOpsMarks)
 }
 
 // ttlOf is how long after finishing the run is deleted; false keeps it.
@@ -87,9 +96,9 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		setConditions(run, conditionInputs{})
 	}
 	undo := r.recordDelivery(run)
-	if err := r.runs.PatchStatus(ctx, before, run); err != nil {
+	if _, err := r.runs.PatchStatus(ctx, before, run); err != nil {
 		undo()
-		if errors.Is(err, errStatusConflict) {
+		if errors.Is(err, caches.ErrStatusConflict) {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		return ctrl.Result{}, err

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
@@ -169,11 +167,4 @@ func measurable(stage *blueprint.Stage, tools []providers.ToolSpec) bool {
 		return slices.ContainsFunc(tools, func(s providers.ToolSpec) bool { return s.Name == "write_file" || s.Name == "edit_file" })
 	}
 	return true
-}
-
-// warnUnmeasured says, once per stage visit, that a same-file-edits
-// threshold is a no-op here, rather than letting it silently never fire.
-func (r *AgentRunReconciler) warnUnmeasured(run *arv1.AgentRun, stage *blueprint.Stage) {
-	r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonStuckThresholdUnmeasured, "Stuck",
-		"Stage %s: stuck_after_same_file_edits counts write_file and edit_file calls, and the stage offers neither tool, so that threshold cannot fire", stage.Name)
 }

@@ -16,6 +16,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 )
 
 // deletionPredicate passes updates that set a deletion timestamp, which do
@@ -45,7 +46,7 @@ func (notOwnedByAgentRun) Update(e event.UpdateEvent) bool {
 func (notOwnedByAgentRun) Delete(e event.DeleteEvent) bool { return !runOwned(e.Object.GetLabels()) }
 
 func runOwned(l map[string]string) bool {
-	return l[arv1.LabelComponent] != "" && (l[store.LabelRunUID] != "" || l[arv1.LabelComponent] == componentSnapshot)
+	return l[arv1.LabelComponent] != "" && (l[store.LabelRunUID] != "" || l[arv1.LabelComponent] == snapshotgc.Component)
 }
 
 // childChanged wakes a parent when a child's phase or wait changes, or when
@@ -108,6 +109,6 @@ func (r *AgentRunReconciler) observeWrites(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	_, err = inf.AddEventHandler(cacheHandler{runs: r.runs, wake: r.wake})
+	_, err = inf.AddEventHandler(r.runs.Handler(r.wake))
 	return err
 }

@@ -37,7 +37,7 @@ func testReconciler(t *testing.T, owned func(int) bool) *AgentRunReconciler {
 	if err := arv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&arv1.AgentRun{}).Build()
 	r, err := NewAgentRunReconciler(Deps{
 		Client: c, APIReader: c, Recorder: events.NewFakeRecorder(16), Pool: executor.New(1, 1),
 		Breakers: circuit.New(), Identity: "me",
@@ -81,9 +81,20 @@ func hold(t *testing.T, r *AgentRunReconciler, run *arv1.AgentRun, now time.Time
 	if !r.breakers.Admit(key, string(uid), now.Add(r.breakers.Cooldown+time.Second)) {
 		t.Fatal("the half-open circuit refused the run's probe")
 	}
-	r.runs.mu.Lock()
-	r.runs.written[client.ObjectKeyFromObject(run)] = run.DeepCopy()
-	r.runs.mu.Unlock()
+	// The run cache keeps the copy a status write returned (no shard cache
+	// holds the run, so the informer has not caught up with it).
+	if err := r.client.Create(context.Background(), run.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	before := &arv1.AgentRun{}
+	if err := r.client.Get(context.Background(), client.ObjectKeyFromObject(run), before); err != nil {
+		t.Fatal(err)
+	}
+	after := before.DeepCopy()
+	after.Status.Driver = "me"
+	if written, err := r.runs.PatchStatus(context.Background(), before, after); err != nil || !written {
+		t.Fatalf("writing the status of %s: written %v, %v", run.Name, written, err)
+	}
 }
 
 func shardRun(name string, shard int) *arv1.AgentRun {

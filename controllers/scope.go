@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
@@ -148,12 +149,12 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	}
 	waits := r.statusWaits(s, err)
 	if perr := r.writeStatus(ctx, s, waits); perr != nil {
-		if !errors.Is(perr, errStatusConflict) {
+		if !errors.Is(perr, caches.ErrStatusConflict) {
 			r.failures.put(s.run.UID, perr)
 		}
 		s.unstart()
 		r.unstarted.markAll(s)
-		if errors.Is(perr, errStatusConflict) && err == nil {
+		if errors.Is(perr, caches.ErrStatusConflict) && err == nil {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		return ctrl.Result{}, errors.Join(err, perr)
@@ -205,7 +206,7 @@ func (r *AgentRunReconciler) writeStatus(ctx context.Context, s *scope, waits bo
 	if waits {
 		return nil
 	}
-	written, err := r.runs.patchStatus(ctx, s.before, s.run)
+	written, err := r.runs.PatchStatus(ctx, s.before, s.run)
 	if err != nil {
 		return err
 	}

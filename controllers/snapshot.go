@@ -12,11 +12,10 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 )
 
 const (
-	// componentSnapshot labels blueprint snapshots.
-	componentSnapshot = "blueprint-snapshot"
 	// annotationBlueprintHash is a snapshot's content hash.
 	annotationBlueprintHash = "agentrun.dev/blueprint-hash"
 	// snapshotPrefix starts every content-addressed snapshot's name.
@@ -61,7 +60,7 @@ func (r *AgentRunReconciler) ensureSnapshot(ctx context.Context, run *arv1.Agent
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: f.snapshot, Namespace: run.Namespace,
-			Labels:      map[string]string{arv1.LabelComponent: componentSnapshot},
+			Labels:      map[string]string{arv1.LabelComponent: snapshotgc.Component},
 			Annotations: map[string]string{annotationBlueprintHash: blueprint.Hash(f.spawnFiles)},
 		},
 		Immutable: ptr.To(true),

@@ -3,10 +3,8 @@ package controllers
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +12,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -93,7 +92,7 @@ func project(s *scope) {
 	observeClock(st, now)
 	markCallbackDue(run)
 	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued, cancelled: cancelledWhy(&state)})
-	if !sameStatus(prev, st) {
+	if !caches.SameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
 }
@@ -140,7 +139,7 @@ func projectQueued(s *scope) {
 	}
 	st.Driver = s.driver
 	setConditions(s.run, conditionInputs{queued: true})
-	if !sameStatus(prev, st) {
+	if !caches.SameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
 }
@@ -426,77 +425,6 @@ func addUsage(t *arv1.Usage, c arv1.Usage) {
 func orZero(s string) string {
 	if s == "" {
 		return "0"
-	}
-	return s
-}
-
-// clipTo bounds text to n bytes, the status field's limit, marking the cut.
-func clipTo(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
-
-// emitEvents reports, after status persisted, where a run ended up and why
-// it parks, with the remedy in the message so `kubectl describe` shows
-// what to do. Moving between Starting and Running is not an event: every
-// event is a write to the API server, and those two say nothing a person
-// acts on.
-func (r *AgentRunReconciler) emitEvents(run *arv1.AgentRun, before *arv1.AgentRunStatus) {
-	st := &run.Status
-	if w := st.WaitingOn; w != nil && (before.WaitingOn == nil || before.WaitingOn.Reason != w.Reason || before.WaitingOn.Blocker != w.Blocker) {
-		typ := corev1.EventTypeNormal
-		if w.NeedsAPerson {
-			typ = corev1.EventTypeWarning
-		}
-		r.recorder.Eventf(run, nil, typ, string(w.Reason), "Park", "Waiting on %s: %s", w.Summary, waitMessage(w))
-	}
-	r.emitSignalEvents(run, before)
-	switch st.Phase {
-	case before.Phase, arv1.PhaseQueued, arv1.PhaseStarting, arv1.PhaseRunning, arv1.PhaseWaitingInput:
-		return
-	}
-	typ, msg := corev1.EventTypeNormal, fmt.Sprintf("Phase changed from %s to %s", orNone(string(before.Phase)), st.Phase)
-	if st.Phase == arv1.PhaseError {
-		typ, msg = corev1.EventTypeWarning, msg+": "+st.Error
-	}
-	r.recorder.Eventf(run, nil, typ, string(st.Phase), "PhaseChange", "%s", msg)
-}
-
-// emitSignalEvents warns when the runtime, not the model, moved the run
-// (an error, stuck or dead_end edge: something went wrong and was
-// recovered from), and when output stands unvalidated because its
-// validator cannot run here.
-func (r *AgentRunReconciler) emitSignalEvents(run *arv1.AgentRun, before *arv1.AgentRunStatus) {
-	st := &run.Status
-	if l := newSignalEdge(before, st); l != nil {
-		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonSignalTransition, "Transition",
-			"Took the %s edge from stage %s to %s: %s", l.Condition, l.From, l.To, l.Reason)
-	}
-	if st.Flags.BrokenScripts && !before.Flags.BrokenScripts {
-		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, arv1.ReasonValidatorNotRun, "CheckOutput",
-			"The output validator is a Leviath script this operator cannot run; the output was checked against its format and schema only")
-	}
-}
-
-// newSignalEdge is the stage change after took that before did not show,
-// when the runtime took it (an error, stuck or dead_end edge), else nil.
-func newSignalEdge(before, after *arv1.AgentRunStatus) *arv1.StageTransition {
-	l := after.LastTransition
-	if l == nil || reflect.DeepEqual(l, before.LastTransition) {
-		return nil
-	}
-	switch l.Condition {
-	case blueprint.CondError, blueprint.CondStuck, blueprint.CondDeadEnd:
-		return l
-	}
-	return nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
 	}
 	return s
 }

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 )
 
@@ -73,8 +71,7 @@ func (r *AgentRunReconciler) settle(ctx context.Context, s *scope, err error) (c
 	if ferr != stalled {
 		return res, errors.Join(append([]error{err}, others(ferr, stalled)...)...)
 	}
-	r.recorder.Eventf(s.run, nil, corev1.EventTypeWarning, arv1.ReasonReconcileFailed, "Reconcile", "%s",
-		clipTo(capitalize(stalled.Error()), 1024))
+	r.reportStalled(s.run, stalled)
 	r.admission.Release(s.run.UID)
 	return res, stalled
 }

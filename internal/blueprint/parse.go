@@ -353,11 +353,9 @@ func (p *parser) transitionOrder(stage string, ts map[string]rawTransition) []st
 	return names
 }
 
+// stage validates one stage of the blueprint.
 func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
-	at := func(key ...string) int { return p.line(append([]string{"stages", name}, key...)...) }
-	fail := func(line int, format string, args ...any) *ParseError {
-		return p.errf(line, "stage %q: %s", name, fmt.Sprintf(format, args...))
-	}
+	at := func(key ...string) int { return p.stageLine(name, key...) }
 	if strings.TrimSpace(name) == "" {
 		return nil, p.errf(at(), "stage name must not be empty")
 	}
@@ -378,65 +376,24 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 		return nil, err
 	}
 
-	switch {
-	case r.SystemPrompt != nil && r.SystemPromptFile != nil:
-		return nil, fail(at("system_prompt_file"), "set system_prompt or system_prompt_file, not both")
-	case r.SystemPrompt != nil:
-		s.SystemPrompt = *r.SystemPrompt
-	case r.SystemPromptFile != nil:
-		f := *r.SystemPromptFile
-		text, ok := p.files[f]
-		if !ok {
-			return nil, fail(at("system_prompt_file"), "system_prompt_file %q is not a key of the blueprint ConfigMap%s", f, flatHint(f))
-		}
-		s.SystemPrompt, s.SystemPromptFile = text, f
+	if err := p.stagePrompt(s, r); err != nil {
+		return nil, err
 	}
-
-	if r.MaxIterations != nil {
-		if *r.MaxIterations < 1 {
-			return nil, fail(at("max_iterations"), "max_iterations must be >= 1, got %d", *r.MaxIterations)
-		}
-		s.MaxIterations = *r.MaxIterations
-	}
-	if r.MaxRevisits != nil {
-		if *r.MaxRevisits < 0 {
-			return nil, fail(at("max_revisits"), "max_revisits must be >= 0, got %d", *r.MaxRevisits)
-		}
-		s.MaxRevisits = r.MaxRevisits
-	}
-	for i, tool := range r.AvailableTools {
-		if strings.TrimSpace(tool) == "" {
-			return nil, fail(at("available_tools"), "available_tools[%d] is empty", i)
-		}
+	if err := p.stageBounds(s, r); err != nil {
+		return nil, err
 	}
 	if err := p.stageTools(s, r); err != nil {
 		return nil, err
 	}
-
 	if err := p.stageRegion(s, r.DocumentRegion); err != nil {
 		return nil, err
 	}
-	if r.Model != nil {
-		s.AllowUserDefault = r.Model.AllowUserDefault
-		for i, m := range r.Model.Models {
-			if m.Provider == "" || m.Model == "" {
-				return nil, fail(at("model", "models"), "model.models[%d] needs both provider and model", i)
-			}
-			s.Models = append(s.Models, ModelRef(m))
-		}
+	if err := p.stageModels(s, r); err != nil {
+		return nil, err
 	}
-
-	for _, target := range p.transitionOrder(name, r.Transitions) {
-		t, err := p.transition(name, target, r.Transitions[target])
-		if err != nil {
-			return nil, err
-		}
-		if t.RequireRegions, err = p.transitionRegions(name, target, r.Transitions[target]); err != nil {
-			return nil, err
-		}
-		s.Transitions = append(s.Transitions, t)
+	if err := p.stageTransitions(s, r); err != nil {
+		return nil, err
 	}
-
 	if err := p.interactionPoints(s, r.InteractionPoints); err != nil {
 		return nil, err
 	}
@@ -447,6 +404,89 @@ func (p *parser) stage(name string, r rawStage) (*Stage, *ParseError) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// stageLine is the line of a key of stage name.
+func (p *parser) stageLine(name string, key ...string) int {
+	return p.line(append([]string{"stages", name}, key...)...)
+}
+
+// stageErr is a problem with stage name, at line.
+func (p *parser) stageErr(name string, line int, format string, args ...any) *ParseError {
+	return p.errf(line, "stage %q: %s", name, fmt.Sprintf(format, args...))
+}
+
+// stagePrompt reads the stage's system prompt, inline or from a file of
+// the blueprint ConfigMap.
+func (p *parser) stagePrompt(s *Stage, r rawStage) *ParseError {
+	switch {
+	case r.SystemPrompt != nil && r.SystemPromptFile != nil:
+		return p.stageErr(s.Name, p.stageLine(s.Name, "system_prompt_file"), "set system_prompt or system_prompt_file, not both")
+	case r.SystemPrompt != nil:
+		s.SystemPrompt = *r.SystemPrompt
+	case r.SystemPromptFile != nil:
+		f := *r.SystemPromptFile
+		text, ok := p.files[f]
+		if !ok {
+			return p.stageErr(s.Name, p.stageLine(s.Name, "system_prompt_file"), "system_prompt_file %q is not a key of the blueprint ConfigMap%s", f, flatHint(f))
+		}
+		s.SystemPrompt, s.SystemPromptFile = text, f
+	}
+	return nil
+}
+
+// stageBounds reads max_iterations and max_revisits, and checks that no
+// available_tools entry is empty.
+func (p *parser) stageBounds(s *Stage, r rawStage) *ParseError {
+	at := func(key string) int { return p.stageLine(s.Name, key) }
+	if r.MaxIterations != nil {
+		if *r.MaxIterations < 1 {
+			return p.stageErr(s.Name, at("max_iterations"), "max_iterations must be >= 1, got %d", *r.MaxIterations)
+		}
+		s.MaxIterations = *r.MaxIterations
+	}
+	if r.MaxRevisits != nil {
+		if *r.MaxRevisits < 0 {
+			return p.stageErr(s.Name, at("max_revisits"), "max_revisits must be >= 0, got %d", *r.MaxRevisits)
+		}
+		s.MaxRevisits = r.MaxRevisits
+	}
+	for i, tool := range r.AvailableTools {
+		if strings.TrimSpace(tool) == "" {
+			return p.stageErr(s.Name, at("available_tools"), "available_tools[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// stageModels reads the models the stage may call.
+func (p *parser) stageModels(s *Stage, r rawStage) *ParseError {
+	if r.Model == nil {
+		return nil
+	}
+	s.AllowUserDefault = r.Model.AllowUserDefault
+	for i, m := range r.Model.Models {
+		if m.Provider == "" || m.Model == "" {
+			return p.stageErr(s.Name, p.stageLine(s.Name, "model", "models"), "model.models[%d] needs both provider and model", i)
+		}
+		s.Models = append(s.Models, ModelRef(m))
+	}
+	return nil
+}
+
+// stageTransitions reads the stage's edges, in the blueprint's order.
+func (p *parser) stageTransitions(s *Stage, r rawStage) *ParseError {
+	for _, target := range p.transitionOrder(s.Name, r.Transitions) {
+		t, err := p.transition(s.Name, target, r.Transitions[target])
+		if err != nil {
+			return err
+		}
+		if t.RequireRegions, err = p.transitionRegions(s.Name, target, r.Transitions[target]); err != nil {
+			return err
+		}
+		s.Transitions = append(s.Transitions, t)
+	}
+	return nil
 }
 
 // transition validates one edge. As in Leviath, a stuck edge needs at

@@ -337,113 +337,19 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		st.Pending = &c
 		st.LostCalls += int64(e.Lost)
 	case ModelCallCompleted:
-		if st.Pending == nil || st.Pending.Seq != e.Call {
-			return
-		}
-		purpose := st.Pending.Purpose
-		st.Pending = nil
-		switch purpose {
-		case PurposeTitle:
-			st.titled(e)
-			return
-		case PurposeCompact:
-			st.compacted(e)
-			return
-		}
-		st.complete(bp, e)
+		st.modelCallCompleted(bp, e)
 	case ModelCallFailed:
-		if st.Pending == nil || st.Pending.Seq != e.Call {
-			return
-		}
-		ref := st.Pending.Provider + "/" + st.Pending.Model
-		purpose := st.Pending.Purpose
-		st.Pending = nil
-		if purpose == PurposeCompact && st.compactFailed(e) {
-			return
-		}
-		if purpose == PurposeTitle {
-			// A title that cannot be had never holds up or fails the run.
-			st.Titled = true
-			if e.Failure != nil {
-				st.TitleError = string(e.Failure.Class) + ": " + e.Failure.Message
-			}
-			return
-		}
-		if e.Failure != nil {
-			f := *e.Failure
-			st.Failure = &f
-			st.FailureAt = e.At
-			if st.Failed == nil {
-				st.Failed = map[string]FailedCall{}
-			}
-			st.Failed[ref] = FailedCall{Failure: f, At: e.At}
-			st.FailedAttempts++
-			if f.Class == FailFatal {
-				st.fail(bp, "model call failed: "+f.Message)
-			}
-		}
+		st.modelCallFailed(bp, e)
 	case InteractionAnswered:
-		in := st.Interaction
-		if in == nil || in.Point.Name != e.Point {
-			return
-		}
-		st.remember(e.Message)
-		if e.Expired && in.Point.Unattended == blueprint.UnattendedAsk {
-			st.Interaction = nil
-			st.Outcome = OutcomeError
-			st.Message = fmt.Sprintf("interaction point %q expired with no answer, and it may not be passed unattended", e.Point)
-			return
-		}
-		if !e.Approved {
-			st.Interaction, st.choosing = nil, nil
-			st.Outcome = OutcomeCancelled
-			st.Message = fmt.Sprintf("interaction point %q was declined", e.Point)
-			if e.Abort != "" {
-				st.Message = fmt.Sprintf("interaction point %q: abort option %q was chosen", e.Point, e.Abort)
-			}
-			return
-		}
-		st.Interaction = nil
-		if e.Auto {
-			st.GatesForced = true
-		}
-		if st.sentBack(bp, in, e) {
-			st.choosing = nil
-			return
-		}
-		if e.Choice != "" {
-			st.choosing = append(st.choosing, PointChoice{Point: e.Point, Text: e.Choice})
-		}
-		stage, _, _ := bp.Stage(in.Stage)
-		if next := in.answered + 1; stage != nil && next < len(stage.InteractionPoints) {
-			st.Interaction = &PendingInteraction{Stage: in.Stage, Point: stage.InteractionPoints[next], Target: in.Target, answered: next}
-			return
-		}
-		st.move(bp, in.Target)
-		st.handOff(e)
-		st.PointChoices, st.choosing = st.choosing, nil
+		st.interactionAnswered(bp, e)
 	case RunCancelled:
 		st.Pending = nil
 		st.Outcome = OutcomeCancelled
 		st.Message = "cancelled"
 	case FanOutResolved:
-		fo := st.FanOut
-		if fo == nil {
-			return
-		}
-		st.FanOut, st.LastFanOut = nil, fo
-		if e.FailAll {
-			st.fail(bp, fmt.Sprintf("stage %q: a fan-out worker failed and on_worker_failure = fail_all", fo.Stage))
-			return
-		}
-		st.leave(bp, fo.Stage, fo.Target)
+		st.fanOutResolved(bp, e)
 	case ChildrenResolved:
-		g := st.ChildrenGate
-		if g == nil {
-			return
-		}
-		st.ChildrenGate = nil
-		st.leave(bp, g.Stage, g.Target)
+		st.childrenResolved(bp)
 	case SleepCompleted:
 		st.SleepUntil = nil
 	case SpawnRefused:
@@ -453,6 +359,131 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	case RegionWritten:
 		st.writeRegion(e)
 	}
+}
+
+// modelCallCompleted ends the pending model call: a title, a compaction,
+// or a stage's turn.
+func (st *State) modelCallCompleted(bp *blueprint.Blueprint, e *Entry) {
+	if st.Pending == nil || st.Pending.Seq != e.Call {
+		return
+	}
+	purpose := st.Pending.Purpose
+	st.Pending = nil
+	switch purpose {
+	case PurposeTitle:
+		st.titled(e)
+		return
+	case PurposeCompact:
+		st.compacted(e)
+		return
+	}
+	st.complete(bp, e)
+}
+
+// modelCallFailed ends the pending model call with its failure: a title
+// that cannot be had, a compaction that failed, or a failed turn (fatal:
+// the run fails).
+func (st *State) modelCallFailed(bp *blueprint.Blueprint, e *Entry) {
+	if st.Pending == nil || st.Pending.Seq != e.Call {
+		return
+	}
+	ref := st.Pending.Provider + "/" + st.Pending.Model
+	purpose := st.Pending.Purpose
+	st.Pending = nil
+	if purpose == PurposeCompact && st.compactFailed(e) {
+		return
+	}
+	if purpose == PurposeTitle {
+		// A title that cannot be had never holds up or fails the run.
+		st.Titled = true
+		if e.Failure != nil {
+			st.TitleError = string(e.Failure.Class) + ": " + e.Failure.Message
+		}
+		return
+	}
+	if e.Failure != nil {
+		f := *e.Failure
+		st.Failure = &f
+		st.FailureAt = e.At
+		if st.Failed == nil {
+			st.Failed = map[string]FailedCall{}
+		}
+		st.Failed[ref] = FailedCall{Failure: f, At: e.At}
+		st.FailedAttempts++
+		if f.Class == FailFatal {
+			st.fail(bp, "model call failed: "+f.Message)
+		}
+	}
+}
+
+// interactionAnswered takes a person's answer at the pending interaction
+// point: expired, declined, sent back, or passed (on to the stage's next
+// point, or out of the stage).
+func (st *State) interactionAnswered(bp *blueprint.Blueprint, e *Entry) {
+	in := st.Interaction
+	if in == nil || in.Point.Name != e.Point {
+		return
+	}
+	st.remember(e.Message)
+	if e.Expired && in.Point.Unattended == blueprint.UnattendedAsk {
+		st.Interaction = nil
+		st.Outcome = OutcomeError
+		st.Message = fmt.Sprintf("interaction point %q expired with no answer, and it may not be passed unattended", e.Point)
+		return
+	}
+	if !e.Approved {
+		st.Interaction, st.choosing = nil, nil
+		st.Outcome = OutcomeCancelled
+		st.Message = fmt.Sprintf("interaction point %q was declined", e.Point)
+		if e.Abort != "" {
+			st.Message = fmt.Sprintf("interaction point %q: abort option %q was chosen", e.Point, e.Abort)
+		}
+		return
+	}
+	st.Interaction = nil
+	if e.Auto {
+		st.GatesForced = true
+	}
+	if st.sentBack(bp, in, e) {
+		st.choosing = nil
+		return
+	}
+	if e.Choice != "" {
+		st.choosing = append(st.choosing, PointChoice{Point: e.Point, Text: e.Choice})
+	}
+	stage, _, _ := bp.Stage(in.Stage)
+	if next := in.answered + 1; stage != nil && next < len(stage.InteractionPoints) {
+		st.Interaction = &PendingInteraction{Stage: in.Stage, Point: stage.InteractionPoints[next], Target: in.Target, answered: next}
+		return
+	}
+	st.move(bp, in.Target)
+	st.handOff(e)
+	st.PointChoices, st.choosing = st.choosing, nil
+}
+
+// fanOutResolved leaves the fan-out stage once its workers are settled.
+func (st *State) fanOutResolved(bp *blueprint.Blueprint, e *Entry) {
+	fo := st.FanOut
+	if fo == nil {
+		return
+	}
+	st.FanOut, st.LastFanOut = nil, fo
+	if e.FailAll {
+		st.fail(bp, fmt.Sprintf("stage %q: a fan-out worker failed and on_worker_failure = fail_all", fo.Stage))
+		return
+	}
+	st.leave(bp, fo.Stage, fo.Target)
+}
+
+// childrenResolved leaves the stage once the children it waited on are
+// settled.
+func (st *State) childrenResolved(bp *blueprint.Blueprint) {
+	g := st.ChildrenGate
+	if g == nil {
+		return
+	}
+	st.ChildrenGate = nil
+	st.leave(bp, g.Stage, g.Target)
 }
 
 // titled records the titling call: its usage is billed like any call, but
@@ -555,20 +586,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		}
 	}
 	if r.OutputRejected != "" {
-		// Refused output neither counts nor moves the run: the model tries
-		// again, told why, until the stage runs out of iterations.
-		if st.Iteration < stage.MaxIterations {
-			return
-		}
-		if t, ok := st.signalEdge(bp, stage, blueprint.CondMaxIterations); ok {
-			st.MaxIterationsHit = true
-			st.reason = cutOff(stage)
-			st.leave(bp, stage.Name, t.Target)
-			return
-		}
-		st.MaxIterationsHit = true
-		st.Outcome = OutcomeError
-		st.Message = fmt.Sprintf("stage %q reached max_iterations (%d) without acceptable output: %s", stage.Name, stage.MaxIterations, r.OutputRejected)
+		st.outputRejected(bp, stage, r)
 		return
 	}
 	if r.Output != "" {
@@ -580,12 +598,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 	target, done, hitMax, err := nextTarget(stage, r, st.Iteration, func(s string) bool { return st.CanEnter(bp, s) })
 	if stage.FanOut != nil && err == "" && !done {
 		// A fan_out stage's answer is its items: it moves on once they are done.
-		target, done = "", true
-		if t, ok := stage.TransitionFor(blueprint.CondAlways); ok {
-			target = t.Target
-		} else if len(stage.Transitions) > 0 {
-			target = stage.Transitions[0].Target
-		}
+		target, done = fanOutTarget(stage), true
 	}
 	switch {
 	case err != "":
@@ -611,6 +624,41 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 			return
 		}
 	}
+	st.moveOn(bp, stage, r, target)
+}
+
+// outputRejected: refused output neither counts nor moves the run: the
+// model tries again, told why, until the stage runs out of iterations.
+func (st *State) outputRejected(bp *blueprint.Blueprint, stage *blueprint.Stage, r *Response) {
+	if st.Iteration < stage.MaxIterations {
+		return
+	}
+	if t, ok := st.signalEdge(bp, stage, blueprint.CondMaxIterations); ok {
+		st.MaxIterationsHit = true
+		st.reason = cutOff(stage)
+		st.leave(bp, stage.Name, t.Target)
+		return
+	}
+	st.MaxIterationsHit = true
+	st.Outcome = OutcomeError
+	st.Message = fmt.Sprintf("stage %q reached max_iterations (%d) without acceptable output: %s", stage.Name, stage.MaxIterations, r.OutputRejected)
+}
+
+// fanOutTarget is where a fan_out stage goes once its items are done: its
+// always edge, else its first.
+func fanOutTarget(stage *blueprint.Stage) string {
+	if t, ok := stage.TransitionFor(blueprint.CondAlways); ok {
+		return t.Target
+	}
+	if len(stage.Transitions) > 0 {
+		return stage.Transitions[0].Target
+	}
+	return ""
+}
+
+// moveOn makes the answer's move toward target: a fan-out of its items,
+// a wait on the children it spawned, or out of the stage.
+func (st *State) moveOn(bp *blueprint.Blueprint, stage *blueprint.Stage, r *Response, target string) {
 	if stage.FanOut != nil {
 		items := r.Items
 		if m := stage.FanOut.MaxItems; m > 0 && len(items) > m {

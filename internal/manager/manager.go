@@ -28,6 +28,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
@@ -35,6 +36,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
@@ -71,7 +73,7 @@ type Options struct {
 	StatusInterval time.Duration
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
-	SnapshotSweep controllers.Sweep
+	SnapshotSweep snapshotgc.Sweep
 	// MaxStepsPerServer bounds the steps calling one MCP server at once, so
 	// a hung server cannot take every slot (0: a quarter of the pool).
 	MaxStepsPerServer int
@@ -174,7 +176,63 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
 		}
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrlOptions(o))
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if o.Scripted == nil {
+		o.Scripted = providers.NewUncountedScripted()
+	}
+	if o.MaxConcurrentSteps <= 0 {
+		o.MaxConcurrentSteps = DefaultMaxConcurrentSteps
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	eg, err := addEgress(mgr, cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	sink := eventsink.New(mgr.GetClient(), mgr.GetScheme(), "agentrun-operator")
+	if err := mgr.Add(sink); err != nil {
+		return nil, err
+	}
+	tracer, err := tracing.New(context.Background(), o.Tracing)
+	if err != nil {
+		return nil, err
+	}
+	var r *controllers.AgentRunReconciler
+	sharding, err := shardsFor(mgr, cfg, o, func(ctx context.Context, shard int) { r.DriveShard(ctx, shard) })
+	if err != nil {
+		return nil, err
+	}
+	deps := reconcilerDeps(mgr, cfg, o, eg)
+	deps.Recorder, deps.Sharding, deps.Tracer = sink, sharding, tracer
+	r, err = controllers.NewAgentRunReconciler(deps)
+	if err != nil {
+		return nil, err
+	}
+	if o.OnReconciler != nil {
+		o.OnReconciler(r)
+	}
+	if err := mgr.Add(memoryReleaser{interval: 30 * time.Second, threshold: 16 << 20}); err != nil {
+		return nil, err
+	}
+	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
+		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
+	}
+	if err := addProbes(mgr, o.ProbeAddr); err != nil {
+		return nil, err
+	}
+	if tracer.On() {
+		return tracedManager{Manager: mgr, tracer: tracer}, nil
+	}
+	return mgr, nil
+}
+
+// ctrlOptions are the controller-runtime manager's options.
+func ctrlOptions(o Options) ctrl.Options {
+	return ctrl.Options{
 		Scheme: Scheme(),
 		// Managed fields are never read; dropping them from the cache saves
 		// memory on every cached object.
@@ -188,19 +246,12 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaseDuration:           nonZero(o.Lease.Duration),
 		RenewDeadline:           nonZero(o.Lease.RenewDeadline),
 		RetryPeriod:             nonZero(o.Lease.RetryPeriod),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
-	if o.Scripted == nil {
-		o.Scripted = providers.NewUncountedScripted()
-	}
-	if o.MaxConcurrentSteps <= 0 {
-		o.MaxConcurrentSteps = DefaultMaxConcurrentSteps
-	}
-	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
-	}
+}
+
+// addEgress builds the egress policy of the calls made on tenants'
+// behalf, and watches the cluster admin's egress ConfigMap if one is named.
+func addEgress(mgr ctrl.Manager, cfg *rest.Config, o Options) (*egressPolicy, error) {
 	eg, err := newEgressPolicy(context.Background(), cfg, o, mgr.GetAPIReader(), ctrl.Log.WithName("egress"))
 	if err != nil {
 		return nil, fmt.Errorf("building the egress policy: %w", err)
@@ -210,34 +261,25 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, err
 		}
 	}
-	retention := controllers.Retention{Default: o.TTLAfterFinished}
-	sink := eventsink.New(mgr.GetClient(), mgr.GetScheme(), "agentrun-operator")
-	if err := mgr.Add(sink); err != nil {
-		return nil, err
-	}
+	return eg, nil
+}
+
+// reconcilerDeps are the reconciler's dependencies that come from the
+// options and the manager (New adds the Recorder, Sharding and Tracer).
+func reconcilerDeps(mgr ctrl.Manager, cfg *rest.Config, o Options, eg *egressPolicy) controllers.Deps {
 	httpClients := eg.client
 	if o.Shards > 1 {
 		httpClients = namedReplica(eg.client, o.Identity)
 	}
-	tracer, err := tracing.New(context.Background(), o.Tracing)
-	if err != nil {
-		return nil, err
-	}
-	var r *controllers.AgentRunReconciler
-	sharding, err := shardsFor(mgr, cfg, o, func(ctx context.Context, shard int) { r.DriveShard(ctx, shard) })
-	if err != nil {
-		return nil, err
-	}
-	r, err = controllers.NewAgentRunReconciler(controllers.Deps{
+	return controllers.Deps{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
-		Recorder:      sink,
 		Clock:         o.Clock,
 		Pool:          executor.New(o.MaxConcurrentSteps, o.MaxStepsPerServer),
 		Limiter:       ratelimit.New(clock.RealClock{}),
 		Providers:     map[string]providers.Provider{providerconfig.TypeScripted: o.Scripted},
 		HTTP:          httpClients,
-		Retention:     retention,
+		Retention:     controllers.Retention{Default: o.TTLAfterFinished},
 		MaxActiveRuns: o.MaxActiveRuns,
 		Namespaces:    o.Namespaces,
 		// Namespaces are cluster-scoped: a namespace-scoped install cannot
@@ -250,35 +292,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		OnReconcile:               o.OnReconcile,
 		OnWake:                    o.OnWake,
 		WakeThrough:               o.WakeThrough,
-		Sharding:                  sharding,
 		RestConfig:                cfg,
 		Identity:                  o.Identity,
-		Tracer:                    tracer,
-	})
-	if err != nil {
-		return nil, err
 	}
-	if o.OnReconciler != nil {
-		o.OnReconciler(r)
+}
+
+// addProbes serves the health and readiness probes, unless they are off.
+func addProbes(mgr ctrl.Manager, addr string) error {
+	if addr == "" || addr == "0" {
+		return nil
 	}
-	if err := mgr.Add(memoryReleaser{interval: 30 * time.Second, threshold: 16 << 20}); err != nil {
-		return nil, err
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
 	}
-	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
-		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
-	}
-	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-			return nil, err
-		}
-		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-			return nil, err
-		}
-	}
-	if tracer.On() {
-		return tracedManager{Manager: mgr, tracer: tracer}, nil
-	}
-	return mgr, nil
+	return mgr.AddReadyzCheck("readyz", healthz.Ping)
 }
 
 // tracedManager shuts its tracer down once everything the manager ran has
@@ -311,12 +338,12 @@ func cacheOptions(namespaces []string, sharded bool) cache.Options {
 	}
 	runs := cache.ByObject{Transform: controllers.FinishedRunTransform()}
 	if sharded {
-		// Runs are cached per shard this replica drives (controllers'
-		// shard caches); the manager's own cache holds none.
+		// Runs are cached per shard this replica drives (shards.Caches,
+		// held by the reconciler); the manager's own cache holds none.
 		runs.Label = labels.SelectorFromSet(labels.Set{shards.LabelShard: "none"})
 	}
 	return cache.Options{
-		DefaultNamespaces: controllers.CacheNamespaces(namespaces),
+		DefaultNamespaces: caches.Namespaces(namespaces),
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: notOurs},

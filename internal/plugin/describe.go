@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,76 +19,131 @@ import (
 // failovers are the lines Failovers makes of its journal.
 // own is who holds the shards (nil when the Leases could not be read).
 func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, own *shards.Ownership, failovers ...string) error {
+	rec := record{newTable(w)}
+	describeRun(rec, run, now, own)
+	describeStages(rec, &run.Status)
+	describeLineage(rec, run, failovers)
+	describeUsage(rec, run, now)
+	describeRequests(rec, run)
+	if wo := run.Status.WaitingOn; wo != nil {
+		describeWait(rec, run, wo, now)
+	}
+	if pc := run.Status.PendingCall; pc != nil {
+		describePendingCall(rec, pc)
+	}
+	describeOutcome(rec, &run.Status)
+	if err := rec.tw.Flush(); err != nil {
+		return err
+	}
+	return describeConditions(w, run.Status.Conditions, now)
+}
+
+// record is a run record's table: a label and its value per line.
+type record struct{ tw *tabwriter.Writer }
+
+// line writes a labelled line.
+func (r record) line(label, format string, a ...any) {
+	fmt.Fprintf(r.tw, "%s:\t%s\n", label, fmt.Sprintf(format, a...))
+}
+
+// opt writes a labelled line when there is a value.
+func (r record) opt(label, v string) {
+	if v != "" {
+		r.line(label, "%s", v)
+	}
+}
+
+// sub writes an indented labelled line, under the one before, when there
+// is a value.
+func (r record) sub(label, v string) {
+	if v != "" {
+		fmt.Fprintf(r.tw, "  %s:\t%s\n", label, v)
+	}
+}
+
+// describeRun writes what the run is and where it stands.
+func describeRun(rec record, run *arv1.AgentRun, now time.Time, own *shards.Ownership) {
 	st := &run.Status
-	tw := newTable(w)
-	line := func(label, format string, a ...any) {
-		fmt.Fprintf(tw, "%s:\t%s\n", label, fmt.Sprintf(format, a...))
-	}
-	opt := func(label, v string) {
-		if v != "" {
-			line(label, "%s", v)
-		}
-	}
-	line("Name", "%s", run.Name)
-	line("Namespace", "%s", run.Namespace)
+	rec.line("Name", "%s", run.Name)
+	rec.line("Namespace", "%s", run.Namespace)
 	agent := run.Spec.Agent
 	if st.AgentName != "" && st.AgentName != agent {
 		agent += fmt.Sprintf(" (agent %q)", st.AgentName)
 	}
-	line("Agent", "%s", agent)
-	opt("Title", st.Title)
-	line("Task", "%s", oneLine(run.Spec.Task, 200))
+	rec.line("Agent", "%s", agent)
+	rec.opt("Title", st.Title)
+	rec.line("Task", "%s", oneLine(run.Spec.Task, 200))
 	phase := string(st.Phase)
 	if phase == "" {
 		phase = "(not seen by the controller yet)"
 	}
-	line("Phase", "%s", phase)
-	line("State", "%s", wire.Status(run, now).String("state"))
-	line("Driver", "%s", DriverText(run, own))
+	rec.line("Phase", "%s", phase)
+	rec.line("State", "%s", wire.Status(run, now).String("state"))
+	rec.line("Driver", "%s", DriverText(run, own))
+}
+
+// describeStages writes the stage the run is in, and every stage's record.
+func describeStages(rec record, st *arv1.AgentRunStatus) {
 	if st.CurrentStage != "" || st.NumStages > 0 {
-		line("Stage", "%s %d/%d", st.CurrentStage, st.StageIndex+1, st.NumStages)
+		rec.line("Stage", "%s %d/%d", st.CurrentStage, st.StageIndex+1, st.NumStages)
 	} else {
-		opt("Stage", st.Stage)
+		rec.opt("Stage", st.Stage)
 	}
-	line("Iteration", "%d", st.Iteration)
+	rec.line("Iteration", "%d", st.Iteration)
 	if len(st.Stages) > 0 {
-		line("Stages", "%d in the blueprint", len(st.Stages))
+		rec.line("Stages", "%d in the blueprint", len(st.Stages))
 	}
 	for _, ss := range st.Stages {
-		line("  "+ss.Name, "%s", stageLine(ss))
+		rec.line("  "+ss.Name, "%s", stageLine(ss))
 	}
 	if l := st.LastTransition; l != nil {
-		line("Transition", "%s", transitionLine(l))
+		rec.line("Transition", "%s", transitionLine(l))
 	}
+}
+
+// describeLineage writes the model (and its failovers), the parent and the
+// children.
+func describeLineage(rec record, run *arv1.AgentRun, failovers []string) {
+	st := &run.Status
 	model := st.Model
 	if run.Spec.Model != "" {
 		model = run.Spec.Model + " (override)"
 	}
-	opt("Model", model)
+	rec.opt("Model", model)
 	for _, f := range failovers {
-		line("Failover", "%s", f)
+		rec.line("Failover", "%s", f)
 	}
 	if p := wire.ParentOf(run); p != "" {
-		line("Parent", "%s (depth %d)", p, run.Spec.Depth)
+		rec.line("Parent", "%s (depth %d)", p, run.Spec.Depth)
 	}
 	if c := st.Children; c != nil {
-		line("Children", "%d total: %d running, %d queued, %d succeeded, %d failed", c.Total, c.Running, c.Queued, c.Succeeded, c.Failed)
+		rec.line("Children", "%d total: %d running, %d queued, %d succeeded, %d failed", c.Total, c.Running, c.Queued, c.Succeeded, c.Failed)
 	}
+}
+
+// describeUsage writes what the run used, and for how long.
+func describeUsage(rec record, run *arv1.AgentRun, now time.Time) {
+	st := &run.Status
 	u := st.Usage
-	line("Tokens", "%d prompt, %d completion (%d cached, %d cache write), %d total", u.PromptTokens, u.CompletionTokens,
+	rec.line("Tokens", "%d prompt, %d completion (%d cached, %d cache write), %d total", u.PromptTokens, u.CompletionTokens,
 		u.CachedTokens, u.CacheWriteTokens, totalTokens(u))
-	line("Calls", "%d model, %d tool", u.ModelCalls, u.ToolCalls)
-	line("Cost", "%s", costText(u))
+	rec.line("Calls", "%d model, %d tool", u.ModelCalls, u.ToolCalls)
+	rec.line("Cost", "%s", costText(u))
 	if t := st.TreeUsage; t != nil {
-		line("Tree cost", "%s, %d tokens (this run and its descendants)", costText(*t), totalTokens(*t))
+		rec.line("Tree cost", "%s, %d tokens (this run and its descendants)", costText(*t), totalTokens(*t))
 	}
-	line("Age", "%s", wire.Duration(run.AgeSeconds(now)))
-	line("Working", "%s", wire.Duration(run.ActiveRuntimeSeconds(now)))
+	rec.line("Age", "%s", wire.Duration(run.AgeSeconds(now)))
+	rec.line("Working", "%s", wire.Duration(run.ActiveRuntimeSeconds(now)))
 	if s, ok := run.LastMovedSeconds(now); ok {
-		line("Last moved", "%s ago", wire.Duration(s))
+		rec.line("Last moved", "%s ago", wire.Duration(s))
 	} else {
-		line("Last moved", "never")
+		rec.line("Last moved", "never")
 	}
+}
+
+// describeRequests writes what the spec asks of the run: pause, cancel,
+// yolo, budgets.
+func describeRequests(rec record, run *arv1.AgentRun) {
 	var spec []string
 	if run.Spec.Paused {
 		spec = append(spec, "paused")
@@ -103,121 +159,132 @@ func RenderDescribe(w io.Writer, run *arv1.AgentRun, now time.Time, own *shards.
 		spec = append(spec, y)
 	}
 	if len(spec) > 0 {
-		line("Requested", "%s", strings.Join(spec, ", "))
+		rec.line("Requested", "%s", strings.Join(spec, ", "))
 	}
 	if b := run.Spec.Budgets; b != nil {
-		line("Budgets", "%s", budgetsText(b))
+		rec.line("Budgets", "%s", budgetsText(b))
 	}
+}
 
-	if wo := st.WaitingOn; wo != nil {
-		summary := wo.Summary
-		if summary == "" {
-			summary = string(wo.Reason)
-		}
-		line("Waiting on", "%s", summary)
-		sub := func(label, v string) {
-			if v != "" {
-				fmt.Fprintf(tw, "  %s:\t%s\n", label, v)
-			}
-		}
-		if wo.NeedsAPerson || wo.Reason.NeedsAPerson() {
-			sub("Needs a person", "yes")
+// describeWait writes what the run waits on, whether a person is needed,
+// and the exact commands that answer it.
+func describeWait(rec record, run *arv1.AgentRun, wo *arv1.WaitingOn, now time.Time) {
+	summary := wo.Summary
+	if summary == "" {
+		summary = string(wo.Reason)
+	}
+	rec.line("Waiting on", "%s", summary)
+	if wo.NeedsAPerson || wo.Reason.NeedsAPerson() {
+		rec.sub("Needs a person", "yes")
+	} else {
+		rec.sub("Needs a person", "no (clears by itself)")
+	}
+	if wo.Since != nil {
+		rec.sub("Since", fmt.Sprintf("%s (%s ago)", stamp(wo.Since), wire.Duration(int64(now.Sub(wo.Since.Time)/time.Second))))
+	}
+	rec.sub("Blocker", string(wo.Blocker))
+	rec.sub("Remedy", wo.Remedy)
+	rec.sub("Point", wo.Point)
+	// A review's prompt spans lines; one line keeps the table whole
+	// (the field is clipped at 2048 already, so nothing more is cut).
+	rec.sub("Question", oneLine(wo.Question, 2048))
+	describeWaitDetail(rec, wo, now)
+	if len(run.Status.SetupRefs) > 0 {
+		rec.sub("Waits for", strings.Join(run.Status.SetupRefs, ", "))
+	}
+	// The exact commands, so a person can copy one instead of looking
+	// up which command fits which wait.
+	for i, c := range answerCommands(run) {
+		if i == 0 {
+			rec.sub("Answer with", c)
 		} else {
-			sub("Needs a person", "no (clears by itself)")
-		}
-		if wo.Since != nil {
-			sub("Since", fmt.Sprintf("%s (%s ago)", stamp(wo.Since), wire.Duration(int64(now.Sub(wo.Since.Time)/time.Second))))
-		}
-		sub("Blocker", string(wo.Blocker))
-		sub("Remedy", wo.Remedy)
-		sub("Point", wo.Point)
-		// A review's prompt spans lines; one line keeps the table whole
-		// (the field is clipped at 2048 already, so nothing more is cut).
-		sub("Question", oneLine(wo.Question, 2048))
-		if wo.Outstanding != nil {
-			sub("Outstanding", fmt.Sprint(*wo.Outstanding))
-		}
-		if wo.WakeAt != nil {
-			v := stamp(wo.WakeAt)
-			if now.After(wo.WakeAt.Time) {
-				v += fmt.Sprintf(" (overdue by %s)", wire.Duration(int64(now.Sub(wo.WakeAt.Time)/time.Second)))
-			}
-			sub("Wake at", v)
-		}
-		if wo.Budget != nil {
-			sub("Budget", fmt.Sprintf("%s limit %s, observed %s", wo.Budget.Kind, wo.Budget.Limit, wo.Observed))
-		}
-		if wo.Seq != nil {
-			sub("Dangling write", fmt.Sprintf("%s (journal #%d): its outcome is unknown", wo.Tool, *wo.Seq))
-		}
-		sub("Signal", wo.Signal)
-		if len(st.SetupRefs) > 0 {
-			sub("Waits for", strings.Join(st.SetupRefs, ", "))
-		}
-		// The exact commands, so a person can copy one instead of looking
-		// up which command fits which wait.
-		for i, c := range answerCommands(run) {
-			if i == 0 {
-				sub("Answer with", c)
-			} else {
-				fmt.Fprintf(tw, "  \t%s\n", c)
-			}
+			fmt.Fprintf(rec.tw, "  \t%s\n", c)
 		}
 	}
-	if pc := st.PendingCall; pc != nil {
-		switch pc.Kind {
-		case arv1.CallKindModel:
-			fmt.Fprintf(tw, "Pending call:\tmodel call #%d (request %s)\n", pc.Seq, pc.RequestHash)
-		default:
-			key := pc.IdempotencyKey
-			if key == "" {
-				key = "none"
-			}
-			fmt.Fprintf(tw, "Pending call:\ttool call #%d %s (effect %s, idempotency key %s) input %s\n",
-				pc.Seq, pc.Tool, pc.Effect, key, oneLine(pc.Input, 200))
-		}
+}
+
+// describeWaitDetail writes what some waits carry: the answers still
+// outstanding, the wake time, the budget hit, the dangling write, the
+// signal.
+func describeWaitDetail(rec record, wo *arv1.WaitingOn, now time.Time) {
+	if wo.Outstanding != nil {
+		rec.sub("Outstanding", fmt.Sprint(*wo.Outstanding))
 	}
+	if wo.WakeAt != nil {
+		v := stamp(wo.WakeAt)
+		if now.After(wo.WakeAt.Time) {
+			v += fmt.Sprintf(" (overdue by %s)", wire.Duration(int64(now.Sub(wo.WakeAt.Time)/time.Second)))
+		}
+		rec.sub("Wake at", v)
+	}
+	if wo.Budget != nil {
+		rec.sub("Budget", fmt.Sprintf("%s limit %s, observed %s", wo.Budget.Kind, wo.Budget.Limit, wo.Observed))
+	}
+	if wo.Seq != nil {
+		rec.sub("Dangling write", fmt.Sprintf("%s (journal #%d): its outcome is unknown", wo.Tool, *wo.Seq))
+	}
+	rec.sub("Signal", wo.Signal)
+}
+
+// describePendingCall writes the call the run has in flight.
+func describePendingCall(rec record, pc *arv1.PendingCall) {
+	switch pc.Kind {
+	case arv1.CallKindModel:
+		fmt.Fprintf(rec.tw, "Pending call:\tmodel call #%d (request %s)\n", pc.Seq, pc.RequestHash)
+	default:
+		key := pc.IdempotencyKey
+		if key == "" {
+			key = "none"
+		}
+		fmt.Fprintf(rec.tw, "Pending call:\ttool call #%d %s (effect %s, idempotency key %s) input %s\n",
+			pc.Seq, pc.Tool, pc.Effect, key, oneLine(pc.Input, 200))
+	}
+}
+
+// describeOutcome writes the run's error and its output.
+func describeOutcome(rec record, st *arv1.AgentRunStatus) {
 	if st.Error != "" {
-		fmt.Fprintf(tw, "Error:\t%s\n", st.Error)
+		fmt.Fprintf(rec.tw, "Error:\t%s\n", st.Error)
 	}
-	if d := st.FinalOutput; d != nil {
-		parts := []string{fmt.Sprintf("%s, %d bytes", orDash(string(d.Format)), d.Bytes)}
-		if d.Truncated {
-			parts = append(parts, "truncated at 256 KiB")
-		}
-		if d.Stage != "" {
-			parts = append(parts, "from stage "+d.Stage)
-		}
-		if d.SubmittedAt != nil {
-			parts = append(parts, "submitted "+stamp(d.SubmittedAt))
-		}
-		if d.ObjectName != "" {
-			parts = append(parts, "in ConfigMap "+d.ObjectName)
-		}
-		fmt.Fprintf(tw, "Output:\t%s\n", strings.Join(parts, "; "))
-		if len(d.Artifacts) > 0 {
-			fmt.Fprintf(tw, "Artifacts:\t%s\n", strings.Join(d.Artifacts, ", "))
-		}
+	d := st.FinalOutput
+	if d == nil {
+		return
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	parts := []string{fmt.Sprintf("%s, %d bytes", orDash(string(d.Format)), d.Bytes)}
+	if d.Truncated {
+		parts = append(parts, "truncated at 256 KiB")
 	}
-	if len(st.Conditions) > 0 {
-		fmt.Fprintln(w, "Conditions:")
-		tw = newTable(w)
-		fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
-		for _, c := range st.Conditions {
-			age := wire.Empty
-			if !c.LastTransitionTime.IsZero() {
-				age = wire.Duration(int64(now.Sub(c.LastTransitionTime.Time) / time.Second))
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age, oneLine(c.Message, 160))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if d.Stage != "" {
+		parts = append(parts, "from stage "+d.Stage)
 	}
-	return nil
+	if d.SubmittedAt != nil {
+		parts = append(parts, "submitted "+stamp(d.SubmittedAt))
+	}
+	if d.ObjectName != "" {
+		parts = append(parts, "in ConfigMap "+d.ObjectName)
+	}
+	fmt.Fprintf(rec.tw, "Output:\t%s\n", strings.Join(parts, "; "))
+	if len(d.Artifacts) > 0 {
+		fmt.Fprintf(rec.tw, "Artifacts:\t%s\n", strings.Join(d.Artifacts, ", "))
+	}
+}
+
+// describeConditions writes the run's conditions, a table of their own.
+func describeConditions(w io.Writer, conditions []metav1.Condition, now time.Time) error {
+	if len(conditions) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "Conditions:")
+	tw := newTable(w)
+	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
+	for _, c := range conditions {
+		age := wire.Empty
+		if !c.LastTransitionTime.IsZero() {
+			age = wire.Duration(int64(now.Sub(c.LastTransitionTime.Time) / time.Second))
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age, oneLine(c.Message, 160))
+	}
+	return tw.Flush()
 }
 
 func costText(u arv1.Usage) string {

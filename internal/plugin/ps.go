@@ -77,34 +77,63 @@ func (c psColumns) line(run *arv1.AgentRun, r wire.PsRow, name, driver string, n
 	return l
 }
 
+// renderPs writes the runs as a forest of run trees, with the footer.
 func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, own *shards.Ownership) error {
+	l := newPsListing(runs, now, own)
+	l.markNeeds()
+	tw := newTable(w)
+	fmt.Fprintln(tw, cols.header())
+	l.write(tw, cols, now)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%s\n", Footer(l.needing))
+	return err
+}
+
+// psListing is the runs of a listing as a forest: each run under its
+// parent when the parent is listed too.
+type psListing struct {
+	order, roots []*psNode
+	objs         map[*psNode]*arv1.AgentRun
+	drivers      map[*psNode]string
+	// needing counts the runs that need a person.
+	needing int
+}
+
+// newPsListing makes the forest of runs, in their listed order.
+func newPsListing(runs []arv1.AgentRun, now time.Time, own *shards.Ownership) *psListing {
+	l := &psListing{
+		objs: make(map[*psNode]*arv1.AgentRun, len(runs)), drivers: make(map[*psNode]string, len(runs)),
+		order: make([]*psNode, 0, len(runs)),
+	}
 	nodes := make(map[string]*psNode, len(runs))
-	objs := make(map[*psNode]*arv1.AgentRun, len(runs))
 	key := func(ns, name string) string { return ns + "/" + name }
-	order := make([]*psNode, 0, len(runs))
-	needing := 0
-	drivers := make(map[*psNode]string, len(runs))
 	for i := range runs {
 		n := &psNode{row: wire.NewPsRow(&runs[i], now)}
-		drivers[n] = DriverText(&runs[i], own)
-		objs[n] = &runs[i]
+		l.drivers[n] = DriverText(&runs[i], own)
+		l.objs[n] = &runs[i]
 		nodes[key(n.row.Namespace, n.row.Name)] = n
-		order = append(order, n)
+		l.order = append(l.order, n)
 		if n.row.NeedsAPerson {
-			needing++
+			l.needing++
 		}
 	}
-	markLine(order, objs)
-	var roots []*psNode
-	for _, n := range order {
+	markLine(l.order, l.objs)
+	for _, n := range l.order {
 		if p, ok := nodes[key(n.row.Namespace, n.row.Parent)]; ok && n.row.Parent != "" && p != n {
 			p.children = append(p.children, n)
 		} else {
-			roots = append(roots, n)
+			l.roots = append(l.roots, n)
 		}
 	}
-	// needs is computed over the forest reachable from the roots; a parent
-	// cycle is unreachable and handled below.
+	return l
+}
+
+// markNeeds marks every run that needs a person or has a descendant that
+// does. needs is computed over the forest reachable from the roots; a run
+// in a parent cycle is unreachable, and is listed at the top instead.
+func (l *psListing) markNeeds() {
 	var mark func(n *psNode, seen map[*psNode]bool) bool
 	mark = func(n *psNode, seen map[*psNode]bool) bool {
 		if seen[n] {
@@ -120,19 +149,21 @@ func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, 
 		return n.needs
 	}
 	seen := map[*psNode]bool{}
-	for _, r := range roots {
+	for _, r := range l.roots {
 		mark(r, seen)
 	}
-	for _, n := range order {
+	for _, n := range l.order {
 		if !seen[n] { // in a cycle: break it by listing the run at the top
 			n.row.Parent = ""
-			roots = append(roots, n)
+			l.roots = append(l.roots, n)
 			mark(n, seen)
 		}
 	}
+}
 
-	tw := newTable(w)
-	fmt.Fprintln(tw, cols.header())
+// write writes each tree's lines, children under their parent, with the
+// tree drawn in the NAME column.
+func (l *psListing) write(tw io.Writer, cols psColumns, now time.Time) {
 	printed := map[*psNode]bool{}
 	var emit func(n *psNode, prefix, connector string)
 	emit = func(n *psNode, prefix, connector string) {
@@ -140,7 +171,7 @@ func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, 
 			return
 		}
 		printed[n] = true
-		fmt.Fprintln(tw, cols.line(objs[n], n.row, prefix+connector+n.row.Name, drivers[n], now))
+		fmt.Fprintln(tw, cols.line(l.objs[n], n.row, prefix+connector+n.row.Name, l.drivers[n], now))
 		sortNodes(n.children)
 		childPrefix := prefix
 		switch connector {
@@ -157,15 +188,10 @@ func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, 
 			emit(c, childPrefix, conn)
 		}
 	}
-	sortNodes(roots)
-	for _, r := range roots {
+	sortNodes(l.roots)
+	for _, r := range l.roots {
 		emit(r, "", "")
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\n%s\n", Footer(needing))
-	return err
 }
 
 // markLine fills the WAITING cell of each run still in line (phase Queued,

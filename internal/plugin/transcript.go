@@ -96,85 +96,11 @@ func describeEntry(e *journal.Entry) (string, string) {
 		}
 		return "model call", strings.Join(d, " ")
 	case journal.ModelCallCompleted:
-		d = append(d, fmt.Sprintf("call #%d", e.Call))
-		if model != "" {
-			d = append(d, model)
-		}
-		if u := e.Usage; u != nil {
-			t := fmt.Sprintf("%d+%d tokens", u.Prompt, u.Completion)
-			if u.Cached > 0 || u.CacheWrite > 0 {
-				t += fmt.Sprintf(" (%d cached, %d cache write)", u.Cached, u.CacheWrite)
-			}
-			d = append(d, t)
-		}
-		if e.CostNanoUSD != nil {
-			c := "$" + money.NanoUSD(*e.CostNanoUSD).String()
-			if !e.CostExact {
-				c += " (estimated)"
-			}
-			d = append(d, c)
-		} else {
-			d = append(d, "cost unknown")
-		}
-		if r := e.Response; r != nil {
-			if r.Next != "" {
-				d = append(d, "next "+r.Next)
-			}
-			if r.Complete {
-				d = append(d, "complete")
-			}
-			if r.Output != "" {
-				d = append(d, fmt.Sprintf("output %q", oneLine(r.Output, 60)))
-			}
-			if r.Text != "" {
-				d = append(d, fmt.Sprintf("%q", oneLine(r.Text, 80)))
-			}
-			for _, c := range r.Calls {
-				d = append(d, "calls "+c.Name)
-			}
-			if r.OutputRejected != "" {
-				// The output was not accepted: say so and why, so a run refused
-				// once does not read like one accepted.
-				d = append(d, fmt.Sprintf("refused: %s", oneLine(r.OutputRejected, 200)))
-				return "output refused", strings.Join(d, ", ")
-			}
-		}
-		return "model answered", strings.Join(d, ", ")
+		return describeAnswer(e, model)
 	case journal.ModelCallFailed:
-		d = append(d, fmt.Sprintf("call #%d", e.Call))
-		if model != "" {
-			d = append(d, model)
-		}
-		if f := e.Failure; f != nil {
-			t := string(f.Class)
-			if f.Status != 0 {
-				t += fmt.Sprintf(" (HTTP %d)", f.Status)
-			}
-			d = append(d, t)
-			if f.Message != "" {
-				d = append(d, fmt.Sprintf("%q", oneLine(f.Message, 120)))
-			}
-		}
-		return "model failed", strings.Join(d, ", ")
+		return describeFailure(e, model)
 	case journal.InteractionAnswered:
-		verdict := "denied"
-		if e.Approved {
-			verdict = "approved"
-		}
-		t := orDash(e.Point) + " " + verdict
-		if e.By != "" {
-			t += " by " + e.By
-		}
-		if e.Auto {
-			t += " (automatically: unattended run)"
-		}
-		switch {
-		case e.Abort != "":
-			t += fmt.Sprintf(", abort option %q", oneLine(e.Abort, 120))
-		case e.Choice != "":
-			t += fmt.Sprintf(", answered %q", oneLine(e.Choice, 120))
-		}
-		return "checkpoint", t
+		return describeCheckpoint(e)
 	case journal.RunCancelled:
 		if e.By != "" {
 			return "cancelled", "by " + e.By
@@ -185,36 +111,11 @@ func describeEntry(e *journal.Entry) (string, string) {
 	case journal.MessageReceived:
 		return "message", fmt.Sprintf("from the parent (%s): %q", e.MessageID, oneLine(e.Text, 100))
 	case journal.ToolCallDecided:
-		verdict := "denied"
-		if e.Approved {
-			verdict = "approved"
-		}
-		t := fmt.Sprintf("%s %s %s", e.Tool, e.Gate, verdict)
-		if e.By != "" {
-			t += " by " + e.By
-		}
-		if e.Expired {
-			t += " (nobody answered in time)"
-		}
-		if e.Result != "" {
-			t += fmt.Sprintf(": %q", oneLine(e.Result, 80))
-		}
-		return "tool gate", t
+		return describeToolGate(e)
 	case journal.ToolCallRequested:
 		return "tool call", fmt.Sprintf("%s on %s (%s, key %s) %s", e.Tool, orDash(e.Server), e.Effect, orDash(e.IdempotencyKey), oneLine(e.Input, 80))
 	case journal.ToolCallCompleted:
-		t := e.Tool
-		if e.Call != 0 {
-			t += fmt.Sprintf(" call #%d", e.Call)
-		}
-		if e.By != "" {
-			t += " by " + e.By
-		}
-		verb := "returned"
-		if e.IsError {
-			verb = "failed"
-		}
-		return "tool " + verb, t + fmt.Sprintf(": %q", oneLine(e.Result, 100))
+		return describeToolResult(e)
 	case journal.ToolCallRetried:
 		return "tool retried", fmt.Sprintf("%s call #%d by %s", e.Tool, e.Call, orDash(e.By))
 	case journal.RunAbandoned:
@@ -224,4 +125,131 @@ func describeEntry(e *journal.Entry) (string, string) {
 	}
 	raw, _ := json.Marshal(e)
 	return string(e.Kind), oneLine(string(raw), 160)
+}
+
+// describeAnswer is a model answer in words: its cost and what it asked for.
+func describeAnswer(e *journal.Entry, model string) (string, string) {
+	var d []string
+	d = append(d, fmt.Sprintf("call #%d", e.Call))
+	if model != "" {
+		d = append(d, model)
+	}
+	if u := e.Usage; u != nil {
+		t := fmt.Sprintf("%d+%d tokens", u.Prompt, u.Completion)
+		if u.Cached > 0 || u.CacheWrite > 0 {
+			t += fmt.Sprintf(" (%d cached, %d cache write)", u.Cached, u.CacheWrite)
+		}
+		d = append(d, t)
+	}
+	if e.CostNanoUSD != nil {
+		c := "$" + money.NanoUSD(*e.CostNanoUSD).String()
+		if !e.CostExact {
+			c += " (estimated)"
+		}
+		d = append(d, c)
+	} else {
+		d = append(d, "cost unknown")
+	}
+	if r := e.Response; r != nil {
+		if r.Next != "" {
+			d = append(d, "next "+r.Next)
+		}
+		if r.Complete {
+			d = append(d, "complete")
+		}
+		if r.Output != "" {
+			d = append(d, fmt.Sprintf("output %q", oneLine(r.Output, 60)))
+		}
+		if r.Text != "" {
+			d = append(d, fmt.Sprintf("%q", oneLine(r.Text, 80)))
+		}
+		for _, c := range r.Calls {
+			d = append(d, "calls "+c.Name)
+		}
+		if r.OutputRejected != "" {
+			// The output was not accepted: say so and why, so a run refused
+			// once does not read like one accepted.
+			d = append(d, fmt.Sprintf("refused: %s", oneLine(r.OutputRejected, 200)))
+			return "output refused", strings.Join(d, ", ")
+		}
+	}
+	return "model answered", strings.Join(d, ", ")
+}
+
+// describeFailure is a failed model call in words.
+func describeFailure(e *journal.Entry, model string) (string, string) {
+	var d []string
+	d = append(d, fmt.Sprintf("call #%d", e.Call))
+	if model != "" {
+		d = append(d, model)
+	}
+	if f := e.Failure; f != nil {
+		t := string(f.Class)
+		if f.Status != 0 {
+			t += fmt.Sprintf(" (HTTP %d)", f.Status)
+		}
+		d = append(d, t)
+		if f.Message != "" {
+			d = append(d, fmt.Sprintf("%q", oneLine(f.Message, 120)))
+		}
+	}
+	return "model failed", strings.Join(d, ", ")
+}
+
+// describeCheckpoint is a person's (or the policy's) answer at an
+// interaction point, in words.
+func describeCheckpoint(e *journal.Entry) (string, string) {
+	verdict := "denied"
+	if e.Approved {
+		verdict = "approved"
+	}
+	t := orDash(e.Point) + " " + verdict
+	if e.By != "" {
+		t += " by " + e.By
+	}
+	if e.Auto {
+		t += " (automatically: unattended run)"
+	}
+	switch {
+	case e.Abort != "":
+		t += fmt.Sprintf(", abort option %q", oneLine(e.Abort, 120))
+	case e.Choice != "":
+		t += fmt.Sprintf(", answered %q", oneLine(e.Choice, 120))
+	}
+	return "checkpoint", t
+}
+
+// describeToolGate is a tool gate's verdict in words.
+func describeToolGate(e *journal.Entry) (string, string) {
+	verdict := "denied"
+	if e.Approved {
+		verdict = "approved"
+	}
+	t := fmt.Sprintf("%s %s %s", e.Tool, e.Gate, verdict)
+	if e.By != "" {
+		t += " by " + e.By
+	}
+	if e.Expired {
+		t += " (nobody answered in time)"
+	}
+	if e.Result != "" {
+		t += fmt.Sprintf(": %q", oneLine(e.Result, 80))
+	}
+	return "tool gate", t
+}
+
+// describeToolResult is a tool call's result in words.
+func describeToolResult(e *journal.Entry) (string, string) {
+	t := e.Tool
+	if e.Call != 0 {
+		t += fmt.Sprintf(" call #%d", e.Call)
+	}
+	if e.By != "" {
+		t += " by " + e.By
+	}
+	verb := "returned"
+	if e.IsError {
+		verb = "failed"
+	}
+	return "tool " + verb, t + fmt.Sprintf(": %q", oneLine(e.Result, 100))
 }

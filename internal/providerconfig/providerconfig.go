@@ -194,6 +194,7 @@ func (p *parser) parse(src string) (*Config, *ParseError) {
 	return cfg, nil
 }
 
+// provider validates one provider of the config.
 func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 	at := func(key ...string) int { return p.idx.Line(append([]string{"providers", name}, key...)...) }
 	fail := func(line int, format string, args ...any) *ParseError {
@@ -236,27 +237,43 @@ func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 	if r.TimeoutSeconds < 0 {
 		return nil, fail(at("timeout_seconds"), "timeout_seconds must be >= 0, got %d", r.TimeoutSeconds)
 	}
+	if err := p.providerRates(prov, r); err != nil {
+		return nil, err
+	}
+	if err := p.providerLimits(prov, r, at, fail); err != nil {
+		return nil, err
+	}
+	return prov, nil
+}
+
+// providerRates reads the provider's rate cards, model by model.
+func (p *parser) providerRates(prov *Provider, r rawProvider) *ParseError {
 	models := make([]string, 0, len(r.Rates))
 	for m := range r.Rates {
 		models = append(models, m)
 	}
 	sort.Strings(models)
 	for _, m := range models {
-		rc, err := p.rateCard(name, m, r.Rates[m])
+		rc, err := p.rateCard(prov.Name, m, r.Rates[m])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if prov.Rates == nil {
 			prov.Rates = map[string]RateCard{}
 		}
 		prov.Rates[m] = rc
 	}
+	return nil
+}
+
+// providerLimits reads the provider's limits, and each model's over them.
+func (p *parser) providerLimits(prov *Provider, r rawProvider, at func(key ...string) int, fail func(int, string, ...any) *ParseError) *ParseError {
 	lim, err := p.limits(r.rawLimits, ratelimit.Limits{}, func(key string) int { return at(key) }, fail)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	prov.Limits = lim
-	models = models[:0]
+	models := make([]string, 0, len(r.Limits))
 	for m := range r.Limits {
 		models = append(models, m)
 	}
@@ -265,7 +282,7 @@ func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 		// A limit on a model the provider does not list is most likely a
 		// typo, which would otherwise silently leave the model unlimited.
 		if !slices.Contains(r.Models, m) {
-			return nil, fail(at("limits", m), "limits for model %q, which is not in models", m)
+			return fail(at("limits", m), "limits for model %q, which is not in models", m)
 		}
 		ml, err := p.limits(r.Limits[m], prov.Limits,
 			func(key string) int { return at("limits", m, key) },
@@ -273,14 +290,14 @@ func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 				return fail(line, "model %q: %s", m, fmt.Sprintf(format, args...))
 			})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if prov.ModelLimits == nil {
 			prov.ModelLimits = map[string]ratelimit.Limits{}
 		}
 		prov.ModelLimits[m] = ml
 	}
-	return prov, nil
+	return nil
 }
 
 // limits overrides base with the fields r sets; 0 means unbounded.

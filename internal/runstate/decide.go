@@ -231,24 +231,7 @@ func Decide(f Facts) Action {
 	}
 	st := f.State
 	if in := st.Interaction; in != nil {
-		if f.Answer != nil {
-			return Action{Kind: ActAnswerInteraction, Answer: f.Answer}
-		}
-		if f.Unattended() && in.Point.Unattended != blueprint.UnattendedAsk && !in.Point.Required {
-			return Action{Kind: ActAnswerInteraction}
-		}
-		expired, expiry := f.questionExpiry(in.Point.Name)
-		if in.Point.Required {
-			// A required point passes on a person's answer only: a
-			// timeout is no answer, so it never expires.
-			expired, expiry = false, nil
-		}
-		if expired {
-			// The seeds' rule: an expired checkpoint proceeds, unless it may
-			// not be passed unattended, which ends the run in Error.
-			return Action{Kind: ActAnswerInteraction, Answer: &Answer{Approved: true, Expired: true, By: "policy: interaction timeout"}}
-		}
-		return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: pointPrompt(f.Blueprint, in)}}})
+		return decideInteraction(f, in)
 	}
 	if f.InFlight {
 		if f.RateLimited != nil {
@@ -300,6 +283,29 @@ func Decide(f Facts) Action {
 		return Action{Kind: ActPark, Markers: Markers{Budget: hit}}
 	}
 	return withSpawns(f, Action{Kind: ActDispatch})
+}
+
+// decideInteraction settles the pending interaction point: its answer,
+// passed unattended, expired, or a wait for a person.
+func decideInteraction(f Facts, in *journal.PendingInteraction) Action {
+	if f.Answer != nil {
+		return Action{Kind: ActAnswerInteraction, Answer: f.Answer}
+	}
+	if f.Unattended() && in.Point.Unattended != blueprint.UnattendedAsk && !in.Point.Required {
+		return Action{Kind: ActAnswerInteraction}
+	}
+	expired, expiry := f.questionExpiry(in.Point.Name)
+	if in.Point.Required {
+		// A required point passes on a person's answer only: a
+		// timeout is no answer, so it never expires.
+		expired, expiry = false, nil
+	}
+	if expired {
+		// The seeds' rule: an expired checkpoint proceeds, unless it may
+		// not be passed unattended, which ends the run in Error.
+		return Action{Kind: ActAnswerInteraction, Answer: &Answer{Approved: true, Expired: true, By: "policy: interaction timeout"}}
+	}
+	return askFirst(f, Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{InteractionPoint: &Question{Point: in.Point.Name, Prompt: pointPrompt(f.Blueprint, in)}}})
 }
 
 // withSpawns adds sub-agents due for creation to an action that does not

@@ -118,35 +118,7 @@ func decideTool(f Facts) (Action, bool) {
 	}
 	point := st.CallPoint()
 	if in := h.Intent; in != nil {
-		if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent || f.IntentUnstarted {
-			switch t := f.Tool; {
-			case t != nil && t.Pending:
-				return Action{Kind: ActWaitCatalog}, true
-			case t != nil && t.Setup != nil:
-				return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
-			case t != nil && !t.Known:
-				return completed(fmt.Sprintf("The call was not made again: no MCP server of the blueprint offers %s any more.", in.Tool), true), true
-			}
-			return Action{Kind: ActToolCall, Reissue: true}, true
-		}
-		// A write that may or may not have happened: never retried without
-		// a person's decision.
-		if a := f.Answer; a != nil {
-			switch a.Decision {
-			case DecisionDone:
-				return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}, true
-			case DecisionRetry:
-				return Action{Kind: ActToolRetry, Answer: a}, true
-			case DecisionAbandon:
-				return Action{Kind: ActAbandon, Answer: a}, true
-			}
-		}
-		return Action{Kind: ActPark, Markers: Markers{
-			NeedsReconciliation: &DanglingWrite{Seq: in.Seq, Tool: in.Tool},
-			Ask: &Question{Point: fmt.Sprintf("%s-w%d", point, in.Seq), Prompt: fmt.Sprintf(
-				"Did the write %s (seq %d) with arguments %s happen? Answer Done with its output, Retry if it did not, or Abandon the run.",
-				in.Tool, in.Seq, in.Input)},
-		}}, true
+		return decideIntent(f, in, point), true
 	}
 	if stage, _, ok := f.Blueprint.Stage(st.Stage); ok && len(stage.AvailableTools) > 0 && !slices.Contains(stage.AvailableTools, h.Name) {
 		// What the model is offered is enforced, not only advertised.
@@ -181,29 +153,75 @@ func decideTool(f Facts) (Action, bool) {
 	}
 	if t.Effect != blueprint.EffectRead && st.Tainted && !h.TaintCleared {
 		// Idempotent calls change the world too; only reads pass untouched.
-		if f.unattended().WaiveTaint {
-			return decided(journal.GateTaint, true, true, false, "policy: "+f.unattendedName(), ""), true
-		}
-		expired, expiry := f.questionExpiry(point + "-taint")
-		if a, done := gateAnswer(f, journal.GateTaint, expired); done {
-			return a, true
-		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point + "-taint", Subject: h.Name, Prompt: clip(fmt.Sprintf(
-			"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
-			st.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}, true
+		return taintGate(f, h, t, point), true
 	}
 	if perm == blueprint.PermAsk && !h.Approved {
-		if slices.Contains(f.unattended().Approve, h.Name) || f.unattended().All {
-			return decided(journal.GateApproval, true, true, false, "policy: "+f.unattendedName(), ""), true
-		}
-		expired, expiry := f.questionExpiry(point + "-approval")
-		if a, done := gateAnswer(f, journal.GateApproval, expired); done {
-			return a, true
-		}
-		return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + "-approval", Subject: h.Name, Prompt: clip(fmt.Sprintf(
-			"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}, true
+		return approvalGate(f, h, t, point), true
 	}
 	return Action{Kind: ActToolCall}, true
+}
+
+// decideIntent settles a call whose intent is journalled but not its
+// result: a read or idempotent call (or one whose step never started) is
+// made again; a write that may or may not have happened is never retried
+// without a person's decision.
+func decideIntent(f Facts, in *journal.Entry, point string) Action {
+	if in.Effect == blueprint.EffectRead || in.Effect == blueprint.EffectIdempotent || f.IntentUnstarted {
+		switch t := f.Tool; {
+		case t != nil && t.Pending:
+			return Action{Kind: ActWaitCatalog}
+		case t != nil && t.Setup != nil:
+			return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}
+		case t != nil && !t.Known:
+			return completed(fmt.Sprintf("The call was not made again: no MCP server of the blueprint offers %s any more.", in.Tool), true)
+		}
+		return Action{Kind: ActToolCall, Reissue: true}
+	}
+	if a := f.Answer; a != nil {
+		switch a.Decision {
+		case DecisionDone:
+			return Action{Kind: ActToolComplete, Completion: &ToolCompletion{Result: a.Input, By: a.By, Answer: a.Name}}
+		case DecisionRetry:
+			return Action{Kind: ActToolRetry, Answer: a}
+		case DecisionAbandon:
+			return Action{Kind: ActAbandon, Answer: a}
+		}
+	}
+	return Action{Kind: ActPark, Markers: Markers{
+		NeedsReconciliation: &DanglingWrite{Seq: in.Seq, Tool: in.Tool},
+		Ask: &Question{Point: fmt.Sprintf("%s-w%d", point, in.Seq), Prompt: fmt.Sprintf(
+			"Did the write %s (seq %d) with arguments %s happen? Answer Done with its output, Retry if it did not, or Abandon the run.",
+			in.Tool, in.Seq, in.Input)},
+	}}
+}
+
+// taintGate holds a call that changes the world after the run read
+// tainted input: waived unattended, else a person's answer.
+func taintGate(f Facts, h *journal.CallState, t *ToolFact, point string) Action {
+	if f.unattended().WaiveTaint {
+		return decided(journal.GateTaint, true, true, false, "policy: "+f.unattendedName(), "")
+	}
+	expired, expiry := f.questionExpiry(point + "-taint")
+	if a, done := gateAnswer(f, journal.GateTaint, expired); done {
+		return a
+	}
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point + "-taint", Subject: h.Name, Prompt: clip(fmt.Sprintf(
+		"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
+		f.State.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}
+}
+
+// approvalGate holds a call whose permission is ask: approved unattended
+// when the profile allows it, else a person's answer.
+func approvalGate(f Facts, h *journal.CallState, t *ToolFact, point string) Action {
+	if slices.Contains(f.unattended().Approve, h.Name) || f.unattended().All {
+		return decided(journal.GateApproval, true, true, false, "policy: "+f.unattendedName(), "")
+	}
+	expired, expiry := f.questionExpiry(point + "-approval")
+	if a, done := gateAnswer(f, journal.GateApproval, expired); done {
+		return a
+	}
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + "-approval", Subject: h.Name, Prompt: clip(fmt.Sprintf(
+		"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}
 }
 
 // decideBuiltin settles the built-in tools: questions and reviews park on

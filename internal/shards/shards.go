@@ -7,6 +7,11 @@
 // shards spread over the replicas and move when one joins or leaves. A
 // replica that cannot renew a shard's Lease stops driving it at the renew
 // deadline, before the Lease expires and another replica may take it.
+//
+// While it drives a shard, a replica reads the shard's runs through a cache
+// of their own (Caches: the runs' memory divides among the replicas), and
+// the Labeler gives a run created without a shard its label, so it joins
+// one.
 package shards
 
 import (

@@ -222,18 +222,7 @@ type runWatch struct {
 // run reached Until (see BatchResult for what is measured). It fails when a
 // run ends in another terminal phase, or at Timeout, naming the phases seen.
 func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
-	if b.Concurrency <= 0 {
-		b.Concurrency = 32
-	}
-	if b.Until == nil {
-		b.Until, b.UntilName = IsComplete, "Complete"
-	}
-	if b.Timeout <= 0 {
-		b.Timeout = 10 * time.Minute
-	}
-	if b.Settle <= 0 {
-		b.Settle = time.Second
-	}
+	b = b.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, b.Timeout)
 	defer cancel()
 	res := &BatchResult{Batch: b}
@@ -252,27 +241,18 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	}
 	defer stopWatch()
 
-	var hist0, queue0 Histogram
-	if b.Manager != nil {
-		sc, err := b.Manager.Scrape(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("scraping the manager before the batch: %w", err)
-		}
-		hist0, queue0 = ReconcileTime(sc), QueueWait(sc)
-	}
-	rev0, err := c.Revision(ctx)
+	marks, err := c.markBatch(ctx, b)
 	if err != nil {
 		return nil, err
 	}
 	res.FirstCreate = time.Now()
-	cpu0 := CPUNow(b.Manager)
+	marks.cpu = CPUNow(b.Manager)
 	if b.ProfileTo != "" {
 		// Not cancelled with the batch: a profile longer than the batch
 		// still arrives.
 		go c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
 	}
-	req0, err := c.APIRequests(ctx)
-	if err != nil {
+	if marks.req, err = c.APIRequests(ctx); err != nil {
 		return nil, err
 	}
 	created := make(chan error, 1)
@@ -282,75 +262,19 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 		res.CreatesDone = time.Since(res.FirstCreate)
 		created <- err
 	}()
-
-	creating := true
-	for creating || len(w.reached) < b.N {
-		select {
-		case err := <-created:
-			creating = false
-			if err != nil {
-				return nil, err
-			}
-		case ev, ok := <-events:
-			if !ok {
-				return nil, fmt.Errorf("the watch of AgentRuns in %s ended early; %s", b.Namespace, w.summary(b))
-			}
-			if err := w.observe(ev, time.Now()); err != nil {
-				return nil, fmt.Errorf("%w; %s", err, w.summary(b))
-			}
-			if w.failed != nil {
-				r := w.failed
-				return nil, fmt.Errorf("run %s/%s ended %s (error %q) before reaching %s; %s", r.Namespace, r.Name, r.Status.Phase, r.Status.Error, b.UntilName, w.summary(b))
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("batch timed out after %v: %d of %d runs reached %s; %s", b.Timeout, len(w.reached), b.N, b.UntilName, w.summary(b))
-		}
+	if err := w.follow(ctx, b, events, created); err != nil {
+		return nil, err
 	}
-	var lastAt time.Time
-	res.ReachedAt = w.reached
-	for _, t := range w.reached {
-		res.Reached = append(res.Reached, t.Sub(res.FirstCreate))
-		if t.After(lastAt) {
-			lastAt = t
-		}
-	}
-	sort.Slice(res.Reached, func(i, j int) bool { return res.Reached[i] < res.Reached[j] })
-
+	lastAt := res.reached(w)
 	select {
 	case <-time.After(time.Until(lastAt.Add(b.Settle))):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	rev1, err := c.Revision(ctx)
-	if err != nil {
+	if err := c.measureBatch(ctx, b, res, marks); err != nil {
 		return nil, err
 	}
-	res.Writes, res.Window = rev1-rev0, time.Since(res.FirstCreate)
-	res.CPU = CPUNow(b.Manager).Sub(cpu0)
-	req1, err := c.APIRequests(ctx)
-	if err != nil {
-		return nil, err
-	}
-	res.Requests = req1.Sub(req0)
-	if b.Manager != nil {
-		sc, err := b.Manager.Scrape(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("scraping the manager after the batch: %w", err)
-		}
-		res.Reconcile = ReconcileTime(sc).Sub(hist0)
-		res.QueueWait = QueueWait(sc).Sub(queue0)
-		if res.Memory, err = b.Manager.Memory(); err != nil {
-			return nil, err
-		}
-	}
-	res.Phases, res.ModelCalls, res.FirstPhases = map[arv1.Phase]int{}, map[int64]int{}, map[arv1.Phase]int{}
-	for _, p := range w.firstPhase {
-		res.FirstPhases[p]++
-	}
-	for _, r := range w.last {
-		res.Phases[r.Status.Phase]++
-		res.ModelCalls[int64(r.Status.Usage.ModelCalls)]++
-	}
+	res.tally(w)
 	after, err := c.CountObjects(ctx, b.Namespace, w.want)
 	if err != nil {
 		return nil, err
@@ -360,6 +284,133 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// withDefaults fills in the batch's unset knobs.
+func (b Batch) withDefaults() Batch {
+	if b.Concurrency <= 0 {
+		b.Concurrency = 32
+	}
+	if b.Until == nil {
+		b.Until, b.UntilName = IsComplete, "Complete"
+	}
+	if b.Timeout <= 0 {
+		b.Timeout = 10 * time.Minute
+	}
+	if b.Settle <= 0 {
+		b.Settle = time.Second
+	}
+	return b
+}
+
+// batchMarks are the counters read before a batch, subtracted from the
+// same read after it.
+type batchMarks struct {
+	hist, queue Histogram
+	rev         int64
+	cpu         CPUSample
+	req         Requests
+}
+
+// markBatch reads the manager's histograms and the API server's revision
+// before the batch (the CPU and request counts are read by RunBatch, right
+// at the first create).
+func (c *Cluster) markBatch(ctx context.Context, b Batch) (batchMarks, error) {
+	var m batchMarks
+	if b.Manager != nil {
+		sc, err := b.Manager.Scrape(ctx)
+		if err != nil {
+			return m, fmt.Errorf("scraping the manager before the batch: %w", err)
+		}
+		m.hist, m.queue = ReconcileTime(sc), QueueWait(sc)
+	}
+	var err error
+	m.rev, err = c.Revision(ctx)
+	return m, err
+}
+
+// follow reads the watch until every run reached Until and every create
+// is done; it fails on a create's error, a run that ended otherwise, the
+// watch ending, or the batch's timeout.
+func (w *runWatch) follow(ctx context.Context, b Batch, events <-chan watch.Event, created <-chan error) error {
+	creating := true
+	for creating || len(w.reached) < b.N {
+		select {
+		case err := <-created:
+			creating = false
+			if err != nil {
+				return err
+			}
+		case ev, ok := <-events:
+			if !ok {
+				return fmt.Errorf("the watch of AgentRuns in %s ended early; %s", b.Namespace, w.summary(b))
+			}
+			if err := w.observe(ev, time.Now()); err != nil {
+				return fmt.Errorf("%w; %s", err, w.summary(b))
+			}
+			if w.failed != nil {
+				r := w.failed
+				return fmt.Errorf("run %s/%s ended %s (error %q) before reaching %s; %s", r.Namespace, r.Name, r.Status.Phase, r.Status.Error, b.UntilName, w.summary(b))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("batch timed out after %v: %d of %d runs reached %s; %s", b.Timeout, len(w.reached), b.N, b.UntilName, w.summary(b))
+		}
+	}
+	return nil
+}
+
+// reached records when each run reached Until, and returns the last time.
+func (r *BatchResult) reached(w *runWatch) time.Time {
+	var lastAt time.Time
+	r.ReachedAt = w.reached
+	for _, t := range w.reached {
+		r.Reached = append(r.Reached, t.Sub(r.FirstCreate))
+		if t.After(lastAt) {
+			lastAt = t
+		}
+	}
+	sort.Slice(r.Reached, func(i, j int) bool { return r.Reached[i] < r.Reached[j] })
+	return lastAt
+}
+
+// measureBatch reads what the batch cost: writes, CPU, API requests, and
+// the manager's reconcile and queue times and memory.
+func (c *Cluster) measureBatch(ctx context.Context, b Batch, res *BatchResult, marks batchMarks) error {
+	rev1, err := c.Revision(ctx)
+	if err != nil {
+		return err
+	}
+	res.Writes, res.Window = rev1-marks.rev, time.Since(res.FirstCreate)
+	res.CPU = CPUNow(b.Manager).Sub(marks.cpu)
+	req1, err := c.APIRequests(ctx)
+	if err != nil {
+		return err
+	}
+	res.Requests = req1.Sub(marks.req)
+	if b.Manager != nil {
+		sc, err := b.Manager.Scrape(ctx)
+		if err != nil {
+			return fmt.Errorf("scraping the manager after the batch: %w", err)
+		}
+		res.Reconcile = ReconcileTime(sc).Sub(marks.hist)
+		res.QueueWait = QueueWait(sc).Sub(marks.queue)
+		if res.Memory, err = b.Manager.Memory(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tally counts the runs' first and last phases and their model calls.
+func (r *BatchResult) tally(w *runWatch) {
+	r.Phases, r.ModelCalls, r.FirstPhases = map[arv1.Phase]int{}, map[int64]int{}, map[arv1.Phase]int{}
+	for _, p := range w.firstPhase {
+		r.FirstPhases[p]++
+	}
+	for _, run := range w.last {
+		r.Phases[run.Status.Phase]++
+		r.ModelCalls[int64(run.Status.Usage.ModelCalls)]++
+	}
 }
 
 // watchRuns watches the AgentRuns of ns from the current resourceVersion,

@@ -598,3 +598,40 @@ func TestCancelDuringAWriteKeepsTheEvidence(t *testing.T) {
 		t.Errorf("wire status %s lacks unresolved_write", b)
 	}
 }
+
+// TestToolRoutingPicksTheServer: with two servers that may both offer
+// read_doc, the blueprint alone cannot say which (the call fails closed);
+// the stage's tool_routing sends it to the one it names.
+func TestToolRoutingPicksTheServer(t *testing.T) {
+	a, b := mcptest.New(t, mcptest.Options{}), mcptest.New(t, mcptest.Options{})
+	startManager(t, managerOpts{})
+	manifest := fmt.Sprintf(`[agent]
+name = "tooling"
+[agent.title]
+enabled = false
+[mcp_servers.a]
+url = %q
+[mcp_servers.b]
+url = %q
+[stages.work]
+allow_complete = true
+[stages.work.tool_routing]
+read_doc = "b"
+[stages.work.model]
+models = [{provider = "demo", model = "scripted-1"}]
+[[stages.work.script]]
+tool_calls = [{name = "read_doc", arguments = '{"id": "x"}'}]
+[[stages.work.script]]
+complete = true
+output = "done"
+`, a.URL(), b.URL())
+	ns, run := toolRun(t, manifest)
+	waitFor(t, ns, "r", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if a.Executed("read_doc") != 0 || b.Executed("read_doc") != 1 {
+		t.Errorf("read_doc executed on a %d times, on b %d times; want only b, once", a.Executed("read_doc"), b.Executed("read_doc"))
+	}
+	c := entriesOf(t, ns, run, journal.ToolCallCompleted)
+	if len(c) != 1 || c[0].IsError {
+		t.Errorf("completions = %+v", c)
+	}
+}

@@ -1,4 +1,10 @@
-package controllers
+// Package caches holds what the reconciler reads through instead of the
+// API server: runs, with the copy of each run's last status write kept
+// until the informer catches up (so a reconcile never starts from a cache
+// that lags its own write), and the ConfigMaps and Secrets runs refer to,
+// read live only when their version changes. FinishedRunTransform keeps the
+// informer's copy of a finished run down to what is still read of it.
+package caches
 
 import (
 	"bytes"
@@ -18,19 +24,19 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
 
-// errStatusConflict: the run changed since it was read (a spec edit, or a
+// ErrStatusConflict says the run changed since it was read (a spec edit, or a
 // write this process has not seen yet); nothing was stored, and the run is
 // reconciled again from what the API server holds now.
-var errStatusConflict = errors.New("the run changed while it was reconciled")
+var ErrStatusConflict = errors.New("the run changed while it was reconciled")
 
-// runCache reads runs and writes their status. A run's status is written
+// Runs reads runs and writes their status. A run's status is written
 // by one merge patch per reconcile, computed against the copy the
 // reconcile started from and carrying its resourceVersion, so a stale copy
 // (or a second writer) fails on the conflict instead of overwriting. The
 // copy each write returns is kept until the informer cache has caught up
 // with it, so the next reconcile starts from what was written, not from a
 // cache that lags it.
-type runCache struct {
+type Runs struct {
 	cached client.Reader // runs, from the informer cache(s)
 	writer client.Client
 	live   client.Reader
@@ -40,16 +46,18 @@ type runCache struct {
 	written map[types.NamespacedName]*arv1.AgentRun
 	// gone holds the UID of each run the informer saw leave the cache
 	// (deleted, or gone to a shard another replica drives) until the
-	// reconcile of its name stops its work and forgets it (forgetGone).
+	// reconcile of its name stops its work and forgets it (Gone).
 	gone map[types.NamespacedName]types.UID
 }
 
-func newRunCache(cached client.Reader, w client.Client, live client.Reader) *runCache {
-	return &runCache{cached: cached, writer: w, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, gone: map[types.NamespacedName]types.UID{}}
+// NewRuns reads runs from cached (the informer cache or caches), writes
+// their status with w, and reads a run that changed under a write from live.
+func NewRuns(cached client.Reader, w client.Client, live client.Reader) *Runs {
+	return &Runs{cached: cached, writer: w, live: live, written: map[types.NamespacedName]*arv1.AgentRun{}, gone: map[types.NamespacedName]types.UID{}}
 }
 
 // Get returns the newest copy of the run known here, or nil when it is gone.
-func (c *runCache) Get(ctx context.Context, key types.NamespacedName) (*arv1.AgentRun, error) {
+func (c *Runs) Get(ctx context.Context, key types.NamespacedName) (*arv1.AgentRun, error) {
 	run := &arv1.AgentRun{}
 	if err := c.cached.Get(ctx, key, run); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -76,7 +84,7 @@ func newer(a, b string) bool {
 
 // Observed drops the kept copy of a run once the cache has caught up with
 // it (an informer event at or past it).
-func (c *runCache) Observed(run *arv1.AgentRun) {
+func (c *Runs) Observed(run *arv1.AgentRun) {
 	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,7 +95,7 @@ func (c *runCache) Observed(run *arv1.AgentRun) {
 
 // left notes a run the informer no longer holds: its UID waits for the
 // reconcile of its name (Gone).
-func (c *runCache) left(run *arv1.AgentRun) {
+func (c *Runs) left(run *arv1.AgentRun) {
 	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -101,7 +109,7 @@ func (c *runCache) left(run *arv1.AgentRun) {
 // it is the run the cache holds now (cur, nil when none), which came back;
 // either way it is no longer kept. A run deleted and created again under
 // its name is found here while its successor is in the cache.
-func (c *runCache) Gone(key types.NamespacedName, cur *arv1.AgentRun) (types.UID, bool) {
+func (c *Runs) Gone(key types.NamespacedName, cur *arv1.AgentRun) (types.UID, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	uid, ok := c.gone[key]
@@ -118,9 +126,9 @@ func (c *runCache) Gone(key types.NamespacedName, cur *arv1.AgentRun) (types.UID
 	return uid, true
 }
 
-// goneAgain puts back a gone run whose forgetting failed, unless another
+// GoneAgain puts back a gone run whose forgetting failed, unless another
 // left under its name meanwhile.
-func (c *runCache) goneAgain(key types.NamespacedName, uid types.UID) {
+func (c *Runs) GoneAgain(key types.NamespacedName, uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, newer := c.gone[key]; !newer {
@@ -128,9 +136,9 @@ func (c *runCache) goneAgain(key types.NamespacedName, uid types.UID) {
 	}
 }
 
-// drop forgets what is kept of a run no longer driven here (its shard
+// Drop forgets what is kept of a run no longer driven here (its shard
 // went to another replica).
-func (c *runCache) drop(key types.NamespacedName) {
+func (c *Runs) Drop(key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.gone, key)
@@ -142,7 +150,7 @@ func (c *runCache) drop(key types.NamespacedName) {
 // until then it fences a reconcile off the stale copy in the cache, which
 // would drive the finished run again (Observed drops it, or Gone once the
 // run is deleted). A gone run's UID stays for its reconcile (Gone).
-func (c *runCache) Forget(uid types.UID) {
+func (c *Runs) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, mine := range c.written {
@@ -154,7 +162,7 @@ func (c *runCache) Forget(uid types.UID) {
 
 // Has reports whether a written copy of the run, or its UID as gone, is
 // kept.
-func (c *runCache) Has(uid types.UID) bool {
+func (c *Runs) Has(uid types.UID) bool {
 	found := false
 	c.EachRun(func(u types.UID) { found = found || u == uid })
 	return found
@@ -162,7 +170,7 @@ func (c *runCache) Has(uid types.UID) bool {
 
 // EachRun calls fn with every run a written copy of is kept, and every
 // gone run not forgotten yet.
-func (c *runCache) EachRun(fn func(types.UID)) {
+func (c *Runs) EachRun(fn func(types.UID)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, mine := range c.written {
@@ -173,18 +181,13 @@ func (c *runCache) EachRun(fn func(types.UID)) {
 	}
 }
 
-// PatchStatus writes after's status under before's resourceVersion;
-// nothing is sent when the status is unchanged.
-// On success after holds what the API server stored. On a conflict the run
-// is read live, so the next reconcile starts from the stored version.
-func (c *runCache) PatchStatus(ctx context.Context, before, after *arv1.AgentRun) error {
-	_, err := c.patchStatus(ctx, before, after)
-	return err
-}
-
-// patchStatus is PatchStatus that also says whether a write was stored.
-func (c *runCache) patchStatus(ctx context.Context, before, after *arv1.AgentRun) (bool, error) {
-	if sameStatus(&before.Status, &after.Status) {
+// PatchStatus writes after's status under before's resourceVersion and
+// says whether a write was stored; nothing is sent when the status is
+// unchanged. On success after holds what the API server stored. On a
+// conflict (ErrStatusConflict) the run is read live, so the next reconcile
+// starts from the stored version.
+func (c *Runs) PatchStatus(ctx context.Context, before, after *arv1.AgentRun) (bool, error) {
+	if SameStatus(&before.Status, &after.Status) {
 		return false, nil
 	}
 	err := c.writeStatus(ctx, before, after)
@@ -200,7 +203,7 @@ func (c *runCache) patchStatus(ctx context.Context, before, after *arv1.AgentRun
 		return true, nil
 	case apierrors.IsConflict(err):
 		c.refresh(ctx, key)
-		return false, errStatusConflict
+		return false, ErrStatusConflict
 	case apierrors.IsNotFound(err):
 		return false, nil // deleted meanwhile; its deletion is handled on its own
 	}
@@ -215,7 +218,7 @@ func (c *runCache) patchStatus(ctx context.Context, before, after *arv1.AgentRun
 // write's cost to it (and costs this process two encodings and a diff). A
 // finished run's cached copy holds only part of its status
 // (FinishedRunTransform), so only what changed is sent, as a merge patch.
-func (c *runCache) writeStatus(ctx context.Context, before, after *arv1.AgentRun) error {
+func (c *Runs) writeStatus(ctx context.Context, before, after *arv1.AgentRun) error {
 	if before.Status.Phase.IsTerminal() {
 		return c.writer.Status().Patch(ctx, after, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	}
@@ -227,7 +230,7 @@ func (c *runCache) writeStatus(ctx context.Context, before, after *arv1.AgentRun
 // the write: its watch event can arrive before the write's response, and
 // then no later event would drop the copy (a finished run's never comes),
 // so every such run would be held twice.
-func (c *runCache) dropIfCached(ctx context.Context, key types.NamespacedName, kept *arv1.AgentRun) {
+func (c *Runs) dropIfCached(ctx context.Context, key types.NamespacedName, kept *arv1.AgentRun) {
 	cached := &arv1.AgentRun{}
 	if err := c.cached.Get(ctx, key, cached); err != nil || cached.UID != kept.UID || newer(kept.ResourceVersion, cached.ResourceVersion) {
 		return
@@ -239,17 +242,17 @@ func (c *runCache) dropIfCached(ctx context.Context, key types.NamespacedName, k
 	c.mu.Unlock()
 }
 
-// sameStatus compares statuses as they are stored: two that serialise
+// SameStatus compares statuses as they are stored: two that serialise
 // alike (an empty list and none, a time with and without its nanoseconds)
 // are the same, so no write is made for a difference nobody can see.
-func sameStatus(a, b *arv1.AgentRunStatus) bool {
+func SameStatus(a, b *arv1.AgentRunStatus) bool {
 	ja, errA := json.Marshal(a)
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 // refresh keeps the run as the API server holds it now.
-func (c *runCache) refresh(ctx context.Context, key types.NamespacedName) {
+func (c *Runs) refresh(ctx context.Context, key types.NamespacedName) {
 	fresh := &arv1.AgentRun{}
 	c.mu.Lock()
 	delete(c.written, key)
@@ -266,7 +269,7 @@ func (c *runCache) refresh(ctx context.Context, key types.NamespacedName) {
 // informer cache yet) waits on ref ("Kind/name"): a Secret or ConfigMap
 // created just after a run parked on it must wake it even when its event
 // reaches this process before the run's own.
-func (c *runCache) WaitingOn(namespace, ref string) []types.NamespacedName {
+func (c *Runs) WaitingOn(namespace, ref string) []types.NamespacedName {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []types.NamespacedName
@@ -279,17 +282,23 @@ func (c *runCache) WaitingOn(namespace, ref string) []types.NamespacedName {
 }
 
 // Kept reports how many written copies are held (tests and metrics).
-func (c *runCache) Kept() int {
+func (c *Runs) Kept() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.written)
 }
 
-// cacheHandler tells the run cache what the informer has seen, and wakes
-// a run that left it so that its reconcile forgets it (the controller's
-// own delete event may be handled before this handler's).
+// Handler is the informer event handler that tells the cache what the
+// informer has seen, and wakes a run that left it (with wake) so that its
+// reconcile forgets it (the controller's own delete event may be handled
+// before this handler's).
+func (c *Runs) Handler(wake func(...types.NamespacedName)) toolscache.ResourceEventHandler {
+	return cacheHandler{runs: c, wake: wake}
+}
+
+// cacheHandler is Handler.
 type cacheHandler struct {
-	runs *runCache
+	runs *Runs
 	wake func(...types.NamespacedName)
 }
 

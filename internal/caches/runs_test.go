@@ -1,4 +1,4 @@
-package controllers
+package caches
 
 import (
 	"context"
@@ -25,21 +25,21 @@ func TestWrittenCopyGoesWhenTheCacheAlreadyHasIt(t *testing.T) {
 	build := func() client.Client {
 		return fake.NewClientBuilder().WithScheme(scheme).WithObjects(run.DeepCopy()).WithStatusSubresource(&arv1.AgentRun{}).Build()
 	}
-	write := func(c *runCache, live client.Client) {
+	write := func(c *Runs, live client.Client) {
 		before := &arv1.AgentRun{}
 		if err := live.Get(context.Background(), client.ObjectKeyFromObject(run), before); err != nil {
 			t.Fatal(err)
 		}
 		after := before.DeepCopy()
 		after.Status.Phase = arv1.PhaseComplete
-		if written, err := c.patchStatus(context.Background(), before, after); err != nil || !written {
-			t.Fatalf("patchStatus: written %v, %v", written, err)
+		if written, err := c.PatchStatus(context.Background(), before, after); err != nil || !written {
+			t.Fatalf("PatchStatus: written %v, %v", written, err)
 		}
 	}
 
 	// The cache is the API server itself: it holds the write at once.
 	live := build()
-	c := newRunCache(live, live, live)
+	c := NewRuns(live, live, live)
 	write(c, live)
 	if n := c.Kept(); n != 0 {
 		t.Errorf("%d copies kept of a write the cache already held, want 0", n)
@@ -47,7 +47,7 @@ func TestWrittenCopyGoesWhenTheCacheAlreadyHasIt(t *testing.T) {
 
 	// A cache that lags (a copy of the run as it was before the write).
 	live, stale := build(), build()
-	c = newRunCache(stale, live, live)
+	c = NewRuns(stale, live, live)
 	write(c, live)
 	if n := c.Kept(); n != 1 {
 		t.Errorf("%d copies kept of a write the cache has not seen, want 1", n)

@@ -1,10 +1,11 @@
 package controllers
 
+// Tool offer: which tools the model is offered in a turn, and which
+// servers' tools are left out (and why).
+
 import (
 	"context"
 	"slices"
-
-	corev1 "k8s.io/api/core/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -91,19 +92,6 @@ func hidesBlocking(stage *blueprint.Stage, tool string, unattended bool) bool {
 		return true
 	}
 	return unattended && !stage.Requires(tool)
-}
-
-// warnUnoffered says where people look that the model was not offered a
-// server's tools this turn, with the remedy.
-func (r *AgentRunReconciler) warnUnoffered(run *arv1.AgentRun, o *offer) {
-	for _, sk := range o.skipped {
-		reason := arv1.BlockerToolServerUnavailable
-		if sk.blocker != "" {
-			reason = sk.blocker
-		}
-		r.recorder.Eventf(run, nil, corev1.EventTypeWarning, string(reason), "OfferTools",
-			"The tools of MCP server %q are not offered to the model this turn: %s", sk.server, clipTo(sk.why, 600))
-	}
 }
 
 // offerable is a server's listed tools the model may be offered: within the

@@ -1,8 +1,9 @@
-package controllers
+package caches
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
@@ -15,7 +16,9 @@ import (
 // follows the runs in flight, not history: a finished run's task, record
 // and flags are never read from the cache again (the kubectl plugin and
 // webhook bodies read the API server). Managed fields go from every run.
-func FinishedRunTransform() toolscache.TransformFunc {
+// Of a finished run's annotations only those named in keep stay (the
+// GitOps marks retention reads).
+func FinishedRunTransform(keep []string) toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		run, ok := in.(*arv1.AgentRun)
 		if !ok {
@@ -38,10 +41,9 @@ func FinishedRunTransform() toolscache.TransformFunc {
 			// A child: its parent's roll-up, merge and wait_for_agent read these.
 			run.Status.Usage, run.Status.TreeUsage, run.Status.FinalOutput, run.Status.Error = st.Usage, st.TreeUsage, st.FinalOutput, st.Error
 		}
-		// Annotations only matter for the GitOps marks retention reads.
 		if len(run.Annotations) > 0 {
 			kept := map[string]string{}
-			for _, m := range gitOpsMarks {
+			for _, m := range keep {
 				if v, ok := run.Annotations[m]; ok {
 					kept[m] = v
 				}
@@ -50,4 +52,18 @@ func FinishedRunTransform() toolscache.TransformFunc {
 		}
 		return run, nil
 	}
+}
+
+// Namespaces restricts a cache to the namespaces of a namespace-scoped
+// install (nil: every namespace). The manager's cache and the shard caches
+// use it alike.
+func Namespaces(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	only := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		only[ns] = cache.Config{}
+	}
+	return only
 }

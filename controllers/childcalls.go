@@ -1,5 +1,10 @@
 package controllers
 
+// Child calls: the agent tools a run uses on its own children
+// (wait_for_agent, check_agent, send_to_agent, kill_agent), carried out in the
+// reconcile against the child AgentRuns, and the messages a parent leaves
+// on a child.
+
 import (
 	"context"
 	"encoding/json"

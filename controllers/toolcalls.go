@@ -1,5 +1,9 @@
 package controllers
 
+// Tool calls: the run's next tool call resolved (a built-in tool, or the
+// blueprint MCP server that offers it, with its token and listing),
+// journalled as an intent, and carried out off the reconcile path.
+
 import (
 	"context"
 	"errors"

@@ -1,4 +1,4 @@
-package controllers
+package caches
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// refCache reads the ConfigMaps and Secrets runs refer to (provider
+// Refs reads the ConfigMaps and Secrets runs refer to (provider
 // configs, blueprints, API keys, tool tokens) without a GET per step: the
 // metadata-only informer says which resourceVersion is current, and the
 // data is read live only when that version is not held already. Secret
 // data lives only here, never in an informer cache.
-type refCache struct {
+type Refs struct {
 	cached client.Reader // metadata, from the informer cache
 	live   client.Reader
 
@@ -33,26 +33,28 @@ type refData struct {
 	parsed any
 }
 
-func newRefCache(cached, live client.Reader) *refCache {
-	return &refCache{cached: cached, live: live, m: map[refKey]refData{}}
+// NewRefs reads metadata from cached (a metadata-only informer cache) and
+// data from live.
+func NewRefs(cached, live client.Reader) *Refs {
+	return &Refs{cached: cached, live: live, m: map[refKey]refData{}}
 }
 
 // ConfigMap returns a ConfigMap's data and resourceVersion; found is false
 // when it does not exist.
-func (c *refCache) ConfigMap(ctx context.Context, ns, name string) (data map[string]string, rv string, found bool, err error) {
+func (c *Refs) ConfigMap(ctx context.Context, ns, name string) (data map[string]string, rv string, found bool, err error) {
 	d, found, err := c.get(ctx, refKey{"ConfigMap", ns, name})
 	return d.configData, d.rv, found, err
 }
 
 // Secret returns a Secret's data and resourceVersion; found is false when
 // it does not exist.
-func (c *refCache) Secret(ctx context.Context, ns, name string) (data map[string][]byte, rv string, found bool, err error) {
+func (c *Refs) Secret(ctx context.Context, ns, name string) (data map[string][]byte, rv string, found bool, err error) {
 	d, found, err := c.get(ctx, refKey{"Secret", ns, name})
 	return d.secretData, d.rv, found, err
 }
 
 // Parsed returns what remember stored for the object at version rv.
-func (c *refCache) Parsed(kind, ns, name, rv string) (any, bool) {
+func (c *Refs) Parsed(kind, ns, name, rv string) (any, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.m[refKey{kind, ns, name}]
@@ -63,7 +65,7 @@ func (c *refCache) Parsed(kind, ns, name, rv string) (any, bool) {
 }
 
 // Remember memoises a parse of the object at version rv.
-func (c *refCache) Remember(kind, ns, name, rv string, parsed any) {
+func (c *Refs) Remember(kind, ns, name, rv string, parsed any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := refKey{kind, ns, name}
@@ -73,7 +75,7 @@ func (c *refCache) Remember(kind, ns, name, rv string, parsed any) {
 	}
 }
 
-func (c *refCache) get(ctx context.Context, k refKey) (refData, bool, error) {
+func (c *Refs) get(ctx context.Context, k refKey) (refData, bool, error) {
 	meta := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: k.kind}}
 	err := c.cached.Get(ctx, client.ObjectKey{Namespace: k.namespace, Name: k.name}, meta)
 	switch {
@@ -92,7 +94,7 @@ func (c *refCache) get(ctx context.Context, k refKey) (refData, bool, error) {
 	return c.read(ctx, k)
 }
 
-func (c *refCache) read(ctx context.Context, k refKey) (refData, bool, error) {
+func (c *Refs) read(ctx context.Context, k refKey) (refData, bool, error) {
 	key := client.ObjectKey{Namespace: k.namespace, Name: k.name}
 	var d refData
 	var err error
@@ -124,7 +126,7 @@ func (c *refCache) read(ctx context.Context, k refKey) (refData, bool, error) {
 }
 
 // Forget drops an object (it was deleted).
-func (c *refCache) Forget(kind, ns, name string) {
+func (c *Refs) Forget(kind, ns, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, refKey{kind, ns, name})

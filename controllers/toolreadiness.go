@@ -1,5 +1,8 @@
 package controllers
 
+// Tool readiness: a stage's model call is held until every tool of its
+// required_tools can be called.
+
 import (
 	"context"
 	"fmt"
