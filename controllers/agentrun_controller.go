@@ -436,7 +436,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 	}
 	if err := r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(key.Namespace),
 		client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
-		r.runs.goneAgain(key, uid)
+		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the journal of deleted run %s: %w", key, err)
 	}
 	return nil
