@@ -267,3 +267,79 @@ func TestNetworkPolicySelectsTheManager(t *testing.T) {
 		t.Errorf("egress rules allow DNS %v, the API server %v; want both", dns, api)
 	}
 }
+
+// TestMonitoringScrapesWithAMetricsReaderToken: config/monitoring's
+// PodMonitor scrapes over HTTPS with the token Secret of its scraper
+// ServiceAccount, and the API server (SubjectAccessReview, through the real
+// kubectl auth can-i) lets that ServiceAccount get /metrics once
+// config/default's metrics-reader ClusterRole and config/monitoring's
+// binding are in place, while a ServiceAccount bound to nothing may not.
+func TestMonitoringScrapesWithAMetricsReaderToken(t *testing.T) {
+	var reader []*unstructured.Unstructured
+	for _, u := range render(t, "default") {
+		if u.GetKind() == "ClusterRole" && u.GetName() == "agentrun-metrics-reader" {
+			reader = append(reader, u)
+		}
+	}
+	if len(reader) != 1 {
+		t.Fatal("config/default has no agentrun-metrics-reader ClusterRole")
+	}
+	var apply []*unstructured.Unstructured
+	var monitor *unstructured.Unstructured
+	secrets := map[string]string{}
+	for _, u := range render(t, "monitoring") {
+		switch u.GetKind() {
+		case "PodMonitor":
+			monitor = u
+		case "Secret":
+			secrets[u.GetName()] = u.GetAnnotations()["kubernetes.io/service-account.name"]
+		case "ServiceAccount", "ClusterRoleBinding":
+			apply = append(apply, u)
+		}
+	}
+	if monitor == nil {
+		t.Fatal("config/monitoring has no PodMonitor")
+	}
+	eps, _, _ := unstructured.NestedSlice(monitor.Object, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 {
+		t.Fatalf("PodMonitor endpoints %v", eps)
+	}
+	ep := eps[0].(map[string]any)
+	secret, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+	if ep["scheme"] != "https" || secrets[secret] == "" {
+		t.Fatalf("the PodMonitor scrapes %v with credentials %q, want https with a ServiceAccount token Secret of config/monitoring (%v)", ep["scheme"], secret, secrets)
+	}
+	sa := "system:serviceaccount:" + monitor.GetNamespace() + ":" + secrets[secret]
+
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	canI := func(as string) string {
+		out, _ := testenv.Kubectl(kubeconfig, "auth", "can-i", "get", "/metrics", "--as="+as)
+		return strings.TrimSpace(out)
+	}
+	if got := canI(sa); got != "no" {
+		t.Fatalf("%s may get /metrics before anything is applied: %q", sa, got)
+	}
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range append(reader, apply...) {
+		if ns := u.GetNamespace(); ns != "" {
+			if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Create(context.Background(), u); err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	if got := canI(sa); got != "yes" {
+		t.Errorf("kubectl auth can-i get /metrics --as=%s: %q, want yes", sa, got)
+	}
+	if got := canI("system:serviceaccount:" + monitor.GetNamespace() + ":default"); got != "no" {
+		t.Errorf("a ServiceAccount bound to nothing may get /metrics: %q", got)
+	}
+}
