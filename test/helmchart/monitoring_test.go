@@ -153,7 +153,9 @@ func TestMetricsValues(t *testing.T) {
 		return one[appsv1.Deployment](t, objs, "Deployment", "").Spec.Template.Spec.Containers[0].Args
 	}
 	def := renderChart(t, nil).objs
-	if a := args(def); slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--metrics-secure") || strings.HasPrefix(s, "--metrics-cert-dir") }) {
+	if a := args(def); slices.ContainsFunc(a, func(s string) bool {
+		return strings.HasPrefix(s, "--metrics-secure") || strings.HasPrefix(s, "--metrics-cert-dir")
+	}) {
 		t.Errorf("default args %v set the metrics' security", a)
 	}
 
