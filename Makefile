@@ -38,16 +38,18 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 	$(MAKE) --no-print-directory chart
 
-# The Helm chart carries the generated CRDs and the manager's RBAC rules as
-# copies, so it cannot drift from config/ (test/helmchart fails when the
-# copies differ).
+# The Helm chart carries the generated CRDs, the manager's RBAC rules and
+# config/monitoring's alerts and dashboard as copies, so it cannot drift from
+# config/ (verify-generated and test/helmchart fail when the copies differ).
 CHART_DIR ?= charts/agentrun-operator
 
 .PHONY: chart
-chart: ## Copy the generated CRDs and manager RBAC rules from config/ into the Helm chart.
+chart: ## Copy the generated CRDs, manager RBAC rules, alerts and dashboard from config/ into the Helm chart.
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
+	cp config/monitoring/prometheusrule.yaml $(CHART_DIR)/files/prometheusrule.yaml
+	cp config/monitoring/grafana-dashboard.json $(CHART_DIR)/files/grafana-dashboard.json
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) api-docs ## Generate deepcopy code and the API reference (docs/api-reference.md).

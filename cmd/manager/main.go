@@ -21,7 +21,9 @@ import (
 
 func main() {
 	var o manager.Options
-	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS to scrapers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview; the metrics-reader ClusterRole grants it). false: plain HTTP, open to whoever reaches the port.")
+	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory holding the metrics endpoint's tls.crt and tls.key (reloaded when they change); empty: a self-signed certificate made at start.")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "", "Address Go's profiles (/debug/pprof) are served on; off when empty. For profiling the manager, never expose it.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so only one manager replica drives runs at a time (with --shards above 1, the leader only sweeps unused snapshots; every replica drives its shards).")

@@ -240,7 +240,8 @@ func TestRunbooksExist(t *testing.T) {
 
 // TestKustomizeRenders: `kubectl kustomize config/monitoring` (the real
 // kubectl) renders the dashboard ConfigMap for Grafana's sidecar, holding
-// the dashboard file unchanged, beside the PodMonitor and PrometheusRule.
+// the dashboard file unchanged, beside the PodMonitor and PrometheusRule,
+// every namespaced object in agentrun-system.
 func TestKustomizeRenders(t *testing.T) {
 	out, err := exec.Command(testenv.KubectlPath(), "kustomize", filepath.Join(testenv.RepoRoot(), "config", "monitoring")).Output()
 	if err != nil {
@@ -265,7 +266,7 @@ func TestKustomizeRenders(t *testing.T) {
 			t.Fatal(err)
 		}
 		kinds[obj.Kind] = true
-		if obj.Metadata.Namespace != "agentrun-system" {
+		if clusterScoped := strings.HasPrefix(obj.Kind, "Cluster"); clusterScoped != (obj.Metadata.Namespace != "agentrun-system") {
 			t.Errorf("%s %s in namespace %q, want agentrun-system", obj.Kind, obj.Metadata.Name, obj.Metadata.Namespace)
 		}
 		if obj.Kind == "ConfigMap" {

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
@@ -42,8 +41,16 @@ import (
 
 // Options are the manager's knobs, one per command-line flag.
 type Options struct {
+	// MetricsAddr is where the Prometheus endpoint listens ("0": off).
 	MetricsAddr string
-	ProbeAddr   string
+	// MetricsSecure serves it over HTTPS behind the API server's
+	// authentication and authorization (cmd/manager's default); false,
+	// plain HTTP (tests, the local runner).
+	MetricsSecure bool
+	// MetricsCertDir holds the endpoint's tls.crt and tls.key; empty, a
+	// self-signed certificate.
+	MetricsCertDir string
+	ProbeAddr      string
 	// PprofAddr serves Go's profiles (/debug/pprof) when set.
 	PprofAddr      string
 	LeaderElection bool
@@ -237,7 +244,7 @@ func ctrlOptions(o Options) ctrl.Options {
 		// Managed fields are never read; dropping them from the cache saves
 		// memory on every cached object.
 		Cache:                   cacheOptions(o.Namespaces, o.Shards > 1),
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 metricsServer(MetricsOptions{BindAddress: o.MetricsAddr, Secure: o.MetricsSecure, CertDir: o.MetricsCertDir}),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElection,

@@ -117,7 +117,9 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
 
 // TestNamespacedOverlayHoldsOnlyRoles: config/namespaced renders, the API
 // server accepts it, nothing in it grants the manager's ServiceAccount
-// anything cluster-wide, its Deployment passes --namespaces, and every
+// anything cluster-wide but creating TokenReviews and SubjectAccessReviews
+// (its HTTPS metrics endpoint's checks, which read nothing), its
+// Deployment passes --namespaces, and every
 // Role it gives the manager in a watched namespace holds exactly the
 // namespaced rules of the cluster-wide ClusterRole (generated from the
 // RBAC markers), so the two installs cannot drift apart.
@@ -139,7 +141,7 @@ func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
 			// ClusterAgentToolPolicies are the cluster admin's: a
 			// namespace-scoped install cannot read them, and its runs are
 			// governed by their namespaces' AgentToolPolicies alone.
-			if x != "namespaces" && x != "endpointslices" && !strings.HasPrefix(x, "clusteragenttoolpolicies") {
+			if !slices.Contains(clusterScoped, x) && x != "endpointslices" && !strings.HasPrefix(x, "clusteragenttoolpolicies") {
 				res = append(res, x)
 			}
 		}
@@ -151,11 +153,21 @@ func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
 
 	objs := render(t, "namespaced")
 	dryRun(t, objs)
+	clusterRoles := map[string]*rbacv1.ClusterRole{}
+	for _, u := range objs {
+		if u.GetKind() == "ClusterRole" {
+			clusterRoles[u.GetName()] = convert[rbacv1.ClusterRole](t, u)
+		}
+	}
+	reviewsOnly := []string{"authentication.k8s.io tokenreviews create []", "authorization.k8s.io subjectaccessreviews create []"}
 	tenants := 0
 	for _, u := range objs {
 		switch u.GetKind() {
 		case "ClusterRoleBinding":
-			t.Errorf("the namespaced overlay has ClusterRoleBinding %s", u.GetName())
+			b := convert[rbacv1.ClusterRoleBinding](t, u)
+			if cr := clusterRoles[b.RoleRef.Name]; cr == nil || !slices.Equal(grants(cr.Rules), reviewsOnly) {
+				t.Errorf("the namespaced overlay's ClusterRoleBinding %s grants more than %v: %v", b.Name, reviewsOnly, cr)
+			}
 		case "Deployment":
 			d := convert[struct {
 				Spec struct {
@@ -180,6 +192,10 @@ func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
 		t.Errorf("config/namespaced has %d tenant Roles, want one per example namespace (2)", tenants)
 	}
 }
+
+// clusterScoped are the resources of the manager's ClusterRole that no Role
+// can grant.
+var clusterScoped = []string{"namespaces", "tokenreviews", "subjectaccessreviews"}
 
 // TestClusterRoleSecretVerbsAreDocumented: docs/security.md states exactly
 // the verbs the cluster-wide install holds on Secrets.
@@ -252,5 +268,81 @@ func TestNetworkPolicySelectsTheManager(t *testing.T) {
 	}
 	if !dns || !api {
 		t.Errorf("egress rules allow DNS %v, the API server %v; want both", dns, api)
+	}
+}
+
+// TestMonitoringScrapesWithAMetricsReaderToken: config/monitoring's
+// PodMonitor scrapes over HTTPS with the token Secret of its scraper
+// ServiceAccount, and the API server (SubjectAccessReview, through the real
+// kubectl auth can-i) lets that ServiceAccount get /metrics once
+// config/default's metrics-reader ClusterRole and config/monitoring's
+// binding are in place, while a ServiceAccount bound to nothing may not.
+func TestMonitoringScrapesWithAMetricsReaderToken(t *testing.T) {
+	var reader []*unstructured.Unstructured
+	for _, u := range render(t, "default") {
+		if u.GetKind() == "ClusterRole" && u.GetName() == "agentrun-metrics-reader" {
+			reader = append(reader, u)
+		}
+	}
+	if len(reader) != 1 {
+		t.Fatal("config/default has no agentrun-metrics-reader ClusterRole")
+	}
+	var apply []*unstructured.Unstructured
+	var monitor *unstructured.Unstructured
+	secrets := map[string]string{}
+	for _, u := range render(t, "monitoring") {
+		switch u.GetKind() {
+		case "PodMonitor":
+			monitor = u
+		case "Secret":
+			secrets[u.GetName()] = u.GetAnnotations()["kubernetes.io/service-account.name"]
+		case "ServiceAccount", "ClusterRoleBinding":
+			apply = append(apply, u)
+		}
+	}
+	if monitor == nil {
+		t.Fatal("config/monitoring has no PodMonitor")
+	}
+	eps, _, _ := unstructured.NestedSlice(monitor.Object, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 {
+		t.Fatalf("PodMonitor endpoints %v", eps)
+	}
+	ep := eps[0].(map[string]any)
+	secret, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+	if ep["scheme"] != "https" || secrets[secret] == "" {
+		t.Fatalf("the PodMonitor scrapes %v with credentials %q, want https with a ServiceAccount token Secret of config/monitoring (%v)", ep["scheme"], secret, secrets)
+	}
+	sa := "system:serviceaccount:" + monitor.GetNamespace() + ":" + secrets[secret]
+
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	canI := func(as string) string {
+		out, _ := testenv.Kubectl(kubeconfig, "auth", "can-i", "get", "/metrics", "--as="+as)
+		return strings.TrimSpace(out)
+	}
+	if got := canI(sa); got != "no" {
+		t.Fatalf("%s may get /metrics before anything is applied: %q", sa, got)
+	}
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range append(reader, apply...) {
+		if ns := u.GetNamespace(); ns != "" {
+			if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Create(context.Background(), u); err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	if got := canI(sa); got != "yes" {
+		t.Errorf("kubectl auth can-i get /metrics --as=%s: %q, want yes", sa, got)
+	}
+	if got := canI("system:serviceaccount:" + monitor.GetNamespace() + ":default"); got != "no" {
+		t.Errorf("a ServiceAccount bound to nothing may get /metrics: %q", got)
 	}
 }

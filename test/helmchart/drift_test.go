@@ -86,7 +86,7 @@ func TestChartManagerRulesAreTheGeneratedRole(t *testing.T) {
 // TestChartEqualsTheKustomizeInstall: with default values, every object of
 // config/default (kubectl kustomize) has its counterpart in the chart with
 // the same rules, policy and pod: the leader-election Role, the people's
-// ClusterRoles, the admission policy, the Deployment (replicas, arguments,
+// ClusterRoles and the scrapers' metrics-reader, the admission policy, the Deployment (replicas, arguments,
 // environment, probes, security contexts, resources) and the
 // PodDisruptionBudget; the bindings name the chart's roles and
 // ServiceAccount.
@@ -110,7 +110,7 @@ func TestChartEqualsTheKustomizeInstall(t *testing.T) {
 	if crb.RoleRef.Name != one[rbacv1.ClusterRole](t, c, "ClusterRole", "-manager").Name || !reflect.DeepEqual(crb.Subjects, subject) {
 		t.Errorf("ClusterRoleBinding %s binds %s to %v", crb.Name, crb.RoleRef.Name, crb.Subjects)
 	}
-	for _, suffix := range []string{"-viewer", "-editor", "-answerer", "-toolpolicy-admin", "-toolpolicy-namespace-admin", "-toolpolicy-reader"} {
+	for _, suffix := range []string{"-viewer", "-editor", "-answerer", "-metrics-reader", "-toolpolicy-admin", "-toolpolicy-namespace-admin", "-toolpolicy-reader"} {
 		kr, cr := one[rbacv1.ClusterRole](t, k, "ClusterRole", suffix), one[rbacv1.ClusterRole](t, c, "ClusterRole", suffix)
 		if !equality.Semantic.DeepEqual(kr.Rules, cr.Rules) {
 			t.Errorf("ClusterRole %s grants %v, config/default's %v", cr.Name, cr.Rules, kr.Rules)

@@ -51,4 +51,5 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 
 // helmOrKubectlFlag are the flags of helm and kubectl commands the README
 // shows, not the manager's.
-var helmOrKubectlFlag = map[string]bool{"create-namespace": true, "server-side": true, "clusterrole": true, "user": true, "force-conflicts": true}
+var helmOrKubectlFlag = map[string]bool{"create-namespace": true, "server-side": true, "clusterrole": true, "user": true, "force-conflicts": true,
+	"set": true, "serviceaccount": true, "strict": true}

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -70,8 +71,9 @@ func controlPlane(t *testing.T) *testenv.Env {
 // completes once it exists, a fan-out creates and finishes its workers, and
 // a checkpoint is answered by a user bound to the chart's answerer role
 // (whose answer under another name the chart's policy refuses). The manager
-// holds the shard Leases, serves its probes and metrics on the chart's
-// ports, and logs no refused request.
+// holds the shard Leases, serves its probes on the chart's port and its
+// metrics over HTTPS to an authorized scraper only, and logs no refused
+// request.
 func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	e := controlPlane(t)
 	admin, err := e.Kubeconfig(t.TempDir())
@@ -130,7 +132,7 @@ func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	t.Logf("demo driven in %s", time.Since(start).Round(time.Millisecond))
 
 	checkShardLeases(t, c, d)
-	mgr.checkMetrics(t)
+	mgr.checkMetrics(t, admin, releaseNS, one[rbacv1.ClusterRole](t, r.objs, "ClusterRole", "-metrics-reader").Name)
 	mgr.stop(t)
 	for _, line := range strings.Split(mgr.log.String(), "\n") {
 		if strings.Contains(strings.ToLower(line), "forbidden") {
@@ -170,9 +172,11 @@ func checkGrants(t *testing.T, kubeconfig, sa string) {
 		{[]string{"update", "leases.coordination.k8s.io", "-n", releaseNS}, "yes"},
 		{[]string{"update", "leases.coordination.k8s.io", "-n", "team-a"}, "no"},
 		{[]string{"delete", "pods", "-n", releaseNS}, "no"},
+		// The HTTPS metrics endpoint's checks of a scraper.
+		{[]string{"create", "tokenreviews.authentication.k8s.io"}, "yes"},
+		{[]string{"create", "subjectaccessreviews.authorization.k8s.io"}, "yes"},
 	} {
-		out, _ := testenv.Kubectl(kubeconfig, append([]string{"auth", "can-i", "--as=" + sa}, c.args...)...)
-		if got := strings.TrimSpace(out); got != c.want {
+		if got := canI(kubeconfig, sa, c.args...); got != c.want {
 			t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), sa, got, c.want)
 		}
 	}
@@ -212,6 +216,16 @@ func checkPodAdmission(t *testing.T, kubeconfig string, d *appsv1.Deployment) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// canI asks the API server, with the real kubectl auth can-i (a
+// SubjectAccessReview), whether user may do what args say: "yes" or "no",
+// the last line of kubectl's answer (a cluster-scoped resource comes after
+// a warning).
+func canI(kubeconfig, user string, args ...string) string {
+	out, _ := testenv.Kubectl(kubeconfig, append([]string{"auth", "can-i", "--as=" + user}, args...)...)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates with the
 // token the TokenRequest API issued for the chart's ServiceAccount: what

@@ -2,6 +2,7 @@ package helmchart_test
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -82,7 +83,7 @@ func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *manage
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			env = append(env, e.Name+"="+podName)
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			env = append(env, e.Name+"="+releaseNS)
+			env = append(env, e.Name+"="+d.Namespace)
 		case e.ValueFrom == nil:
 			env = append(env, e.Name+"="+e.Value)
 		default:
@@ -113,14 +114,61 @@ func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *manage
 	}
 }
 
-// checkMetrics: the metrics endpoint the Service targets serves the
-// operator's metrics.
-func (m *managerProcess) checkMetrics(t *testing.T) {
+// checkMetrics: the metrics endpoint the Service targets serves HTTPS, and
+// the operator's metrics only to a scraper whose token the API server
+// authenticates and authorizes: a ServiceAccount bound, with the real
+// kubectl, to the chart's metrics-reader ClusterRole (reader) is served
+// them, a request without a token is refused with 401, and a ServiceAccount
+// bound to nothing with 403.
+func (m *managerProcess) checkMetrics(t *testing.T, admin, ns, reader string) {
 	t.Helper()
-	code, body := get("http://" + m.metrics + "/metrics")
-	if code != http.StatusOK || !strings.Contains(body, "agentrun_runs{") {
-		t.Errorf("GET /metrics: %d, agentrun_runs present %v", code, strings.Contains(body, "agentrun_runs{"))
+	token := func(sa string) string {
+		if _, err := testenv.Kubectl(admin, "create", "serviceaccount", sa, "-n", ns); err != nil {
+			t.Fatal(err)
+		}
+		if sa == "prometheus" {
+			if _, err := testenv.Kubectl(admin, "create", "clusterrolebinding", ns+"-prometheus", "--clusterrole="+reader, "--serviceaccount="+ns+":"+sa); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := testenv.Kubectl(admin, "create", "token", sa, "-n", ns, "--duration=1h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
 	}
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{{"no token", "", http.StatusUnauthorized}, {"a ServiceAccount bound to nothing", token("nobody"), http.StatusForbidden},
+		{"a ServiceAccount bound to " + reader, token("prometheus"), http.StatusOK}} {
+		code, body := scrape("https://"+m.metrics+"/metrics", c.token)
+		served := strings.Contains(body, "agentrun_runs{")
+		if code != c.want || served != (c.want == http.StatusOK) {
+			t.Errorf("GET https://%s/metrics as %s: %d (agentrun_runs served: %v), want %d", m.metrics, c.who, code, served, c.want)
+		}
+	}
+}
+
+// scrape GETs url over HTTPS with a bearer token (none when empty). The
+// manager's certificate is self-signed, as the chart's default
+// serviceMonitor.tlsConfig accepts.
+func scrape(url, token string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // stop sends SIGTERM, as the kubelet does, and waits for a clean exit

@@ -50,7 +50,14 @@ type rendered struct {
 // release agentrun-operator in agentrun-system with vals over the defaults.
 func renderChart(t *testing.T, vals map[string]any) rendered {
 	t.Helper()
-	r, err := tryRender(loadChart(t), vals)
+	return renderRelease(t, releaseName, releaseNS, vals)
+}
+
+// renderRelease renders the chart as renderChart does, for release name in
+// namespace ns.
+func renderRelease(t *testing.T, name, ns string, vals map[string]any) rendered {
+	t.Helper()
+	r, err := tryRenderRelease(loadChart(t), name, ns, vals)
 	if err != nil {
 		t.Fatalf("rendering the chart with %v: %v", vals, err)
 	}
@@ -58,9 +65,13 @@ func renderChart(t *testing.T, vals map[string]any) rendered {
 }
 
 func tryRender(c *chart.Chart, vals map[string]any) (rendered, error) {
+	return tryRenderRelease(c, releaseName, releaseNS, vals)
+}
+
+func tryRenderRelease(c *chart.Chart, name, ns string, vals map[string]any) (rendered, error) {
 	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = releaseName, releaseNS
+	install.ReleaseName, install.Namespace = name, ns
 	kv, err := chartutil.ParseKubeVersion(testenv.KubeVersion)
 	if err != nil {
 		return rendered{}, err

@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
@@ -24,13 +25,14 @@ import (
 
 // TestDefaultValuesRender: the default install is the ServiceAccount, the
 // manager's ClusterRole and binding, the Lease Role and binding, the three
-// people's ClusterRoles, the admission policy and binding, the Deployment
-// of config/manager's image, its PodDisruptionBudget and the metrics
-// Service selecting its pods; no ServiceMonitor; every namespaced object in
-// the release namespace.
+// people's ClusterRoles and the scrapers' metrics-reader, the admission
+// policy and binding, the Deployment of config/manager's image, its
+// PodDisruptionBudget and the metrics Service selecting its pods; no
+// ServiceMonitor, PrometheusRule, dashboard or NetworkPolicy; every
+// namespaced object in the release namespace.
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
-	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 4, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 5, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1}
 	got := map[string]int{}
 	for _, u := range objs {
@@ -63,7 +65,7 @@ func TestDefaultValuesRender(t *testing.T) {
 	}
 	svc := one[corev1.Service](t, objs, "Service", "-metrics")
 	if !selectsMap(svc.Spec.Selector, d.Spec.Template.Labels) || len(svc.Spec.Ports) != 1 ||
-		portOf(d.Spec.Template.Spec.Containers[0], svc.Spec.Ports[0].TargetPort.String()) != 8080 || svc.Spec.Ports[0].Name != "metrics" {
+		portOf(d.Spec.Template.Spec.Containers[0], svc.Spec.Ports[0].TargetPort.String()) != 8443 || svc.Spec.Ports[0].Name != "metrics" {
 		t.Errorf("metrics Service selector %v ports %+v does not reach the pods' metrics port", svc.Spec.Selector, svc.Spec.Ports)
 	}
 }
@@ -134,7 +136,7 @@ serviceAccount: {annotations: {iam.example/role: agentrun}}
 	if d.Spec.Template.Annotations["sidecar.istio.io/inject"] != "false" || d.Spec.Template.Labels["team"] != "platform" {
 		t.Errorf("pod metadata %v %v", d.Spec.Template.Annotations, d.Spec.Template.Labels)
 	}
-	if sa := one[corev1.ServiceAccount](t, objs, "ServiceAccount", ""); sa.Annotations["iam.example/role"] != "agentrun" {
+	if sa := one[corev1.ServiceAccount](t, objs, "ServiceAccount", "operator"); sa.Annotations["iam.example/role"] != "agentrun" {
 		t.Errorf("ServiceAccount annotations %v", sa.Annotations)
 	}
 
@@ -152,6 +154,28 @@ serviceAccount: {annotations: {iam.example/role: agentrun}}
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" ||
 		sm.Spec.Endpoints[0].Interval != "15s" || sm.Spec.Endpoints[0].ScrapeTimeout != "5s" || !sm.Spec.Endpoints[0].HonorLabels {
 		t.Errorf("ServiceMonitor endpoints %+v, want the Service's port %q every 15s, honouring the metrics' namespace label", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+	}
+	checkScraper(t, objs, sm)
+}
+
+// checkScraper: the ServiceMonitor scrapes over HTTPS with the token Secret
+// of the chart's scraper ServiceAccount, which is bound to the chart's
+// metrics-reader ClusterRole, and accepts the self-signed certificate.
+func checkScraper(t *testing.T, objs []*unstructured.Unstructured, sm *serviceMonitor) {
+	t.Helper()
+	ep := sm.Spec.Endpoints[0]
+	if ep.Scheme != "https" || ep.Authorization.Type != "Bearer" || ep.Authorization.Credentials.Key != "token" || ep.TLSConfig["insecureSkipVerify"] != true {
+		t.Errorf("ServiceMonitor endpoint scheme %q authorization %+v tlsConfig %v, want https with a bearer token", ep.Scheme, ep.Authorization, ep.TLSConfig)
+	}
+	secret := one[corev1.Secret](t, objs, "Secret", "-metrics-scraper-token")
+	sa := one[corev1.ServiceAccount](t, objs, "ServiceAccount", "-metrics-scraper")
+	if secret.Name != ep.Authorization.Credentials.Name || secret.Type != corev1.SecretTypeServiceAccountToken || secret.Annotations[corev1.ServiceAccountNameKey] != sa.Name {
+		t.Errorf("the ServiceMonitor's credentials %q: Secret %s of type %s for %q, want a token of %s", ep.Authorization.Credentials.Name, secret.Name, secret.Type, secret.Annotations[corev1.ServiceAccountNameKey], sa.Name)
+	}
+	b := one[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "-metrics-scraper")
+	reader := one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-metrics-reader")
+	if b.RoleRef.Name != reader.Name || len(b.Subjects) != 1 || b.Subjects[0].Name != sa.Name || b.Subjects[0].Namespace != sa.Namespace {
+		t.Errorf("ClusterRoleBinding %s binds %s to %v, want %s to %s/%s", b.Name, b.RoleRef.Name, b.Subjects, reader.Name, sa.Namespace, sa.Name)
 	}
 }
 
@@ -172,6 +196,14 @@ type serviceMonitor struct {
 			Interval      string `json:"interval"`
 			ScrapeTimeout string `json:"scrapeTimeout"`
 			HonorLabels   bool   `json:"honorLabels"`
+			Authorization struct {
+				Type        string `json:"type"`
+				Credentials struct {
+					Name string `json:"name"`
+					Key  string `json:"key"`
+				} `json:"credentials"`
+			} `json:"authorization"`
+			TLSConfig map[string]any `json:"tlsConfig"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -219,7 +251,7 @@ func TestRefusedValues(t *testing.T) {
 		vals map[string]any
 		want string
 	}{
-		{map[string]any{"shards": 0}, "shards must be at least 1"},
+		{map[string]any{"shards": 0}, "at '/shards': minimum: got 0, want 1"},
 		{map[string]any{"replicas": 2, "shards": 1, "leaderElect": false}, "need leaderElect: true"},
 		{map[string]any{"serviceAccount": map[string]any{"create": false}}, "serviceAccount.name is required"},
 	} {
@@ -284,7 +316,8 @@ func TestEveryValueIsDocumented(t *testing.T) {
 
 // objectValues are values documented as one object (a Kubernetes field
 // passed through whole), not key by key.
-var objectValues = map[string]bool{"resources": true, "podSecurityContext": true, "securityContext": true}
+var objectValues = map[string]bool{"resources": true, "podSecurityContext": true, "securityContext": true,
+	"serviceMonitor.tlsConfig": true, "grafanaDashboard.labels": true}
 
 // flatten records the dotted path of every leaf: a scalar, a list, an empty
 // map or one of objectValues.
@@ -345,6 +378,10 @@ func compact(t *testing.T, v any) string {
 		return x
 	case nil:
 		return "null"
+	case map[string]any:
+		if len(x) > 0 {
+			return oneLine(x)
+		}
 	}
 	out, err := yaml.Marshal(v)
 	if err != nil {
@@ -377,6 +414,13 @@ func oneLine(v any) string {
 			parts[i] = oneLine(e)
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
+	case string:
+		// Quoted where YAML would read it as another type ("1").
+		out, err := yaml.Marshal(x)
+		if err != nil {
+			return x
+		}
+		return strings.TrimSpace(string(out))
 	default:
 		return fmt.Sprint(x)
 	}

@@ -73,9 +73,10 @@ type Manager struct {
 }
 
 // StartManager runs the manager binary against the cluster with
-// --kubeconfig, --metrics-bind-address on a free loopback port and
-// --health-probe-bind-address=0 and --egress-allow-cidr=127.0.0.1/32 (the
-// harness's servers are on loopback), followed by extra (flags the caller passes
+// --kubeconfig, --metrics-bind-address on a free loopback port served as
+// plain HTTP (--metrics-secure=false), --health-probe-bind-address=0 and
+// --egress-allow-cidr=127.0.0.1/32 (the harness's servers are on
+// loopback), followed by extra (flags the caller passes
 // through, such as --max-concurrent-reconciles=32). Its stderr and stdout go
 // to a file in logDir. It returns once the AgentRun controller has started
 // its workers (its caches are synced), read from the manager's log ("Starting
@@ -98,6 +99,8 @@ func (c *Cluster) StartManager(ctx context.Context, logDir string, extra ...stri
 		LogPath:    log.Name(),
 		Args: append([]string{"--kubeconfig=" + c.Kubeconfig,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
+			// Plain HTTP: the harness scrapes without a token.
+			"--metrics-secure=false",
 			"--health-probe-bind-address=0",
 			// The harness's servers (the hung MCP server) listen on loopback,
 			// which the egress policy refuses by default: opted in here, as a

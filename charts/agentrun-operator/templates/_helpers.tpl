@@ -60,3 +60,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "replicas above 1 with shards 1 need leaderElect: true, else every replica drives every run" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The manager's ServiceAccount as the one subject of a binding. */}}
+{{- define "agentrun-operator.managerSubject" -}}
+- kind: ServiceAccount
+  name: {{ include "agentrun-operator.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- end -}}
+
+{{/*
+The manager's rules a Role can grant: files/manager-role.yaml less the
+cluster-scoped resources (Namespaces, TokenReviews, SubjectAccessReviews)
+and the one EndpointSlice read in the default namespace, which the
+namespace-scoped install grants apart.
+*/}}
+{{- define "agentrun-operator.namespacedRules" -}}
+{{- $out := list -}}
+{{- range (.Files.Get "files/manager-role.yaml" | fromYaml).rules -}}
+{{- $res := without .resources "namespaces" "tokenreviews" "subjectaccessreviews" "endpointslices" -}}
+{{- if $res -}}
+{{- $out = append $out (set (deepCopy .) "resources" $res) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
