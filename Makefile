@@ -125,9 +125,36 @@ build: ## Build the manager and the kubectl plugin into bin/ (static, the Docker
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/kubectl-agentrun ./cmd/kubectl-agentrun
 
+# RUN_ARGS passes flags to hack/run-local, e.g. `make run RUN_ARGS=--verbose`.
+RUN_ARGS ?=
+
+# `make run` is quiet up to its hints: the steps before it run silently (a
+# first run still says what it builds once), and run-local is exec'd, so
+# make waits on it directly. Ctrl-C stops run-local cleanly (exit 0), and as
+# run-local takes the terminal's foreground, make itself is not interrupted
+# (it would re-raise the SIGINT and end with status 130): `make run` exits 0.
 .PHONY: run
-run: manifests generate controlplane build ## Run the operator: against $$KUBECONFIG if reachable, else a local control plane.
-	go run ./hack/run-local
+run: ## Run the operator: against $$KUBECONFIG if reachable, else a local control plane.
+	@$(MAKE) --no-print-directory -s manifests generate controlplane build
+	@go build -o $(LOCALBIN)/run-local ./hack/run-local
+	@exec $(LOCALBIN)/run-local $(RUN_ARGS)
+
+# The krew plugin archive for this machine and a copy of plugins/agentrun.yaml
+# carrying its sha256, so `kubectl krew install --manifest --archive` can
+# install the plugin from a local build (the committed manifest's sums are
+# placeholders until a release).
+KREW_DIR ?= $(LOCALBIN)/krew
+KREW_PLATFORM ?= $(shell go env GOOS)_$(shell go env GOARCH)
+
+.PHONY: plugin-archive
+plugin-archive: build ## Build bin/krew/kubectl-agentrun_<os>_<arch>.tar.gz and bin/krew/agentrun.yaml with its sha256.
+	@mkdir -p $(KREW_DIR)
+	@tar -C $(LOCALBIN) -czf $(KREW_DIR)/kubectl-agentrun_$(KREW_PLATFORM).tar.gz kubectl-agentrun
+	@sum=$$(sha256sum $(KREW_DIR)/kubectl-agentrun_$(KREW_PLATFORM).tar.gz | cut -d' ' -f1) && \
+		grep -q 'kubectl-agentrun_$(KREW_PLATFORM)\.tar\.gz' plugins/agentrun.yaml || { echo "plugins/agentrun.yaml has no archive for $(KREW_PLATFORM)"; exit 1; } && \
+		sed '/kubectl-agentrun_$(KREW_PLATFORM)\.tar\.gz/{n;s/"0\{64\}" # placeholder: computed at release/"'"$$sum"'" # this machine'"'"'s build/;}' plugins/agentrun.yaml > $(KREW_DIR)/agentrun.yaml && \
+		grep -q "$$sum" $(KREW_DIR)/agentrun.yaml || { echo "no placeholder sha256 for $(KREW_PLATFORM) in plugins/agentrun.yaml"; exit 1; }
+	@echo ">> $(KREW_DIR)/kubectl-agentrun_$(KREW_PLATFORM).tar.gz and $(KREW_DIR)/agentrun.yaml (its sha256 filled in)"
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(LOCALBIN)

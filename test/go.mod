@@ -16,6 +16,7 @@ replace github.com/agentrun-dev/agentrun-operator => ../
 require (
 	github.com/agentrun-dev/agentrun-operator v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.4
+	golang.org/x/sys v0.48.0
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2
@@ -154,7 +155,6 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

@@ -1191,7 +1191,7 @@ type PendingCall struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ar,categories=agentrun
+// +kubebuilder:resource:shortName=ar,categories=agentrun-all
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.spec.agent`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.waitingOn.summary`

@@ -16,7 +16,7 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ara
+// +kubebuilder:resource:shortName=ara,categories=agentrun-all
 // +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.run`
 // +kubebuilder:printcolumn:name="Point",type=string,JSONPath=`.spec.point`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`

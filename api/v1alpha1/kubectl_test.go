@@ -238,10 +238,24 @@ func TestKubectlGetColumns(t *testing.T) {
 		rows, before, after := getTable(t, header, "get", "agentrun", "-n", ns)
 		check(t, rows, before, after, false)
 	})
-	t.Run("category agentrun holds exactly agentruns", func(t *testing.T) {
-		out := kubectl(t, "api-resources", "--categories=agentrun", "-o", "name")
-		if got := strings.Fields(out); !slices.Equal(got, []string{"agentruns.agentrun.dev"}) {
-			t.Fatalf("resources in category agentrun = %q, want [agentruns.agentrun.dev]", got)
+	// kubectl expands a category before it looks up a resource name, so a
+	// category named like the singular "agentrun" would turn `kubectl get
+	// agentrun NAME` into a get across every resource of the category. The
+	// category has a name of its own and holds the runs and their answers.
+	t.Run("category agentrun-all holds runs and answers", func(t *testing.T) {
+		out := kubectl(t, "api-resources", "--categories=agentrun-all", "-o", "name")
+		if got := strings.Fields(out); !slices.Equal(got, []string{"agentrunanswers.agentrun.dev", "agentruns.agentrun.dev"}) {
+			t.Fatalf("resources in category agentrun-all = %q, want [agentrunanswers.agentrun.dev agentruns.agentrun.dev]", got)
+		}
+		if got := strings.Fields(kubectl(t, "api-resources", "--categories=agentrun", "-o", "name")); len(got) != 0 {
+			t.Fatalf("category agentrun, which would shadow the singular name, holds %q", got)
+		}
+		// A category lists kind/name, as it may span several kinds.
+		out = kubectl(t, "get", "agentrun-all", "-n", ns)
+		for _, r := range runs {
+			if !strings.Contains(out, "agentrun.agentrun.dev/"+r.name+" ") {
+				t.Errorf("kubectl get agentrun-all lacks run %s:\n%s", r.name, out)
+			}
 		}
 	})
 	t.Run("get one by name", func(t *testing.T) {

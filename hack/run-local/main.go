@@ -57,9 +57,12 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo), zap.ConsoleEncoder()))
 
+	giveBack := takeTerminal()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o, kubeconfig, local, demo)
 	stop()
+	giveBack()
+	// Stopped by Ctrl-C or SIGTERM, run returns nil: a clean stop exits 0.
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "run-local:", err)
 		os.Exit(1)
@@ -106,22 +109,26 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 	if err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
+	if err := defaultNamespace(path, demoNamespace); err != nil {
+		return fmt.Errorf("writing the kubeconfig: %w", err)
+	}
 	if err := applyDemo(ctx, env.Config); err != nil {
 		return err
 	}
-	fmt.Printf(`>> Local control plane ready at %s; the AgentRun CRD and the demo (namespace agentrun-demo) are applied.
->> In another terminal:
+	root := testenv.RepoRoot()
+	fmt.Printf(`>> Local control plane ready at %s; the AgentRun CRDs and the demo (namespace %s) are applied.
+>> In another terminal (the README's tour goes on from here):
      export KUBECONFIG=%s
-     export PATH=%s:$PATH        # the kubectl built with the control plane, if you have none
-     kubectl get agentruns -A -w
+     export PATH=%s:%s:$PATH   # the kubectl-agentrun plugin make run built, and the matching kubectl
+     kubectl get agentruns -A
    One run waits for its provider's Secret. Create it and watch the run continue by itself:
      kubectl create secret generic demo-model-key -n agentrun-demo --from-literal=api-key=anything
-   One run waits on a person at a checkpoint, then asks a question (make build puts the plugin in bin/):
-     kubectl describe agentrun deploy-release -n agentrun-demo
-     PATH=$PWD/bin:$PATH kubectl agentrun approve deploy-release -n agentrun-demo
-     PATH=$PWD/bin:$PATH kubectl agentrun answer deploy-release production -n agentrun-demo
+   One run waits on a person at a checkpoint, then asks a question:
+     kubectl agentrun describe deploy-release -n agentrun-demo
+     kubectl agentrun approve deploy-release -n agentrun-demo
+     kubectl agentrun answer deploy-release production -n agentrun-demo
 >> Ctrl-C stops the manager and the control plane. The runs' progress follows (--verbose: the manager's full log).
-`, env.Config.Host, path, filepath.Dir(testenv.KubectlPath()))
+`, env.Config.Host, demoNamespace, path, filepath.Join(root, "bin"), filepath.Dir(testenv.KubectlPath()))
 	go printPhases(ctx, env.Config, os.Stdout)
 	return manager.Run(ctx, env.Config, o)
 }
@@ -149,4 +156,24 @@ func reachableCluster() (*rest.Config, bool) {
 // applyDemo creates the objects in config/demo, leaving any that exist.
 func applyDemo(ctx context.Context, cfg *rest.Config) error {
 	return manifests.CreateDir(ctx, cfg, filepath.Join(testenv.RepoRoot(), "config", "demo"))
+}
+
+// demoNamespace is where config/demo puts its runs.
+const demoNamespace = "agentrun-demo"
+
+// defaultNamespace makes ns the namespace of the kubeconfig's current
+// context: the local control plane exists for the demo, so a bare `kubectl
+// get agentruns` there shows the demo's runs instead of an empty default
+// namespace.
+func defaultNamespace(path, ns string) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return err
+	}
+	c, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return fmt.Errorf("%s has no current context", path)
+	}
+	c.Namespace = ns
+	return clientcmd.WriteToFile(*cfg, path)
 }
