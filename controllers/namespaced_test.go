@@ -60,10 +60,22 @@ func namespacedOverlayRoles(t *testing.T) map[string]*rbacv1.Role {
 		t.Fatalf("kubectl kustomize config/namespaced: %v", err)
 	}
 	roles := map[string]*rbacv1.Role{}
+	clusterRoles := map[string]*rbacv1.ClusterRole{}
+	var bindings []*rbacv1.ClusterRoleBinding
 	for _, u := range decodeYAML(t, out) {
 		switch u.GetKind() {
+		case "ClusterRole":
+			r := &rbacv1.ClusterRole{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
+				t.Fatal(err)
+			}
+			clusterRoles[r.Name] = r
 		case "ClusterRoleBinding":
-			t.Errorf("the namespaced overlay has ClusterRoleBinding %s", u.GetName())
+			b := &rbacv1.ClusterRoleBinding{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b); err != nil {
+				t.Fatal(err)
+			}
+			bindings = append(bindings, b)
 		case "Role":
 			if _, seen := roles[u.GetName()]; seen {
 				continue
@@ -75,7 +87,31 @@ func namespacedOverlayRoles(t *testing.T) map[string]*rbacv1.Role {
 			roles[r.Name] = r
 		}
 	}
+	// The one cluster-wide grant allowed: creating the TokenReviews and
+	// SubjectAccessReviews that authenticate and authorize a metrics
+	// scraper (they read nothing).
+	for _, b := range bindings {
+		cr := clusterRoles[b.RoleRef.Name]
+		if cr == nil || !onlyReviews(cr.Rules) {
+			t.Errorf("the namespaced overlay binds ClusterRole %s cluster-wide (%s), which grants more than creating token and access reviews", b.RoleRef.Name, b.Name)
+		}
+	}
 	return roles
+}
+
+// onlyReviews: rules that only create TokenReviews and SubjectAccessReviews.
+func onlyReviews(rules []rbacv1.PolicyRule) bool {
+	for _, r := range rules {
+		if len(r.NonResourceURLs) > 0 || len(r.Verbs) != 1 || r.Verbs[0] != "create" {
+			return false
+		}
+		for _, res := range r.Resources {
+			if res != "tokenreviews" && res != "subjectaccessreviews" {
+				return false
+			}
+		}
+	}
+	return len(rules) > 0
 }
 
 // serviceAccountConfig creates the ServiceAccount, binds the given rules in

@@ -37,12 +37,15 @@ import (
 // anything needs fixing. It reads only; a Secret is read to see that its
 // key is there, and no value is ever printed.
 
-// expectedCRDs are the resources this build of the plugin reads and
-// writes, each served and stored at arv1.GroupVersion (a test compares
-// them with config/crd/bases).
+// expectedCRDs are the resources of this build's install: the runs and
+// answers the plugin reads and writes, and the tool policies the manager
+// reads, each served and stored at arv1.GroupVersion (a test compares them
+// with config/crd/bases).
 var expectedCRDs = []struct{ plural, kind string }{
 	{"agentruns", "AgentRun"},
 	{"agentrunanswers", "AgentRunAnswer"},
+	{"agenttoolpolicies", "AgentToolPolicy"},
+	{"clusteragenttoolpolicies", "ClusterAgentToolPolicy"},
 }
 
 // managerLabel is the label of the manager's pods, in the kustomize
