@@ -25,14 +25,15 @@ import (
 
 // TestDefaultValuesRender: the default install is the ServiceAccount, the
 // manager's ClusterRole and binding, the Lease Role and binding, the three
-// people's ClusterRoles and the scrapers' metrics-reader, the admission
+// people's ClusterRoles, the scrapers' metrics-reader and the three tool
+// policy roles (admin, namespace admin, reader), the admission
 // policy and binding, the Deployment of config/manager's image, its
 // PodDisruptionBudget and the metrics Service selecting its pods; no
 // ServiceMonitor, PrometheusRule, dashboard or NetworkPolicy; every
 // namespaced object in the release namespace.
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
-	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 5, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 8, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1}
 	got := map[string]int{}
 	for _, u := range objs {

@@ -70,14 +70,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 The manager's rules a Role can grant: files/manager-role.yaml less the
-cluster-scoped resources (Namespaces, TokenReviews, SubjectAccessReviews)
-and the one EndpointSlice read in the default namespace, which the
-namespace-scoped install grants apart.
+cluster-scoped resources (Namespaces, TokenReviews, SubjectAccessReviews,
+ClusterAgentToolPolicies: the cluster admin's, which a namespace-scoped
+install does not read) and the one EndpointSlice read in the default
+namespace, which the namespace-scoped install grants apart.
 */}}
 {{- define "agentrun-operator.namespacedRules" -}}
 {{- $out := list -}}
 {{- range (.Files.Get "files/manager-role.yaml" | fromYaml).rules -}}
-{{- $res := without .resources "namespaces" "tokenreviews" "subjectaccessreviews" "endpointslices" -}}
+{{- $res := without .resources "namespaces" "tokenreviews" "subjectaccessreviews" "endpointslices" "clusteragenttoolpolicies" "clusteragenttoolpolicies/status" -}}
 {{- if $res -}}
 {{- $out = append $out (set (deepCopy .) "resources" $res) -}}
 {{- end -}}
