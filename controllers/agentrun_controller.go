@@ -434,8 +434,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}
-	if err := r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(key.Namespace),
-		client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
+	if err := r.deleteObjectsOf(ctx, key.Namespace, uid); err != nil {
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the journal of deleted run %s: %w", key, err)
 	}

@@ -126,8 +126,7 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 			return err
 		}
 	}
-	if err := r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(run.Namespace),
-		client.MatchingLabels{store.LabelRunUID: string(run.UID)}); err != nil {
+	if err := r.deleteObjectsOf(ctx, run.Namespace, run.UID); err != nil {
 		return fmt.Errorf("deleting the objects of run %s: %w", run.Name, err)
 	}
 	err = r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy("Background"))
@@ -137,6 +136,13 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 	r.pool.Cancel(run.UID)
 	r.forget(run.UID)
 	return nil
+}
+
+// deleteObjectsOf deletes the ConfigMaps a run owns (its journal chunks,
+// which hold its output), where no garbage collector does it.
+func (r *AgentRunReconciler) deleteObjectsOf(ctx context.Context, ns string, uid types.UID) error {
+	return r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns),
+		client.MatchingLabels{store.LabelRunUID: string(uid)})
 }
 
 // deleteChildrenOf deletes the children of a run that is gone, where no
