@@ -323,7 +323,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	if err := mgr.Add(r.sweeper()); err != nil {
 		return err
 	}
-	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})
+	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})
 	if err := r.observeWrites(mgr); err != nil {
 		return err
 	}

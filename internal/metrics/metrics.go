@@ -19,6 +19,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 )
 
 var (
@@ -113,6 +114,11 @@ type Circuits interface {
 	States(now time.Time) []circuit.State
 }
 
+// Buckets are the model-call rate-limit buckets (ratelimit.Limiter).
+type Buckets interface {
+	Stats() []ratelimit.BucketStats
+}
+
 // Sources are what the scrape-time gauges are read from; any may be nil
 // (its gauges are then left out).
 type Sources struct {
@@ -120,6 +126,7 @@ type Sources struct {
 	Runs     client.Reader
 	Pool     Pool
 	Circuits Circuits
+	Buckets  Buckets
 	// RunsInMemory counts the runs the manager keeps state of in memory.
 	RunsInMemory func() int
 	// Now is the manager's clock (the one status timestamps are written
@@ -174,14 +181,17 @@ func RecordCall(namespace, agent, provider, outcome string, took time.Duration, 
 }
 
 var (
-	runsDesc     = prometheus.NewDesc("agentrun_runs", "Runs by namespace and phase.", []string{"namespace", "phase"}, nil)
-	waitingDesc  = prometheus.NewDesc("agentrun_runs_waiting", "Parked runs by namespace, waiting reason and whether they need a person.", []string{"namespace", "reason", "needs_a_person"}, nil)
-	oldestDesc   = prometheus.NewDesc("agentrun_runs_waiting_oldest_seconds", "How long the longest-parked run has waited (since status.waitingOn.since), by namespace, waiting reason and whether it needs a person.", []string{"namespace", "reason", "needs_a_person"}, nil)
-	blockersDesc = prometheus.NewDesc("agentrun_setup_blockers", "Runs parked on NeedsSetup by namespace and blocker.", []string{"namespace", "blocker"}, nil)
-	poolDesc     = prometheus.NewDesc("agentrun_executor_slots", "Executor pool slots by state (busy, total).", []string{"state"}, nil)
-	queueDesc    = prometheus.NewDesc("agentrun_executor_waiting_runs", "Runs with a step due that wait for a free executor slot (the pool's or their MCP server's lane).", nil, nil)
-	memoryDesc   = prometheus.NewDesc("agentrun_runs_in_memory", "Runs this replica keeps state of in memory: the runs it drives; a finished, deleted or handed-over run leaves none.", nil, nil)
-	circuitDesc  = prometheus.NewDesc("agentrun_circuit_open", "1 while a provider's circuit is open, 0 for one with failures below the threshold or half-open; providers without recent failures are absent.", []string{"namespace", "provider"}, nil)
+	runsDesc        = prometheus.NewDesc("agentrun_runs", "Runs by namespace and phase.", []string{"namespace", "phase"}, nil)
+	waitingDesc     = prometheus.NewDesc("agentrun_runs_waiting", "Parked runs by namespace, waiting reason and whether they need a person.", []string{"namespace", "reason", "needs_a_person"}, nil)
+	oldestDesc      = prometheus.NewDesc("agentrun_runs_waiting_oldest_seconds", "How long the longest-parked run has waited (since status.waitingOn.since), by namespace, waiting reason and whether it needs a person.", []string{"namespace", "reason", "needs_a_person"}, nil)
+	blockersDesc    = prometheus.NewDesc("agentrun_setup_blockers", "Runs parked on NeedsSetup by namespace and blocker.", []string{"namespace", "blocker"}, nil)
+	poolDesc        = prometheus.NewDesc("agentrun_executor_slots", "Executor pool slots by state (busy, total).", []string{"state"}, nil)
+	queueDesc       = prometheus.NewDesc("agentrun_executor_waiting_runs", "Runs with a step due that wait for a free executor slot (the pool's or their MCP server's lane).", nil, nil)
+	memoryDesc      = prometheus.NewDesc("agentrun_runs_in_memory", "Runs this replica keeps state of in memory: the runs it drives; a finished, deleted or handed-over run leaves none.", nil, nil)
+	bucketCallsDesc = prometheus.NewDesc("agentrun_model_bucket_calls", "Model calls of a rate-limit bucket (a provider account and model) by state: in_flight, or waiting for the bucket's limits.", []string{"provider", "model", "state"}, nil)
+	learnedDesc     = prometheus.NewDesc("agentrun_model_learned_requests_per_second", "The request rate this replica learned from a provider's 429s for a model with no requests_per_minute declared; absent until one is learned.", []string{"provider", "model"}, nil)
+	pausedDesc      = prometheus.NewDesc("agentrun_model_bucket_paused", "1 while a bucket's calls wait out a provider's Retry-After, else 0.", []string{"provider", "model"}, nil)
+	circuitDesc     = prometheus.NewDesc("agentrun_circuit_open", "1 while a provider's circuit is open, 0 for one with failures below the threshold or half-open; providers without recent failures are absent.", []string{"namespace", "provider"}, nil)
 )
 
 // stateCollector reads runs from the cache, and the pool and circuits, at
@@ -192,7 +202,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, memoryDesc, circuitDesc} {
+	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, memoryDesc, circuitDesc, bucketCallsDesc, learnedDesc, pausedDesc} {
 		ch <- d
 	}
 }
@@ -216,8 +226,46 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if src.Circuits != nil {
 		collectCircuits(ch, src.Circuits.States(now))
 	}
+	if src.Buckets != nil {
+		collectBuckets(ch, src.Buckets.Stats(), now)
+	}
 	if src.Runs != nil {
 		collectRuns(ch, src.Runs, now)
+	}
+}
+
+// collectBuckets reports the rate-limit buckets by provider and model,
+// summing the accounts that share both (their rates add up).
+func collectBuckets(ch chan<- prometheus.Metric, stats []ratelimit.BucketStats, now time.Time) {
+	type sum struct {
+		inFlight, waiting int
+		learned           float64
+		paused            bool
+	}
+	sums := map[[2]string]*sum{}
+	for _, b := range stats {
+		k := [2]string{b.Provider, b.Model}
+		s := sums[k]
+		if s == nil {
+			s = &sum{}
+			sums[k] = s
+		}
+		s.inFlight += b.InFlight
+		s.waiting += b.Waiting
+		s.learned += b.LearnedPerSecond
+		s.paused = s.paused || b.PausedUntil.After(now)
+	}
+	for k, s := range sums {
+		ch <- prometheus.MustNewConstMetric(bucketCallsDesc, prometheus.GaugeValue, float64(s.inFlight), k[0], k[1], "in_flight")
+		ch <- prometheus.MustNewConstMetric(bucketCallsDesc, prometheus.GaugeValue, float64(s.waiting), k[0], k[1], "waiting")
+		paused := 0.0
+		if s.paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, paused, k[0], k[1])
+		if s.learned > 0 {
+			ch <- prometheus.MustNewConstMetric(learnedDesc, prometheus.GaugeValue, s.learned, k[0], k[1])
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
+	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 )
 
 type pool struct{ size, busy, waiting int }
@@ -119,5 +120,38 @@ func countPrefix(m map[string]float64, p string) int {
 func TestUnregisteredCollectorReportsNothing(t *testing.T) {
 	if got := gather(t, &stateCollector{}); len(got) != 0 {
 		t.Fatalf("an unregistered collector reported %v", got)
+	}
+}
+
+type buckets []ratelimit.BucketStats
+
+func (b buckets) Stats() []ratelimit.BucketStats { return b }
+
+// TestBucketGauges: accounts sharing a provider and model add up, a pause
+// counts only while its Retry-After lies ahead, and a learned rate is
+// reported only once one was learned.
+func TestBucketGauges(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := buckets{
+		{Provider: "openai", Model: "gpt", InFlight: 3, Waiting: 2, LearnedPerSecond: 20, PausedUntil: now.Add(time.Second)},
+		{Provider: "openai", Model: "gpt", InFlight: 1, Waiting: 0, LearnedPerSecond: 5},
+		{Provider: "anthropic", Model: "claude", InFlight: 7, PausedUntil: now.Add(-time.Second)},
+	}
+	got := gather(t, &stateCollector{src: Sources{Buckets: src, Now: func() time.Time { return now }}})
+	want := map[string]float64{
+		"agentrun_model_bucket_calls{model=gpt,provider=openai,state=in_flight}":       4,
+		"agentrun_model_bucket_calls{model=gpt,provider=openai,state=waiting}":         2,
+		"agentrun_model_bucket_paused{model=gpt,provider=openai}":                      1,
+		"agentrun_model_learned_requests_per_second{model=gpt,provider=openai}":        25,
+		"agentrun_model_bucket_calls{model=claude,provider=anthropic,state=in_flight}": 7,
+		"agentrun_model_bucket_paused{model=claude,provider=anthropic}":                0,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if _, ok := got["agentrun_model_learned_requests_per_second{model=claude,provider=anthropic}"]; ok {
+		t.Errorf("a bucket that learned no rate reports one: %v", got)
 	}
 }

@@ -56,14 +56,18 @@ type Request struct {
 	Limits    Limits // the bucket's limits as configured now; the latest call's limits win
 	Namespace string // fairness is across namespaces within one bucket
 	Tokens    int64  // estimated tokens of the call (prompt estimate + expected completion)
+	// Provider and Model name the bucket in metrics; the key may not be
+	// shown, since it stands for an account.
+	Provider, Model string
 }
 
 // BucketStats describes one bucket for metrics.
 type BucketStats struct {
-	Key         string
-	InFlight    int       // calls started and not yet Done
-	Waiting     int       // calls queued in Acquire
-	PausedUntil time.Time // the latest Pause, zero if never paused
+	Key             string
+	Provider, Model string    // the latest call's names for the bucket
+	InFlight        int       // calls started and not yet Done
+	Waiting         int       // calls queued in Acquire
+	PausedUntil     time.Time // the latest Pause, zero if never paused
 	// LearnedPerSecond is the request rate learned from the provider's
 	// refusals (learn.go), zero when none is learned or one is configured.
 	LearnedPerSecond float64
@@ -227,6 +231,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request, onWait func(until time
 	}
 	now := l.clk.Now()
 	b.lastUsed = now
+	b.provider, b.model = r.Provider, r.Model
 	if r.Limits != b.raw {
 		b.raw = r.Limits
 		b.apply(l.shareNow())
@@ -381,7 +386,7 @@ func (l *Limiter) Stats() []BucketStats {
 	for _, b := range bs {
 		b.mu.Lock()
 		if !b.dead {
-			st := BucketStats{Key: b.key, InFlight: b.inFlight, Waiting: b.waiting, PausedUntil: b.pausedUntil}
+			st := BucketStats{Key: b.key, Provider: b.provider, Model: b.model, InFlight: b.inFlight, Waiting: b.waiting, PausedUntil: b.pausedUntil}
 			if b.learns() {
 				st.LearnedPerSecond = b.learn.rate
 			}
@@ -395,10 +400,12 @@ func (l *Limiter) Stats() []BucketStats {
 
 // bucket is one key's state; every field is guarded by mu.
 type bucket struct {
-	mu   sync.Mutex
-	key  string
-	clk  clock.WithTicker
-	dead bool // swept from the map; lookups must retry
+	mu  sync.Mutex
+	key string
+	// provider and model are the names metrics show for the bucket.
+	provider, model string
+	clk             clock.WithTicker
+	dead            bool // swept from the map; lookups must retry
 
 	raw Limits // as configured
 	// Effective limits after the share.

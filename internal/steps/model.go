@@ -233,7 +233,7 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 	}
 	limit := ratelimit.Request{
 		Key: LimitKey(c.Provider, c.Run.Namespace, c.Request.Model, c.Request.APIKey), Limits: c.Provider.LimitsFor(c.Request.Model),
-		Namespace: c.Run.Namespace, Tokens: EstimateTokens(c.Request),
+		Namespace: c.Run.Namespace, Tokens: EstimateTokens(c.Request), Provider: c.Provider.Name, Model: c.Request.Model,
 	}
 	held := false
 	onWait := func(until time.Time) {
