@@ -13,7 +13,7 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ars,categories=agentrun-all
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 242",message="metadata.name may have at most 242 characters: the runs are named <schedule>-<unix seconds of their time>"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name may have at most 52 characters: the runs are named <schedule>-<unix seconds of their time> and carry the name in a label"
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
 // +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeCount`
