@@ -186,7 +186,7 @@ func (r *ScheduleReconciler) runDue(ctx context.Context, s *arv1.AgentRunSchedul
 	if len(active) > 0 {
 		switch s.Spec.ConcurrencyPolicy {
 		case arv1.ConcurrencyForbid:
-			r.Recorder.Eventf(s, nil, "Normal", EventRunSkipped, "Skip", "%s: run %s is still active (concurrencyPolicy Forbid)", t.UTC().Format(time.RFC3339), active[0].Name)
+			r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, EventRunSkipped, "Skip", "%s: run %s is still active (concurrencyPolicy Forbid)", t.UTC().Format(time.RFC3339), active[0].Name)
 			return nil
 		case arv1.ConcurrencyReplace:
 			if err := r.cancelRuns(ctx, s, active); err != nil {
@@ -208,7 +208,7 @@ func (r *ScheduleReconciler) cancelRuns(ctx context.Context, s *arv1.AgentRunSch
 		if err := r.Client.Patch(ctx, run, patch); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("cancelling run %s: %w", run.Name, err)
 		}
-		r.Recorder.Eventf(s, run, "Normal", EventRunReplaced, "Cancel", "cancelled run %s for the next one (concurrencyPolicy Replace)", run.Name)
+		r.Recorder.Eventf(s, run, corev1.EventTypeNormal, EventRunReplaced, "Cancel", "cancelled run %s for the next one (concurrencyPolicy Replace)", run.Name)
 	}
 	return nil
 }
@@ -223,7 +223,7 @@ func (r *ScheduleReconciler) createRun(ctx context.Context, s *arv1.AgentRunSche
 	case err == nil:
 		s.Status.Active = append(s.Status.Active, name)
 		s.Status.ActiveCount = int32(len(s.Status.Active))
-		r.Recorder.Eventf(s, run, "Normal", EventRunCreated, "Create", "created run %s for %s", name, t.UTC().Format(time.RFC3339))
+		r.Recorder.Eventf(s, run, corev1.EventTypeNormal, EventRunCreated, "Create", "created run %s for %s", name, t.UTC().Format(time.RFC3339))
 	case apierrors.IsAlreadyExists(err):
 		// Created before a crash; the name is the time's.
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):

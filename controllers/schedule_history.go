@@ -46,7 +46,7 @@ func (r *ScheduleReconciler) trimHistory(ctx context.Context, s *arv1.AgentRunSc
 			if client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting run %s beyond the history limit: %w", run.Name, err)
 			}
-			r.Recorder.Eventf(s, nil, "Normal", EventRunDeleted, "Delete", "deleted finished run %s (phase %s) beyond the history limit", run.Name, run.Status.Phase)
+			r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, EventRunDeleted, "Delete", "deleted finished run %s (phase %s) beyond the history limit", run.Name, run.Status.Phase)
 		}
 	}
 	return nil
