@@ -105,6 +105,9 @@ var windows = []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 32 * 24 * 
 // is within deadline of now (nil: any lateness), and the next time after
 // now. Earlier missed times are skipped: at most one run catches up.
 func (p *Parsed) Due(after, now time.Time, deadline *time.Duration) (*time.Time, time.Time) {
+	if every, ok := p.sched.(cron.ConstantDelaySchedule); ok {
+		return dueEvery(every.Delay, after, now, deadline)
+	}
 	next := p.Next(now)
 	from := after
 	if deadline != nil && now.Add(-*deadline).After(from) {
@@ -124,6 +127,25 @@ func (p *Parsed) Due(after, now time.Time, deadline *time.Duration) (*time.Time,
 		}
 	}
 	return nil, next
+}
+
+// dueEvery is Due for @every: the times are after+delay, after+2*delay,
+// ... (after taken to the whole second), counted in one step.
+func dueEvery(delay time.Duration, after, now time.Time, deadline *time.Duration) (*time.Time, time.Time) {
+	after = after.Truncate(time.Second)
+	k := int64(0)
+	if now.After(after) {
+		k = int64(now.Sub(after) / delay)
+	}
+	next := after.Add(time.Duration(k+1) * delay)
+	if k == 0 {
+		return nil, next
+	}
+	latest := after.Add(time.Duration(k) * delay)
+	if deadline != nil && now.Sub(latest) > *deadline {
+		return nil, next
+	}
+	return &latest, next
 }
 
 // latestIn walks the times in (start, now] and returns the last.

@@ -104,3 +104,21 @@ func TestRunNameIsTheScheduledSecond(t *testing.T) {
 		t.Errorf("RunName = %q", got)
 	}
 }
+
+// An @every schedule counts from its last time, whatever the deadline.
+func TestDueEveryKeepsItsGrid(t *testing.T) {
+	p := mustParse(t, arv1.AgentRunScheduleSpec{Schedule: "@every 2s"})
+	last := time.Date(2026, 1, 1, 10, 0, 1, 0, time.UTC)
+	nine := 9 * time.Second
+	due, next := p.Due(last, last.Add(20*time.Second+500*time.Millisecond), &nine)
+	if due == nil || !due.Equal(last.Add(20*time.Second)) || !next.Equal(last.Add(22*time.Second)) {
+		t.Fatalf("due %v next %v, want %v and %v", due, next, last.Add(20*time.Second), last.Add(22*time.Second))
+	}
+	if due, _ := p.Due(last, last.Add(time.Second), nil); due != nil {
+		t.Errorf("due %v before the first time", due)
+	}
+	one := time.Second
+	if due, _ := p.Due(last, last.Add(3500*time.Millisecond), &one); due != nil {
+		t.Errorf("due %v, want none: 2 s was missed by 1.5 s with a 1 s deadline", due)
+	}
+}
