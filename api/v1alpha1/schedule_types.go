@@ -162,6 +162,7 @@ type AgentRunScheduleStatus struct {
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=253
 	Active []string `json:"active,omitempty"`
 	// activeCount is len(active), for the ACTIVE column.
 	// +optional
