@@ -121,7 +121,9 @@ func (r *ScheduleReconciler) reconcile(ctx context.Context, s *arv1.AgentRunSche
 			return ctrl.Result{}, err
 		}
 	}
-	if !meta.IsStatusConditionFalse(s.Status.Conditions, arv1.ConditionReady) {
+	// A refusal of this generation's template stands; anything older (a
+	// fixed schedule, a lifted suspend) gives way.
+	if c := meta.FindStatusCondition(s.Status.Conditions, arv1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != s.Generation {
 		setReady(s, metav1.ConditionTrue, arv1.ReasonScheduled, "runs are created at their times")
 	}
 	s.Status.NextScheduleTime = &metav1.Time{Time: next}
