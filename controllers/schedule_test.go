@@ -180,8 +180,12 @@ func TestScheduleForbidNeverTwoActive(t *testing.T) {
 	if maxActive != 1 {
 		t.Fatalf("max active %d, want 1", maxActive)
 	}
-	// The schedule skipped times while a run was active: fewer runs than
-	// times passed.
+	// Two 5 s runs one after the other took at least 12 s, six times of
+	// the schedule: Forbid skipped the ones that came during a run, so
+	// there are the two completed runs and at most the one now active.
+	if runs := scheduleRuns(t, ns, "forbid"); len(runs) > 3 {
+		t.Errorf("runs %v: times during a run were not skipped", namesOf(runs))
+	}
 	if st := getSchedule(t, ns, "forbid").Status; st.ActiveCount > 1 {
 		t.Errorf("status.activeCount %d", st.ActiveCount)
 	}
