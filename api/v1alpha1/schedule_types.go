@@ -56,7 +56,7 @@ type AgentRunScheduleSpec struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$') && self != 'Local' && timestamp('2000-01-01T00:00:00Z').getFullYear(self) == 2000`,message="timeZone must be an IANA time zone name such as UTC or Europe/Berlin"
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$') && self != 'Local' && timestamp('2000-06-15T12:00:00Z').getFullYear(self) == 2000`,message="timeZone must be an IANA time zone name such as UTC or Europe/Berlin"
 	TimeZone string `json:"timeZone,omitempty"`
 
 	// template is the run each scheduled time creates. Its spec is checked
