@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -150,6 +151,9 @@ type managerOpts struct {
 	// restarts the manager names the new one, so status.driver shows when
 	// the new manager has taken the run up and written its record.
 	identity string
+	// scheduleClock is manager.Options.ScheduleClock (schedule tests step
+	// a fake one across schedule times).
+	scheduleClock clock.PassiveClock
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -165,6 +169,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		Tracing:            o.tracing,
 		StatusInterval:     cmp.Or(o.statusInterval, time.Second),
 		Identity:           o.identity,
+		ScheduleClock:      o.scheduleClock,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

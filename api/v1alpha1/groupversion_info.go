@@ -29,6 +29,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&AgentRunAnswer{}, &AgentRunAnswerList{},
 		&AgentToolPolicy{}, &AgentToolPolicyList{},
 		&ClusterAgentToolPolicy{}, &ClusterAgentToolPolicyList{},
+		&AgentRunSchedule{}, &AgentRunScheduleList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

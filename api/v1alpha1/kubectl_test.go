@@ -242,10 +242,10 @@ func TestKubectlGetColumns(t *testing.T) {
 	// category named like the singular "agentrun" would turn `kubectl get
 	// agentrun NAME` into a get across every resource of the category. The
 	// category has a name of its own and holds the runs and their answers.
-	t.Run("category agentrun-all holds runs and answers", func(t *testing.T) {
+	t.Run("category agentrun-all holds runs, answers and schedules", func(t *testing.T) {
 		out := kubectl(t, "api-resources", "--categories=agentrun-all", "-o", "name")
-		if got := strings.Fields(out); !slices.Equal(got, []string{"agentrunanswers.agentrun.dev", "agentruns.agentrun.dev"}) {
-			t.Fatalf("resources in category agentrun-all = %q, want [agentrunanswers.agentrun.dev agentruns.agentrun.dev]", got)
+		if got := strings.Fields(out); !slices.Equal(got, []string{"agentrunanswers.agentrun.dev", "agentruns.agentrun.dev", "agentrunschedules.agentrun.dev"}) {
+			t.Fatalf("resources in category agentrun-all = %q, want [agentrunanswers.agentrun.dev agentruns.agentrun.dev agentrunschedules.agentrun.dev]", got)
 		}
 		if got := strings.Fields(kubectl(t, "api-resources", "--categories=agentrun", "-o", "name")); len(got) != 0 {
 			t.Fatalf("category agentrun, which would shadow the singular name, holds %q", got)

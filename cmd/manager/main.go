@@ -8,6 +8,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	// The zone database, so AgentRunSchedule time zones resolve in a
+	// distroless image that has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -93,6 +94,9 @@ type Options struct {
 	WakeThrough func(<-chan event.GenericEvent) <-chan event.GenericEvent
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
+	// ScheduleClock is the AgentRunSchedule controller's clock (tests
+	// step it to cross schedule times); defaults to Clock.
+	ScheduleClock clock.PassiveClock
 	// Scripted is the built-in scripted provider; a test passes its own to
 	// count calls. Defaults to a new one.
 	Scripted *providers.Scripted
@@ -228,6 +232,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
 	}
+	if err := addScheduler(mgr, o, sink); err != nil {
+		return nil, err
+	}
 	if err := addProbes(mgr, o.ProbeAddr); err != nil {
 		return nil, err
 	}
@@ -302,6 +309,23 @@ func reconcilerDeps(mgr ctrl.Manager, cfg *rest.Config, o Options, eg *egressPol
 		RestConfig:                cfg,
 		Identity:                  o.Identity,
 	}
+}
+
+// addScheduler registers the AgentRunSchedule controller. It runs on the
+// leader only (controller-runtime's default), so two replicas never decide
+// one schedule's times at once.
+func addScheduler(mgr ctrl.Manager, o Options, rec events.EventRecorder) error {
+	c := o.ScheduleClock
+	if c == nil {
+		c = o.Clock
+	}
+	r := &controllers.ScheduleReconciler{
+		Client: mgr.GetClient(), Fresh: mgr.GetAPIReader(), Uncached: o.Shards > 1, Clock: c, Recorder: rec,
+	}
+	if err := r.SetupWithManager(mgr, controller.Options{SkipNameValidation: &o.SkipNameValidation}); err != nil {
+		return fmt.Errorf("setting up the AgentRunSchedule controller: %w", err)
+	}
+	return nil
 }
 
 // addProbes serves the health and readiness probes, unless they are off.

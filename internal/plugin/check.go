@@ -38,12 +38,13 @@ import (
 // key is there, and no value is ever printed.
 
 // expectedCRDs are the resources of this build's install: the runs and
-// answers the plugin reads and writes, and the tool policies the manager
-// reads, each served and stored at arv1.GroupVersion (a test compares them
+// answers the plugin reads and writes, and the schedules and tool policies
+// the manager reads, each served and stored at arv1.GroupVersion (a test compares them
 // with config/crd/bases).
 var expectedCRDs = []struct{ plural, kind string }{
 	{"agentruns", "AgentRun"},
 	{"agentrunanswers", "AgentRunAnswer"},
+	{"agentrunschedules", "AgentRunSchedule"},
 	{"agenttoolpolicies", "AgentToolPolicy"},
 	{"clusteragenttoolpolicies", "ClusterAgentToolPolicy"},
 }

@@ -180,6 +180,7 @@ func TestKubectlAgentrunCheck(t *testing.T) {
 	for _, want := range [][]string{
 		{"CRD agentruns.agentrun.dev: v1alpha1 served and stored"},
 		{"CRD agentrunanswers.agentrun.dev: v1alpha1 served and stored"},
+		{"CRD agentrunschedules.agentrun.dev: v1alpha1 served and stored"},
 		{"CRD agenttoolpolicies.agentrun.dev: v1alpha1 served and stored"},
 		{"CRD clusteragenttoolpolicies.agentrun.dev: v1alpha1 served and stored"},
 		{"admission policy answer-identity, bound by answer-identity (Deny)"},
@@ -194,8 +195,8 @@ func TestKubectlAgentrunCheck(t *testing.T) {
 			t.Errorf("no OK line with %q in\n%s", want, strings.Join(lines["OK"], "\n"))
 		}
 	}
-	if len(lines["OK"]) != 11 || summary != "11 OK" {
-		t.Errorf("%d OK lines, summary %q; want the 11 above", len(lines["OK"]), summary)
+	if len(lines["OK"]) != 12 || summary != "12 OK" {
+		t.Errorf("%d OK lines, summary %q; want the 12 above", len(lines["OK"]), summary)
 	}
 
 	// What breaks, each on its own line.

@@ -250,6 +250,10 @@ api_key_secret = { name = "provider-key", key = "api-key" }
 			{"update", "agentruns", user == editorUser, ""}, {"delete", "agentruns", user == editorUser, ""},
 			{"patch", "agentruns", false, "status"}, {"update", "agentrunanswers", false, ""}, {"delete", "agentrunanswers", false, ""},
 			{"create", "agentrunanswers", user == answererUser, ""},
+			// Schedules: the viewer reads them, the editor writes them.
+			{"get", "agentrunschedules", user != answererUser, ""}, {"list", "agentrunschedules", user != answererUser, ""},
+			{"create", "agentrunschedules", user == editorUser, ""}, {"delete", "agentrunschedules", user == editorUser, ""},
+			{"patch", "agentrunschedules", false, "status"},
 		} {
 			out, _ := testenv.Kubectl(kubeconfig, "auth", "can-i", c.verb, c.resource, "--subresource="+c.sub, "-n", ns, "--as", user)
 			if got := strings.TrimSpace(out) == "yes"; got != c.yes {

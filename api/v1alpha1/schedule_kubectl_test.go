@@ -1,0 +1,68 @@
+package v1alpha1_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+const scheduleManifest = `apiVersion: agentrun.dev/v1alpha1
+kind: AgentRunSchedule
+metadata:
+  name: nightly
+spec:
+  schedule: %q
+  timeZone: %q
+  template:
+    spec:
+      agent: triage
+      task: triage the new issues
+`
+
+// TestKubectlApplyRefusesBadSchedules: the CRD's rules refuse a bad cron
+// expression or time zone at apply time, naming the field, without the
+// manager (or a webhook) running.
+func TestKubectlApplyRefusesBadSchedules(t *testing.T) {
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	apply := func(schedule, tz string) (string, error) {
+		t.Helper()
+		path := filepath.Join(dir, "s.yaml")
+		body := strings.Replace(strings.Replace(scheduleManifest, "%q", quote(schedule), 1), "%q", quote(tz), 1)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return testenv.Kubectl(kubeconfig, "apply", "--dry-run=server", "-f", path, "-n", ns)
+	}
+	refused := []struct{ name, schedule, tz, field, says string }{
+		{"three fields", "* * *", "UTC", "spec.schedule", "5 fields"},
+		{"seven fields", "0 0 0 * * * *", "UTC", "spec.schedule", "5 fields"},
+		{"a stray character", "0 9 * * 1;rm", "UTC", "spec.schedule", "5 fields"},
+		{"CRON_TZ prefix", "CRON_TZ=Europe/Berlin 0 9 * * *", "UTC", "spec.schedule", "CRON_TZ"},
+		{"unknown descriptor", "@fortnightly", "UTC", "spec.schedule", "descriptor"},
+		{"zone with spaces", "0 9 * * *", "Europe Berlin", "spec.timeZone", "IANA"},
+		{"the manager's local zone", "0 9 * * *", "Local", "spec.timeZone", "IANA"},
+		{"unknown zone", "0 9 * * *", "Mars/Olympus_Mons", "spec.timeZone", ""},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := apply(c.schedule, c.tz)
+			if err == nil {
+				t.Fatalf("kubectl apply accepted schedule %q tz %q: %s", c.schedule, c.tz, out)
+			}
+			if !strings.Contains(out, c.field) || !strings.Contains(out, c.says) {
+				t.Fatalf("kubectl said %q, want %q naming %s", out, c.says, c.field)
+			}
+		})
+	}
+	for _, ok := range [][2]string{{"0 9 * * MON-FRI", "Europe/Berlin"}, {"*/2 * * * * *", "UTC"}, {"@every 2s", "America/New_York"}, {"@daily", "Asia/Kolkata"}} {
+		if out, err := apply(ok[0], ok[1]); err != nil || !strings.Contains(out, "created (server dry run)") {
+			t.Errorf("schedule %q tz %q refused: %v %s", ok[0], ok[1], err, out)
+		}
+	}
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
