@@ -157,7 +157,7 @@ func (b *bundle) newServing(hosts []string, now time.Time) error {
 	tmpl.Subject = pkix.Name{CommonName: hosts[0]}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	for _, h := range hosts {
+	for _, h := range sortedHosts(hosts) {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {
@@ -202,7 +202,7 @@ func sans(c *x509.Certificate) []string {
 		out = append(out, ip.String())
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 func sortedHosts(hosts []string) []string {
