@@ -237,8 +237,10 @@ func TestSwitchesLeaveObjectsOut(t *testing.T) {
 	if d := one[appsv1.Deployment](t, own, "Deployment", ""); d.Spec.Template.Spec.ServiceAccountName != "platform-agentrun" {
 		t.Errorf("the pods run as %q, want platform-agentrun", d.Spec.Template.Spec.ServiceAccountName)
 	}
-	if b := one[rbacv1.ClusterRoleBinding](t, own, "ClusterRoleBinding", ""); b.Subjects[0].Name != "platform-agentrun" {
-		t.Errorf("the manager's ClusterRole is bound to %v", b.Subjects)
+	for _, suffix := range []string{"-manager", "-webhook-configuration"} {
+		if b := one[rbacv1.ClusterRoleBinding](t, own, "ClusterRoleBinding", suffix); b.Subjects[0].Name != "platform-agentrun" {
+			t.Errorf("the manager's ClusterRole %s is bound to %v", b.RoleRef.Name, b.Subjects)
+		}
 	}
 	noWebhook := renderChart(t, map[string]any{"webhook": map[string]any{"enabled": false}}).objs
 	if n := count(noWebhook, "ValidatingWebhookConfiguration") + count(noWebhook, "Service") + count(noWebhook, "Role"); n != 2 {
