@@ -28,9 +28,9 @@ all: build
 
 ##@ Development
 
-# The validating webhook of the tool policies (internal/policyadmission)
-# is generated into config/webhook; config/default does not install it yet
-# (the manager serves no webhooks: docs/tool-policy.md).
+# The validating webhooks (internal/policyadmission's marker) are generated
+# into config/webhook, which config/default installs; the manager serves
+# them (internal/admissionserver) with its own certificate.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/..." paths="./controllers/..." paths="./internal/manager/..." \
@@ -38,16 +38,18 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 	$(MAKE) --no-print-directory chart
 
-# The Helm chart carries the generated CRDs, the manager's RBAC rules and
-# config/monitoring's alerts and dashboard as copies, so it cannot drift from
-# config/ (verify-generated and test/helmchart fail when the copies differ).
+# The Helm chart carries the generated CRDs, the manager's RBAC rules, the
+# webhooks of config/webhook and config/monitoring's alerts and dashboard as
+# copies, so it cannot drift from config/ (verify-generated and
+# test/helmchart fail when the copies differ).
 CHART_DIR ?= charts/agentrun-operator
 
 .PHONY: chart
-chart: ## Copy the generated CRDs, manager RBAC rules, alerts and dashboard from config/ into the Helm chart.
+chart: ## Copy the generated CRDs, manager RBAC rules, webhooks, alerts and dashboard from config/ into the Helm chart.
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
+	cp config/webhook/manifests.yaml $(CHART_DIR)/files/webhook-manifests.yaml
 	cp config/monitoring/prometheusrule.yaml $(CHART_DIR)/files/prometheusrule.yaml
 	cp config/monitoring/grafana-dashboard.json $(CHART_DIR)/files/grafana-dashboard.json
 

@@ -43,6 +43,7 @@ func main() {
 	namespaces := flag.String("namespaces", "", "Comma-separated namespaces to watch; the manager reads and writes nothing elsewhere and needs only Roles there (config/namespaced). Empty: every namespace, with the ClusterRole.")
 	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
 	flag.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "How long a running run's status may lag its journal while the run only moves from one model call to the next: the calls follow each other in the run's step, their intents go into the journal, and status is written at most this often, so runs whose calls take seconds do not cost the API server a status write a call. Waits, errors, conditions and the end are always written at once. 0: every change is written at once.")
+	bindWebhookFlags(&o.Webhook)
 	egress.BindFlags(flag.CommandLine, &o.Egress)
 	flag.StringVar(&o.EgressConfigMap.Name, "egress-configmap", egress.DefaultConfigMapName, "ConfigMap (key "+egress.DataKey+") holding the cluster admin's egress policy, merged with the --egress-* flags; read at start (one that does not parse stops the manager) and watched, so edits apply to the next connection. Empty: flags only.")
 	flag.StringVar(&o.EgressConfigMap.Namespace, "egress-configmap-namespace", envOr("POD_NAMESPACE", "agentrun-system"), "Namespace of --egress-configmap: the manager's own (the POD_NAMESPACE environment variable), which tenants must not be able to write.")
@@ -88,6 +89,17 @@ func main() {
 // instead of Go's 100% keeps its resident memory about a quarter lower for
 // little CPU (docs/scaling.md has the figures). GOGC overrides it.
 const defaultGCPercent = 50
+
+// bindWebhookFlags binds the admission webhooks' flags. The default names
+// are those config/default installs (agentrun- prefixed by kustomize).
+func bindWebhookFlags(w *manager.WebhookOptions) {
+	flag.StringVar(&w.Addr, "webhook-bind-address", ":9443", "Address the validating admission webhooks (tool policies' CEL rules refused at apply time) listen on, over HTTPS; \"0\" turns them off (then remove the ValidatingWebhookConfiguration too, else its failurePolicy decides what the API server does without them).")
+	flag.StringVar(&w.CertDir, "webhook-cert-dir", "", "Directory holding the webhook server's tls.crt and tls.key (e.g. a cert-manager Secret, reloaded when renewed; cert-manager's CA injector then writes the caBundle). Empty: the manager keeps its own CA and certificate in --webhook-secret and writes the caBundle of --webhook-configuration.")
+	flag.StringVar(&w.Namespace, "webhook-namespace", "", "Namespace of --webhook-secret and --webhook-service (default: the manager pod's own).")
+	flag.StringVar(&w.SecretName, "webhook-secret", "agentrun-webhook-server-cert", "Secret in the manager's namespace holding the webhook CA and serving certificate the manager makes; every replica serves the one it holds.")
+	flag.StringVar(&w.ServiceName, "webhook-service", "agentrun-webhook-service", "Service the API server calls the webhooks through: the certificate is for <service>.<namespace>.svc.")
+	flag.StringVar(&w.Configuration, "webhook-configuration", "agentrun-validating-webhook-configuration", "ValidatingWebhookConfiguration whose caBundle the manager keeps equal to its CA (its RBAC allows this one by name). Empty: the manager writes none.")
+}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

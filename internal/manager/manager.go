@@ -135,6 +135,9 @@ type Options struct {
 	// Tracing says whether and where the runs' traces go (cmd/manager
 	// reads it from the OTEL_* environment; off when not Enabled).
 	Tracing tracing.Config
+	// Webhook serves the admission webhooks (off in the zero value: the
+	// local runner and tests that do not install config/webhook).
+	Webhook WebhookOptions
 }
 
 // DefaultMaxConcurrentReconciles is how many runs are reconciled at once.
@@ -233,6 +236,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
 	}
 	if err := addScheduler(mgr, o, sink); err != nil {
+		return nil, err
+	}
+	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {
 		return nil, err
 	}
 	if err := addProbes(mgr, o.ProbeAddr); err != nil {

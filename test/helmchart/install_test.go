@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,9 +72,10 @@ func controlPlane(t *testing.T) *testenv.Env {
 // completes once it exists, a fan-out creates and finishes its workers, and
 // a checkpoint is answered by a user bound to the chart's answerer role
 // (whose answer under another name the chart's policy refuses). The manager
-// holds the shard Leases, serves its probes on the chart's port and its
-// metrics over HTTPS to an authorized scraper only, and logs no refused
-// request.
+// holds the shard Leases, keeps its webhook certificate in the chart's
+// Secret with its CA in the chart's webhook configuration, serves its
+// probes on the chart's port and its metrics over HTTPS to an authorized
+// scraper only, and logs no refused request.
 func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	e := controlPlane(t)
 	admin, err := e.Kubeconfig(t.TempDir())
@@ -132,6 +134,7 @@ func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	t.Logf("demo driven in %s", time.Since(start).Round(time.Millisecond))
 
 	checkShardLeases(t, c, d)
+	checkWebhookCertificate(t, c, releaseName)
 	mgr.checkMetrics(t, admin, releaseNS, one[rbacv1.ClusterRole](t, r.objs, "ClusterRole", "-metrics-reader").Name)
 	mgr.stop(t)
 	for _, line := range strings.Split(mgr.log.String(), "\n") {
@@ -175,6 +178,14 @@ func checkGrants(t *testing.T, kubeconfig, sa string) {
 		// The HTTPS metrics endpoint's checks of a scraper.
 		{[]string{"create", "tokenreviews.authentication.k8s.io"}, "yes"},
 		{[]string{"create", "subjectaccessreviews.authorization.k8s.io"}, "yes"},
+		// The webhook certificate: its one Secret and webhook
+		// configuration, by name.
+		{[]string{"create", "secrets", "-n", releaseNS}, "yes"},
+		{[]string{"update", "secrets/" + releaseName + "-webhook-cert", "-n", releaseNS}, "yes"},
+		{[]string{"update", "secrets/another", "-n", releaseNS}, "no"},
+		{[]string{"update", "validatingwebhookconfigurations.admissionregistration.k8s.io/" + releaseName + "-webhook"}, "yes"},
+		{[]string{"update", "validatingwebhookconfigurations.admissionregistration.k8s.io/another"}, "no"},
+		{[]string{"list", "validatingwebhookconfigurations.admissionregistration.k8s.io"}, "no"},
 	} {
 		if got := canI(kubeconfig, sa, c.args...); got != c.want {
 			t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), sa, got, c.want)
@@ -317,5 +328,32 @@ func checkShardLeases(t *testing.T, c client.Client, d *appsv1.Deployment) {
 		if l.Spec.HolderIdentity == nil || !strings.Contains(*l.Spec.HolderIdentity, podName) {
 			t.Errorf("shard Lease %s held by %v, want the replica %s", l.Name, l.Spec.HolderIdentity, podName)
 		}
+	}
+}
+
+// checkWebhookCertificate: the manager, as the chart's ServiceAccount, made
+// the webhook certificate Secret in the release namespace and wrote its CA
+// into every webhook of the chart's configuration.
+func checkWebhookCertificate(t *testing.T, c client.Client, release string) {
+	t.Helper()
+	secret := &corev1.Secret{}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := c.Get(context.Background(), types.NamespacedName{Namespace: releaseNS, Name: release + "-webhook-cert"}, secret)
+		if err == nil {
+			err = c.Get(context.Background(), types.NamespacedName{Name: release + "-webhook"}, vwc)
+		}
+		ok := err == nil && len(vwc.Webhooks) > 0 && len(secret.Data["ca.crt"]) > 0
+		for _, w := range vwc.Webhooks {
+			ok = ok && bytes.Equal(w.ClientConfig.CABundle, secret.Data["ca.crt"])
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no webhook certificate Secret %s/%s-webhook-cert whose CA is the caBundle of %s-webhook after 30s: %v", releaseNS, release, release, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

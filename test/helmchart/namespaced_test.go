@@ -37,10 +37,11 @@ func grants(rules []rbacv1.PolicyRule) []string {
 // TestNamespacedModeHoldsOnlyRoles: with watchNamespaces, the manager is
 // passed --namespaces and granted, in each watched namespace, exactly what
 // config/namespaced's tenant Role grants, in the release namespace what
-// its egress reader grants, and in default the API server EndpointSlice;
-// nothing cluster-wide grants it anything but creating TokenReviews and
-// SubjectAccessReviews (and with plain metrics, not even that), so no
-// ClusterRole it holds reads Secrets.
+// its egress reader and the webhook certificate's Role grant, and in
+// default the API server EndpointSlice; nothing cluster-wide grants it
+// anything but creating TokenReviews and SubjectAccessReviews (not with
+// plain metrics) and updating its own webhook configuration by name, so
+// no ClusterRole it holds reads Secrets.
 func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 	k := kustomize(t, "namespaced")
 	tenant := grants(one[rbacv1.Role](t, inNamespace(k, "team-a"), "Role", "-manager-role").Rules)
@@ -95,12 +96,16 @@ func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 		for ns := range boundRoles {
 			sort.Strings(boundRoles[ns])
 		}
-		wantCluster := reviews
+		// The webhook certificate's grants, by name (their names follow
+		// the release; TestChartWebhooksAreConfigWebhooks checks them).
+		webhookConfig := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-webhook-configuration").Rules)
+		wantCluster := sorted(append(slices.Clone(reviews), webhookConfig...))
 		if !secure {
-			wantCluster = nil
+			wantCluster = webhookConfig
 		}
 		want := map[string][]string{"team-a": tenant, "team-b": tenant, "default": endpoints, "": wantCluster,
-			releaseNS: sorted(append(slices.Clone(egress), grants(one[rbacv1.Role](t, objs, "Role", "-leader-election").Rules)...))}
+			releaseNS: sorted(append(append(slices.Clone(egress), grants(one[rbacv1.Role](t, objs, "Role", "-leader-election").Rules)...),
+				grants(one[rbacv1.Role](t, objs, "Role", "-webhook-cert").Rules)...))}
 		for ns, w := range want {
 			if got := boundRoles[ns]; !slices.Equal(got, w) {
 				t.Errorf("secure metrics %v: the manager is granted in %q\n%v\nwant (config/namespaced)\n%v", secure, ns, got, w)
@@ -114,6 +119,11 @@ func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 		for _, g := range boundRoles[""] {
 			if strings.Contains(g, "secrets") {
 				t.Errorf("a cluster-wide grant reads Secrets: %s", g)
+			}
+		}
+		for _, g := range webhookConfig {
+			if !strings.HasSuffix(g, "[agentrun-operator-webhook]") {
+				t.Errorf("the webhook configuration grant %s is not for the release's configuration only", g)
 			}
 		}
 	}

@@ -30,6 +30,7 @@ type managerProcess struct {
 	cmd             *exec.Cmd
 	log             *syncBuffer
 	metrics, probes string
+	webhook         string
 	exited          chan error
 }
 
@@ -56,7 +57,8 @@ var buildManager = sync.OnceValues(func() (string, error) {
 // startManager runs the manager binary with the Deployment container's
 // arguments and environment, the Downward API's values filled in, against
 // kubeconfig. Only the bind addresses change: the chart's ports, on
-// loopback ports that are free on this machine. It waits for /readyz.
+// loopback ports that are free on this machine. It waits for /readyz
+// (which includes the webhook server serving its certificate).
 func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *managerProcess {
 	t.Helper()
 	bin, err := buildManager()
@@ -64,7 +66,7 @@ func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *manage
 		t.Fatal(err)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
-	m := &managerProcess{log: &syncBuffer{}, metrics: freeAddr(t), probes: freeAddr(t), exited: make(chan error, 1)}
+	m := &managerProcess{log: &syncBuffer{}, metrics: freeAddr(t), probes: freeAddr(t), webhook: freeAddr(t), exited: make(chan error, 1)}
 	var args []string
 	for _, a := range c.Args {
 		switch {
@@ -72,7 +74,10 @@ func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *manage
 			a = "--metrics-bind-address=" + m.metrics
 		case a == fmt.Sprintf("--health-probe-bind-address=:%d", portOf(c, c.ReadinessProbe.HTTPGet.Port.String())):
 			a = "--health-probe-bind-address=" + m.probes
-		case strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address"):
+		case a == fmt.Sprintf("--webhook-bind-address=:%d", portOf(c, "webhook")):
+			a = "--webhook-bind-address=" + m.webhook
+		case strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") ||
+			strings.HasPrefix(a, "--webhook-bind-address") && a != "--webhook-bind-address=0":
 			t.Fatalf("%s does not bind the container port the Service and probes use (%v)", a, c.Ports)
 		}
 		args = append(args, a)

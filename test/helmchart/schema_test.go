@@ -38,6 +38,8 @@ func TestSchemaRefusesBadValuesNamingTheField(t *testing.T) {
 		{setValues(t, "replicas=-1"), "at '/replicas'"},
 		{setValues(t, "replica=3"), "'replica'"},
 		{setValues(t, "image.pullPolicy=Sometimes"), "at '/image/pullPolicy'"},
+		{setValues(t, "webhook.failurePolicy=Sometimes"), "at '/webhook/failurePolicy'"},
+		{setValues(t, "webhook.port=0"), "at '/webhook/port'"},
 		{setValues(t, "image.tags=v1"), "'tags'"},
 		{setValues(t, "leases.duration=15 seconds"), "at '/leases/duration'"},
 		{setValues(t, "metrics.port=70000"), "at '/metrics/port'"},

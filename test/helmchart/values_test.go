@@ -27,18 +27,21 @@ import (
 // manager's ClusterRole and binding, the Lease Role and binding, the three
 // people's ClusterRoles, the scrapers' metrics-reader and the three tool
 // policy roles (admin, namespace admin, reader), the admission
-// policy and binding, the Deployment of config/manager's image, its
+// policy and binding, the webhook configuration, its Service and the
+// webhook certificate's Role and ClusterRole with their bindings, the
+// Deployment of config/manager's image, its
 // PodDisruptionBudget and the metrics Service selecting its pods; no
 // ServiceMonitor, PrometheusRule, dashboard or NetworkPolicy; every
 // namespaced object in the release namespace.
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
-	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 8, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1}
+	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 9, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, "ValidatingWebhookConfiguration": 1,
+		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2}
 	got := map[string]int{}
 	for _, u := range objs {
 		got[u.GetKind()]++
-		namespaced := !strings.HasPrefix(u.GetKind(), "Cluster") && !strings.HasPrefix(u.GetKind(), "ValidatingAdmission")
+		namespaced := !strings.HasPrefix(u.GetKind(), "Cluster") && !strings.HasPrefix(u.GetKind(), "Validating")
 		if namespaced != (u.GetNamespace() == releaseNS) {
 			t.Errorf("%s %s is in namespace %q", u.GetKind(), u.GetName(), u.GetNamespace())
 		}
@@ -211,7 +214,9 @@ type serviceMonitor struct {
 
 // TestSwitchesLeaveObjectsOut: one replica has no PodDisruptionBudget;
 // rbac.create false renders no RBAC; an existing ServiceAccount is used by
-// name and bound; admissionPolicy.enabled false leaves the policy out.
+// name and bound; webhook.enabled false leaves the webhook objects out and
+// turns the webhook server off; admissionPolicy.enabled false leaves the
+// policy out.
 func TestSwitchesLeaveObjectsOut(t *testing.T) {
 	if n := count(renderChart(t, map[string]any{"replicas": 1}).objs, "PodDisruptionBudget"); n != 0 {
 		t.Errorf("one replica renders %d PodDisruptionBudgets", n)
@@ -232,8 +237,17 @@ func TestSwitchesLeaveObjectsOut(t *testing.T) {
 	if d := one[appsv1.Deployment](t, own, "Deployment", ""); d.Spec.Template.Spec.ServiceAccountName != "platform-agentrun" {
 		t.Errorf("the pods run as %q, want platform-agentrun", d.Spec.Template.Spec.ServiceAccountName)
 	}
-	if b := one[rbacv1.ClusterRoleBinding](t, own, "ClusterRoleBinding", ""); b.Subjects[0].Name != "platform-agentrun" {
-		t.Errorf("the manager's ClusterRole is bound to %v", b.Subjects)
+	for _, suffix := range []string{"-manager", "-webhook-configuration"} {
+		if b := one[rbacv1.ClusterRoleBinding](t, own, "ClusterRoleBinding", suffix); b.Subjects[0].Name != "platform-agentrun" {
+			t.Errorf("the manager's ClusterRole %s is bound to %v", b.RoleRef.Name, b.Subjects)
+		}
+	}
+	noWebhook := renderChart(t, map[string]any{"webhook": map[string]any{"enabled": false}}).objs
+	if n := count(noWebhook, "ValidatingWebhookConfiguration") + count(noWebhook, "Service") + count(noWebhook, "Role"); n != 2 {
+		t.Errorf("webhook.enabled false renders %v; want no webhook configuration, Service or certificate Role", kinds(noWebhook))
+	}
+	if c := one[appsv1.Deployment](t, noWebhook, "Deployment", "").Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, "--webhook-bind-address=0") || portOf(c, "webhook") != -1 {
+		t.Errorf("webhook.enabled false: args %v ports %v, want --webhook-bind-address=0 and no webhook port", c.Args, c.Ports)
 	}
 	noPolicy := renderChart(t, map[string]any{"admissionPolicy": map[string]any{"enabled": false}}).objs
 	if n := count(noPolicy, "ValidatingAdmissionPolicy") + count(noPolicy, "ValidatingAdmissionPolicyBinding"); n != 0 {
