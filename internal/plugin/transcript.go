@@ -255,7 +255,11 @@ func describeToolPolicy(e *journal.Entry) (string, string) {
 		if m.Policy == d.Policy && m.PolicyNamespace == d.PolicyNamespace && m.Rule == d.Rule {
 			continue
 		}
-		t += fmt.Sprintf("; also %s %s rule %s", m.Action, m.Policy, m.Rule)
+		where := m.Policy
+		if m.PolicyNamespace != "" {
+			where = m.PolicyNamespace + "/" + m.Policy
+		}
+		t += fmt.Sprintf("; also %s %s %s rule %s", m.Action, m.PolicyKind, where, m.Rule)
 	}
 	return "tool policy", t
 }
