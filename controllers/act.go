@@ -64,7 +64,13 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		return true, r.record(ctx, s, append(regions, e)...)
+		if err := r.record(ctx, s, append(regions, e)...); err != nil {
+			return false, err
+		}
+		if e.Kind == journal.ToolPolicyDecided {
+			r.policyDecided(s.run, e.Tool, e.Policy)
+		}
+		return true, nil
 	}
 	switch a.Kind {
 	case runstate.ActToolCall:
@@ -95,6 +101,9 @@ func journalEntryFor(f *facts, a runstate.Action) (journal.Entry, bool) {
 	switch a.Kind {
 	case runstate.ActToolDecide, runstate.ActToolComplete, runstate.ActToolRetry, runstate.ActAbandon:
 		return toolEntry(f, a), true
+	case runstate.ActToolPolicy:
+		h := f.State.HeadCall()
+		return journal.Entry{Kind: journal.ToolPolicyDecided, Index: h.Index, Tool: h.Name, Input: h.Arguments, Policy: a.Policy}, true
 	case runstate.ActResolveFanOut:
 		return journal.Entry{Kind: journal.FanOutResolved, Stage: f.State.FanOut.Stage, FailedItems: a.FanOut.FailedItems, FailAll: a.FanOut.FailAll}, true
 	case runstate.ActResolveChildren:

@@ -193,6 +193,8 @@ type AgentRunReconciler struct {
 	// runState is every holder of per-run state above, for one forget
 	// (registry.go).
 	runState *perrun.Registry
+	// policies are the tool policies evaluated before each tool call.
+	policies *toolPolicies
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -255,6 +257,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r.steps = rt
 	r.runState = r.registerRunState()
+	r.policies = newToolPolicies(d.Client, d.Namespaces)
 	r.wakes = d.Pool.Events()
 	if d.WakeThrough != nil {
 		r.wakes = d.WakeThrough(r.wakes)
@@ -332,6 +335,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		if err := r.watchNamespaceCaps(context.Background(), mgr); err != nil {
 			return err
 		}
+	}
+	if err := r.policies.watch(context.Background(), mgr); err != nil {
+		return err
 	}
 	o.MaxConcurrentReconciles = max(o.MaxConcurrentReconciles, 1)
 	if r.sharded() {

@@ -105,6 +105,9 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 	if err := r.toolFacts(ctx, run, f, inFlight); err != nil {
 		return nil, err
 	}
+	if err := r.policyFacts(ctx, run, f); err != nil {
+		return nil, err
+	}
 	// After the tool facts: which question the run asks depends on them.
 	if err := r.answerFacts(ctx, run, f); err != nil {
 		return nil, err

@@ -109,6 +109,7 @@ func TestExpressionsSelectExportedMetrics(t *testing.T) {
 		fmt.Sprintf(`agentrun_circuit_open{namespace=%q,provider="down"} `, ns),
 		"agentrun_executor_waiting_runs 0",
 		`agentrun_reconcile_errors_total{kind="terminal"} `,
+		fmt.Sprintf(`agentrun_tool_policy_decisions_total{action="Audit",policy="%s/audit-reads",rule="audit-read-doc"} 1`, ns),
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the scrape has no %s", want)
@@ -226,6 +227,14 @@ func scrapeDrivenManager(ctx context.Context, t *testing.T) (Exported, string, s
 		"blocked": func(r *arv1.AgentRun) bool { return blockedOn(r) == arv1.BlockerSecretMissing },
 		"refused": func(r *arv1.AgentRun) bool { return blockedOn(r) != "" },
 		"down":    func(r *arv1.AgentRun) bool { return blockedOn(r) != "" },
+	}
+	// An Audit rule over the tooling run's read, so a policy decision is
+	// counted.
+	audit := &arv1.AgentToolPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "audit-reads"}, Spec: arv1.AgentToolPolicySpec{Rules: []arv1.ToolPolicyRule{
+		{Name: "audit-read-doc", Match: `tool.name == "read_doc"`, Action: arv1.ToolPolicyAudit},
+	}}}
+	if err := c.Client.Create(ctx, audit); err != nil {
+		t.Fatal(err)
 	}
 	for name := range until {
 		run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: arv1.AgentRunSpec{Agent: name, Task: "exercise the metrics"}}

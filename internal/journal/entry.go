@@ -70,12 +70,21 @@ const (
 	// spec.regions, written by the model (write_region), by a fan-out's
 	// merge (results_region) or by a person's edit at a checkpoint.
 	RegionWritten Kind = "RegionWritten"
+	// ToolPolicyDecided records what the tool policies decided about the
+	// next tool call (Policy), evaluated immediately before it would start:
+	// a Deny settles the call with the policy's message, RequireApproval
+	// holds it for a person, Audit lets it through on record. A restart
+	// applies the journaled decision instead of evaluating again.
+	ToolPolicyDecided Kind = "ToolPolicyDecided"
 )
 
 // Gates a ToolCallDecided answers.
 const (
 	GateApproval = "approval"
 	GateTaint    = "taint"
+	// GatePolicy is a person's answer to a tool policy's RequireApproval,
+	// which no blueprint permission, profile or spec.yolo can give.
+	GatePolicy = "policy"
 )
 
 // Entry is one journal record. Only the fields of its kind are set.
@@ -173,6 +182,8 @@ type Entry struct {
 	// which cancelled the run.
 	Choice string `json:"choice,omitempty"`
 	Abort  string `json:"abort,omitempty"`
+	// Policy is a ToolPolicyDecided's decision.
+	Policy *PolicyDecision `json:"policy,omitempty"`
 }
 
 // StartedFrom is the snapshot the first entry of es binds the run to, if

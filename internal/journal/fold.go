@@ -328,7 +328,7 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	}
 	st.asked = "" // anything else happening ends the wait on the question
 	switch e.Kind {
-	case ToolCallDecided, ToolCallRequested, ToolCallCompleted, ToolCallRetried:
+	case ToolCallDecided, ToolCallRequested, ToolCallCompleted, ToolCallRetried, ToolPolicyDecided:
 		st.applyTool(bp, e)
 	case RunAbandoned:
 		st.abandon(e)

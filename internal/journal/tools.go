@@ -15,6 +15,11 @@ type CallState struct {
 	Approved bool
 	// TaintCleared: the TaintGate was passed for this call.
 	TaintCleared bool
+	// Policy is the tool policies' journaled decision on this call (nil:
+	// not evaluated yet, or no rule matched); PolicyApproved: a person
+	// approved the call its RequireApproval held.
+	Policy         *PolicyDecision
+	PolicyApproved bool
 	// Intent is the journaled intent with no completion yet.
 	Intent *Entry
 	Done   bool
@@ -97,9 +102,14 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			st.finishCall(bp, h, msg, true)
 			return
 		}
-		if e.Gate == GateTaint {
+		switch e.Gate {
+		case GateTaint:
 			h.TaintCleared = true
-		} else {
+		case GatePolicy:
+			// A person approved this exact call: that answers the
+			// blueprint's ask too.
+			h.PolicyApproved, h.Approved = true, true
+		default:
 			h.Approved = true
 		}
 		if e.Auto {
@@ -121,6 +131,8 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			st.Tainted, st.TaintSource = true, h.Name
 		}
 		st.finishCall(bp, h, e.Result, e.IsError)
+	case ToolPolicyDecided:
+		st.applyPolicy(bp, h, e)
 	case ToolCallRetried:
 		if h.Intent == nil || e.Call != h.Intent.Seq {
 			return

@@ -94,6 +94,14 @@ var (
 		Name: "agentrun_egress_refusals_total",
 		Help: "Outbound calls made on a tenant's behalf that the egress policy refused, by namespace, rule and stage.",
 	}, []string{"namespace", "rule", "stage"})
+	// ToolPolicyDecisions counts the tool-policy rules that matched a tool
+	// call, by policy (name for a ClusterAgentToolPolicy, namespace/name
+	// for an AgentToolPolicy), rule and action (Deny, RequireApproval,
+	// Audit): once per call, when the decision is journaled.
+	ToolPolicyDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_tool_policy_decisions_total",
+		Help: "Tool-policy rules that matched a tool call, by policy, rule and action (Deny, RequireApproval, Audit).",
+	}, []string{"policy", "rule", "action"})
 	// UnpricedCalls counts calls that could not be priced.
 	UnpricedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentrun_unpriced_calls_total",
@@ -148,7 +156,7 @@ var reconcileErrorKinds = []string{"transient", "terminal"}
 // process) and points the state collector at this manager's sources.
 func Register(src Sources) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, collector)
 		for _, k := range reconcileErrorKinds {
 			ReconcileErrors.WithLabelValues(k)
 		}

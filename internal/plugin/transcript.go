@@ -112,6 +112,8 @@ func describeEntry(e *journal.Entry) (string, string) {
 		return "message", fmt.Sprintf("from the parent (%s): %q", e.MessageID, oneLine(e.Text, 100))
 	case journal.ToolCallDecided:
 		return describeToolGate(e)
+	case journal.ToolPolicyDecided:
+		return describeToolPolicy(e)
 	case journal.ToolCallRequested:
 		return "tool call", fmt.Sprintf("%s on %s (%s, key %s) %s", e.Tool, orDash(e.Server), e.Effect, orDash(e.IdempotencyKey), oneLine(e.Input, 80))
 	case journal.ToolCallCompleted:
@@ -236,6 +238,30 @@ func describeToolGate(e *journal.Entry) (string, string) {
 		t += fmt.Sprintf(": %q", oneLine(e.Result, 80))
 	}
 	return "tool gate", t
+}
+
+// describeToolPolicy is a tool policy's decision in words, naming the
+// policy and rule that decided, and any other rule that matched.
+func describeToolPolicy(e *journal.Entry) (string, string) {
+	d := e.Policy
+	if d == nil {
+		return "tool policy", e.Tool
+	}
+	t := fmt.Sprintf("%s %s by %s", e.Tool, d.Action, d.Names())
+	if d.Message != "" {
+		t += fmt.Sprintf(": %q", oneLine(d.Message, 120))
+	}
+	for _, m := range d.Matches {
+		if m.Policy == d.Policy && m.PolicyNamespace == d.PolicyNamespace && m.Rule == d.Rule {
+			continue
+		}
+		where := m.Policy
+		if m.PolicyNamespace != "" {
+			where = m.PolicyNamespace + "/" + m.Policy
+		}
+		t += fmt.Sprintf("; also %s %s %s rule %s", m.Action, m.PolicyKind, where, m.Rule)
+	}
+	return "tool policy", t
 }
 
 // describeToolResult is a tool call's result in words.

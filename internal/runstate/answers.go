@@ -70,6 +70,9 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		return checkpointAnswer(in.Point, ans, a)
 	}
 	h := st.HeadCall()
+	if strings.HasSuffix(asked, PolicyPointSuffix) && h.Policy != nil {
+		return policyAnswer(h.Policy, ans, a)
+	}
 	if in := h.Intent; in != nil {
 		if err := needDecision(a, "a dangling write", DecisionDone, DecisionRetry, DecisionAbandon); err != nil {
 			return nil, err
@@ -112,6 +115,22 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		ans.Input = *a.Text // a denial's reason, told to the model
 	}
 	return ans, needDecision(a, "a tool call", DecisionApprove, DecisionDeny)
+}
+
+// policyAnswer checks an answer to a tool policy's RequireApproval:
+// Approve or Deny, with a reason when the policy requires one (a denial's
+// reason is told to the model).
+func policyAnswer(d *journal.PolicyDecision, ans *Answer, a AnswerSpec) (*Answer, error) {
+	if err := needDecision(a, "a tool call held by a tool policy", DecisionApprove, DecisionDeny); err != nil {
+		return nil, err
+	}
+	if a.Text != nil {
+		ans.Input = *a.Text
+	}
+	if d.RequireReason && strings.TrimSpace(ans.Input) == "" {
+		return nil, fmt.Errorf("%s requires a reason: answer with text", d.Names())
+	}
+	return ans, nil
 }
 
 func needDecision(a AnswerSpec, what string, allowed ...string) error {

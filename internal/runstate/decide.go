@@ -67,6 +67,10 @@ type Facts struct {
 	// Tool is what the controller found out about the next tool call, when
 	// one is due.
 	Tool *ToolFact
+	// Policy is what the tool policies say about the next tool call, when
+	// the controller evaluated them (the call is due, its tool known and
+	// no decision journaled yet) and some rule matched.
+	Policy *journal.PolicyDecision
 
 	// InFlight: the executor is running the pending call.
 	InFlight bool
@@ -195,6 +199,8 @@ type Action struct {
 	FanOut *FanOutPlan
 	// Received is the message ActReceiveMessage journals.
 	Received *Message
+	// Policy is the tool policies' decision ActToolPolicy journals.
+	Policy *journal.PolicyDecision
 }
 
 // NeedsProvider reports whether Decide would want to dispatch a call, so the

@@ -32,7 +32,14 @@ const (
 	// ActAsk: journal that a question (Action.Ask, its point) is shown to a
 	// person, then wait on it; its expiry counts from then.
 	ActAsk ActionKind = "Ask"
+	// ActToolPolicy: journal the tool policies' decision on the next tool
+	// call (Action.Policy) before anything else happens to it.
+	ActToolPolicy ActionKind = "ToolPolicy"
 )
+
+// PolicyPointSuffix ends the point of the question a tool policy's
+// RequireApproval asks, apart from the blueprint's approval question.
+const PolicyPointSuffix = "-policy"
 
 // Answer decisions beyond approve and deny, for a dangling write.
 const (
@@ -137,6 +144,11 @@ func decideTool(f Facts) (Action, bool) {
 		// Holds under yolo and every profile, built-in tools included.
 		return decided(journal.GateApproval, false, true, false, "policy: permission deny", ""), true
 	}
+	if builtin.IsRunTool(h.Name) {
+		if a, ok := policyStep(f, h, point); ok {
+			return a, true
+		}
+	}
 	if a, ok := decideBuiltin(f, h, point); ok {
 		return a, true
 	}
@@ -150,6 +162,11 @@ func decideTool(f Facts) (Action, bool) {
 		// Before any gate: nobody should approve a call that cannot be made,
 		// and the effect is only known once the server can be listed.
 		return Action{Kind: ActPark, Markers: Markers{Setup: t.Setup}, RetryAt: t.SetupRetryAt}, true
+	}
+	if a, ok := policyStep(f, h, point); ok {
+		// Before the taint and approval gates: neither a profile nor
+		// spec.yolo may pass a call a policy holds or denies.
+		return a, true
 	}
 	if t.Effect != blueprint.EffectRead && st.Tainted && !h.TaintCleared {
 		// Idempotent calls change the world too; only reads pass untouched.
@@ -208,6 +225,48 @@ func taintGate(f Facts, h *journal.CallState, t *ToolFact, point string) Action 
 	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point + "-taint", Subject: h.Name, Prompt: clip(fmt.Sprintf(
 		"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
 		f.State.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}
+}
+
+// policyStep applies the tool policies to the head call: a fresh decision
+// (Facts.Policy) is journaled first, so a restart applies it as made; a
+// journaled RequireApproval then holds the call until a person answers,
+// whatever the blueprint's permission, a yolo profile or spec.yolo say.
+// A denial needs nothing here: folding it settled the call.
+func policyStep(f Facts, h *journal.CallState, point string) (Action, bool) {
+	d := h.Policy
+	if d == nil {
+		if f.Policy != nil {
+			return Action{Kind: ActToolPolicy, Policy: f.Policy}, true
+		}
+		return Action{}, false
+	}
+	if d.Action != journal.PolicyRequireApproval || h.PolicyApproved {
+		return Action{}, false
+	}
+	q := point + PolicyPointSuffix
+	expired, expiry := f.questionExpiry(q)
+	if a, done := gateAnswer(f, journal.GatePolicy, expired); done {
+		return a, true
+	}
+	effect, server := blueprint.EffectRead, ""
+	if t := f.Tool; t != nil {
+		effect, server = t.Effect, t.Server
+	}
+	prompt := fmt.Sprintf("%s requires approval of tool call %s (effect %s, server %s) with arguments %s", d.Names(), h.Name, effect, orDash(server), h.Arguments)
+	if d.Message != "" {
+		prompt += ": " + d.Message
+	}
+	if d.RequireReason {
+		prompt += " (answer with a reason)"
+	}
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: q, Subject: h.Name, Prompt: clip(prompt, 2048)}}}, true
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // approvalGate holds a call whose permission is ask: approved unattended
@@ -336,7 +395,9 @@ func joinQuoted(opts []string) string {
 func gateAnswer(f Facts, gate string, expired bool) (Action, bool) {
 	if a := f.Answer; a != nil {
 		d := decided(gate, a.Approved, false, false, a.By, a.Name)
-		if !a.Approved {
+		if !a.Approved || gate == journal.GatePolicy {
+			// A denial's reason is told to the model; a policy's approval
+			// keeps its reason on record too.
 			d.Decision.Reason = a.Input
 		}
 		return d, true

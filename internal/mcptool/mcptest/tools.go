@@ -21,7 +21,8 @@ type recordArgs struct {
 }
 
 type ticketArgs struct {
-	Title string `json:"title" jsonschema:"the ticket title"`
+	Title    string `json:"title" jsonschema:"the ticket title"`
+	Priority string `json:"priority,omitempty" jsonschema:"the ticket priority (p0 pages the on-call engineer)"`
 }
 
 // register adds one tool per effect class the client distinguishes (read,

@@ -1,0 +1,37 @@
+package plugin
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// TestTranscriptNamesThePolicyAndRule: a tool policy's decision reads as
+// the tool, the action, the deciding policy and rule with its message,
+// and the other rules that matched; a policy gate's answer as a gate.
+func TestTranscriptNamesThePolicyAndRule(t *testing.T) {
+	d := &journal.PolicyDecision{Action: journal.PolicyDeny, PolicyKind: "ClusterAgentToolPolicy", Policy: "tickets", Rule: "no-p0", Message: "open a p1 instead",
+		Matches: []journal.PolicyMatch{
+			{PolicyKind: "ClusterAgentToolPolicy", Policy: "tickets", Rule: "no-p0", Action: journal.PolicyDeny},
+			{PolicyKind: "AgentToolPolicy", PolicyNamespace: "team-a", Policy: "audit", Rule: "all-writes", Action: journal.PolicyAudit},
+		}}
+	entries := []journal.Entry{
+		{Seq: 3, Kind: journal.ToolPolicyDecided, Tool: "create_ticket", Policy: d},
+		{Seq: 4, Kind: journal.ToolCallDecided, Tool: "deploy", Gate: journal.GatePolicy, Approved: true, By: "alice", Result: "checked"},
+	}
+	var buf bytes.Buffer
+	if err := RenderTranscript(&buf, entries, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(strings.Fields(buf.String()), " ")
+	for _, want := range []string{
+		`tool policy create_ticket Deny by ClusterAgentToolPolicy tickets, rule no-p0: "open a p1 instead"; also Audit AgentToolPolicy team-a/audit rule all-writes`,
+		`tool gate deploy policy approved by alice: "checked"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("transcript lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package runstate
+
+import (
+	"strings"
+	"testing"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+func policyDecision(action string) *journal.PolicyDecision {
+	return &journal.PolicyDecision{Action: action, PolicyKind: "ClusterAgentToolPolicy", Policy: "p", Rule: "r", Message: "because"}
+}
+
+func policyEntry(action string) journal.Entry {
+	return journal.Entry{Seq: 2, Kind: journal.ToolPolicyDecided, Index: 0, Tool: "upsert", Policy: policyDecision(action)}
+}
+
+// TestPolicyDecisions: a fresh decision is journaled before any gate; a
+// journaled RequireApproval holds the call under bare yolo and a profile
+// that lists the tool, until a person approves it on the policy's point;
+// a journaled Deny settles the call with the policy's message; Audit
+// leaves the call to the blueprint.
+func TestPolicyDecisions(t *testing.T) {
+	yolo := func(f *Facts) { f.Yolo = true }
+	profile := func(f *Facts) { f.Yolo, f.YoloProfile = true, "ci" }
+	point := "call-1-0" + PolicyPointSuffix
+	approved := journal.Entry{Seq: 3, Kind: journal.ToolCallDecided, Index: 0, Gate: journal.GatePolicy, Approved: true, By: "alice"}
+	cases := []struct {
+		name  string
+		facts Facts
+		kind  ActionKind
+		check func(Action) string
+	}{
+		{"a fresh decision is journaled first", with(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent), func(f *Facts) {
+			f.Yolo, f.Policy = true, policyDecision(journal.PolicyRequireApproval)
+		}), ActToolPolicy, func(a Action) string {
+			return want(a.Policy != nil && a.Policy.Action == journal.PolicyRequireApproval, "the decision to journal")
+		}},
+		{"RequireApproval is asked first under yolo", with(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyRequireApproval)), yolo), ActAsk, func(a Action) string {
+			return want(a.Ask == point, "the policy's point")
+		}},
+		{"RequireApproval holds under a profile listing the tool", with(asked(toolFacts(t, "upsert", `{"id":"1"}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyRequireApproval)), point), profile), ActPark, func(a Action) string {
+			q := a.Markers.Ask
+			return want(a.Markers.HubRequest == arv1.WaitToolApproval && q != nil && q.Point == point && strings.Contains(q.Prompt, "ClusterAgentToolPolicy p, rule r") && strings.Contains(q.Prompt, `{"id":"1"}`), "ToolApproval on the policy's point naming the rule")
+		}},
+		{"a person's approval lets the call through", with(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyRequireApproval), approved), yolo), ActToolCall, nil},
+		{"a denial settles the call", toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyDeny)), ActDispatch, nil},
+		{"Audit leaves the call to the blueprint", with(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyAudit)), profile), ActToolDecide, func(a Action) string {
+			return want(a.Decision.Approved && a.Decision.By == "policy: yolo profile ci", "the profile's approval")
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := Decide(c.facts)
+			if a.Kind != c.kind {
+				t.Fatalf("kind = %s, want %s (%+v)", a.Kind, c.kind, a)
+			}
+			if c.check != nil {
+				if msg := c.check(a); msg != "" {
+					t.Error(msg)
+				}
+			}
+		})
+	}
+}
+
+// TestPolicyDenialIsTheModelsResult: the folded denial tells the model the
+// policy, the rule and its message.
+func TestPolicyDenialIsTheModelsResult(t *testing.T) {
+	f := toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyDeny))
+	turns := f.State.Turns
+	if len(turns) == 0 || len(turns[len(turns)-1].Tools) != 1 {
+		t.Fatalf("turns = %+v, want the denied call's result on the last turn", turns)
+	}
+	r := turns[len(turns)-1].Tools[0]
+	if !r.IsError || r.Result != "The call was not made: denied by ClusterAgentToolPolicy p, rule r. because" {
+		t.Errorf("result = %+v", r)
+	}
+}
