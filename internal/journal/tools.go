@@ -15,6 +15,14 @@ type CallState struct {
 	Approved bool
 	// TaintCleared: the TaintGate was passed for this call.
 	TaintCleared bool
+	// EditedBy is who approved the call with edited arguments (Arguments
+	// are then theirs, not the model's); "" when the model's stand.
+	EditedBy string
+	// ReasonRequired, when set, names the rule (a tool policy's
+	// RequireApproval with requireReason) that makes an answer approving or
+	// denying this call carry a reason. The policy wiring sets it where it
+	// folds its decision; an answer without a reason is refused.
+	ReasonRequired string
 	// Intent is the journaled intent with no completion yet.
 	Intent *Entry
 	Done   bool
@@ -101,6 +109,11 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			h.TaintCleared = true
 		} else {
 			h.Approved = true
+			if e.Input != "" {
+				// A person approved the call with edited arguments: the
+				// call is made with them, and the model is told so.
+				h.Arguments, h.EditedBy = e.Input, e.By
+			}
 		}
 		if e.Auto {
 			st.GatesForced = true
