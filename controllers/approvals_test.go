@@ -73,7 +73,9 @@ models = [{provider = "oa", model = "gpt-x"}]
 	if st := answerState(t, ns, "edit"); st.State != arv1.AnswerApplied {
 		t.Fatalf("the edited approval: %+v, want Applied", st)
 	}
-	secondCall := func(r *arv1.AgentRun) bool { return waitingOn(arv1.WaitToolApproval)(r) && r.Status.WaitingOn.Point != w1.Point }
+	secondCall := func(r *arv1.AgentRun) bool {
+		return waitingOn(arv1.WaitToolApproval)(r) && r.Status.WaitingOn.Point != w1.Point
+	}
 	w2 := waitFor(t, ns, "r", 30*time.Second, "ToolApproval of the second call", secondCall).Status.WaitingOn
 
 	answer(t, alice, ns, "stale", "alice", w1, args(`{"title":"hijack"}`))

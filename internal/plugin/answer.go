@@ -96,7 +96,7 @@ func parseApprove(o options) (reply, error) {
 	case t == "-":
 		r.argsStdin = true
 		return r, nil
-	case strings.HasPrefix(t, "{"):
+	case strings.HasPrefix(t, "{") || strings.HasPrefix(t, "["): // JSON, not a path
 		r.args, err = argsObject("--args", []byte(v))
 	case t == "":
 		return r, usagef("--args needs a JSON object, a FILE holding one, or - for stdin")
@@ -131,13 +131,13 @@ const maxAnswerReason = 4096
 // argsObject checks that b is a JSON object within the run's bound on
 // edited arguments, and returns it compact.
 func argsObject(from string, b []byte) ([]byte, error) {
-	var obj map[string]any
-	if err := json.Unmarshal(b, &obj); err != nil || obj == nil {
-		why := "not a JSON object"
-		if err != nil {
-			why = fmt.Sprintf("not valid JSON (%v)", err)
-		}
-		return nil, usagef("%s: the arguments are %s; give the call's arguments as a JSON object", from, why)
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, usagef("%s: the arguments are not valid JSON (%v); give the call's arguments as a JSON object", from, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, usagef("%s: the arguments are not a JSON object; give the call's arguments as one", from)
 	}
 	compact, _ := json.Marshal(obj)
 	if len(compact) > arv1.MaxAnswerArgsBytes {

@@ -52,7 +52,9 @@ func TestApprovalAnswers(t *testing.T) {
 		{"args at a taint gate", asked(taint, "call-1-0-taint"), AnswerSpec{Point: "call-1-0-taint", Decision: "Approve", Args: s(`{"title":"x"}`)},
 			nil, "answer a tool call's approval (ToolApproval) only"},
 		{"a denial's reason is what the model is told", ticket(), AnswerSpec{Point: "call-1-0-approval", Decision: "Deny", Reason: "use the change process"},
-			func(a *Answer) bool { return !a.Approved && a.Input == "use the change process" && a.Reason == "use the change process" }, ""},
+			func(a *Answer) bool {
+				return !a.Approved && a.Input == "use the change process" && a.Reason == "use the change process"
+			}, ""},
 		{"an approval keeps its reason", ticket(), AnswerSpec{Point: "call-1-0-approval", Decision: "Approve", Reason: "checked with ops"},
 			func(a *Answer) bool { return a.Approved && a.Reason == "checked with ops" && a.Args == "" }, ""},
 		{"a required reason missing", needsReason(), AnswerSpec{Point: "call-1-0-approval", Decision: "Approve"},
