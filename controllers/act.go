@@ -123,7 +123,7 @@ func journalEntryFor(f *facts, a runstate.Action) (journal.Entry, bool) {
 		e := journal.Entry{Kind: journal.InteractionAnswered, Stage: in.Stage, Point: in.Point.Name, Approved: true, Auto: true, By: "policy: spec.yolo"}
 		if ans := a.Answer; ans != nil {
 			e.Approved, e.Auto, e.By, e.Message, e.Expired = ans.Approved, ans.Expired, ans.By, ans.Name, ans.Expired
-			e.Directive, e.Choice, e.Abort = ans.Directive, ans.Choice, ans.Abort
+			e.Directive, e.Choice, e.Abort, e.Result = ans.Directive, ans.Choice, ans.Abort, ans.Reason
 			if ans.Edit != nil {
 				e.Region = pointDocument(f)
 			}

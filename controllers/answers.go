@@ -53,9 +53,7 @@ func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun
 			p := runstate.AskedPoint(f.Facts)
 			asked = &p
 		}
-		ans, err := runstate.CheckAnswer(&f.State, *asked, runstate.AnswerSpec{
-			Name: a.Name, By: a.Spec.By, Point: a.Spec.Point, Decision: string(a.Spec.Decision), Text: a.Spec.Text, Input: a.Spec.Input,
-		})
+		ans, err := runstate.CheckAnswer(&f.State, *asked, f.Tool, answerSpec(a))
 		switch {
 		case err != nil:
 			f.answerUpdates = append(f.answerUpdates, answerUpdate{a, arv1.AnswerRejected, clipTo(capitalize(err.Error()), 1024)})
@@ -66,6 +64,17 @@ func (r *AgentRunReconciler) answerFacts(ctx context.Context, run *arv1.AgentRun
 		}
 	}
 	return nil
+}
+
+// answerSpec is the answer as the run state checks it; args as JSON text.
+func answerSpec(a *arv1.AgentRunAnswer) runstate.AnswerSpec {
+	s := runstate.AnswerSpec{Name: a.Name, By: a.Spec.By, Point: a.Spec.Point, Decision: string(a.Spec.Decision),
+		Text: a.Spec.Text, Input: a.Spec.Input, Reason: a.Spec.Reason}
+	if a.Spec.Args != nil {
+		raw := string(a.Spec.Args.Raw)
+		s.Args = &raw
+	}
+	return s
 }
 
 // answerUpdate is an answer's fate to record on it.

@@ -96,6 +96,7 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 	if override == "" {
 		fact.Effect = string(e.Tools[i].Effect)
 	}
+	fact.InputSchema = string(e.Tools[i].InputSchema)
 	f.tool = &resolvedTool{server: conn.server, effect: fact.Effect}
 	return nil
 }
@@ -215,7 +216,7 @@ func toolEntry(f *facts, a runstate.Action) journal.Entry {
 	case runstate.ActToolDecide:
 		d := a.Decision
 		e.Kind, e.Gate, e.Approved, e.Auto, e.Expired, e.By, e.Message = journal.ToolCallDecided, d.Gate, d.Approved, d.Auto, d.Expired, d.By, d.Answer
-		e.Result = clipTo(d.Reason, 4096)
+		e.Result, e.Input = clipTo(d.Reason, 4096), d.Args
 	case runstate.ActToolComplete:
 		c := a.Completion
 		e.Kind, e.Result, e.IsError, e.By, e.Message = journal.ToolCallCompleted, clipTo(c.Result, steps.MaxToolResult), c.IsError, c.By, c.Answer

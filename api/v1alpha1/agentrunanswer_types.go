@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // AgentRunAnswer answers what a run waits on: a checkpoint
@@ -24,6 +25,7 @@ import (
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Text",type=string,JSONPath=`.spec.text`,priority=1
 // +kubebuilder:printcolumn:name="Input",type=string,JSONPath=`.spec.input`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AgentRunAnswer struct {
@@ -38,6 +40,8 @@ type AgentRunAnswer struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an answer cannot be changed; create another"
 	// +kubebuilder:validation:XValidation:rule="has(self.decision) || has(self.text) || has(self.input)",message="an answer needs a decision, text or input"
 	// +kubebuilder:validation:XValidation:rule="!(has(self.text) && has(self.input))",message="set text or input, not both"
+	// +kubebuilder:validation:XValidation:rule="!has(self.args) || (has(self.decision) && self.decision == 'Approve')",message="args replace a tool call's arguments, so they go with decision Approve"
+	// +kubebuilder:validation:XValidation:rule="!has(self.reason) || has(self.decision)",message="a reason explains a decision; set decision too"
 	Spec AgentRunAnswerSpec `json:"spec,omitzero"`
 
 	// status says whether the run took the answer.
@@ -78,6 +82,24 @@ type AgentRunAnswerSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=16384
 	Input *string `json:"input,omitempty"`
+	// args, on an Approve of a tool call (ToolApproval), replace the
+	// arguments the model gave: a JSON object, at most 16 KiB, checked
+	// against the tool's input schema. The call is made with them, once;
+	// the model is told the call ran with them; the journal records them
+	// as edited by this answer's by.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:MaxProperties=256
+	Args *runtime.RawExtension `json:"args,omitempty"`
+	// reason says why the person decided so. A denied tool call's reason
+	// is told to the model; with any decision it is kept in the journal
+	// and the transcript. A tool policy rule with requireReason refuses
+	// an answer to the approval it asks for without one.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Reason string `json:"reason,omitempty"`
 	// by is the authenticated user answering; admission refuses any other
 	// name.
 	// +required
@@ -85,6 +107,11 @@ type AgentRunAnswerSpec struct {
 	// +kubebuilder:validation:MaxLength=512
 	By string `json:"by,omitempty"`
 }
+
+// MaxAnswerArgsBytes bounds an answer's spec.args, as compact JSON. The
+// schema cannot bound the bytes of a free-form object, so the run refuses
+// larger ones (and the kubectl plugin refuses to send them).
+const MaxAnswerArgsBytes = 16384
 
 // AnswerDecision approves or denies, or settles a dangling write.
 // +kubebuilder:validation:Enum=Approve;Deny;Done;Retry;Abandon;Edit;Revise

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -28,6 +29,10 @@ func TestAnswerShapes(t *testing.T) {
 		"done-with-output": func(s *arv1.AgentRunAnswerSpec) {
 			s.Decision, s.Text = arv1.DecisionDone, ptr("ticket 7")
 		},
+		"approve-with-args": func(s *arv1.AgentRunAnswerSpec) {
+			s.Decision, s.Args, s.Reason = arv1.DecisionApprove, &runtime.RawExtension{Raw: []byte(`{"title":"x","tags":["a"]}`)}, "safer"
+		},
+		"deny-with-reason": func(s *arv1.AgentRunAnswerSpec) { s.Decision, s.Reason = arv1.DecisionDeny, "not now" },
 	} {
 		if err := k8sClient.Create(ctx, base(name, m)); err != nil {
 			t.Errorf("%s: refused: %v", name, err)
@@ -37,6 +42,16 @@ func TestAnswerShapes(t *testing.T) {
 	requireInvalid(t, err, "spec", "an answer needs a decision, text or input")
 	err = k8sClient.Create(ctx, base("both", func(s *arv1.AgentRunAnswerSpec) { s.Text, s.Input = ptr("a"), ptr(`"a"`) }))
 	requireInvalid(t, err, "spec", "set text or input, not both")
+	err = k8sClient.Create(ctx, base("deny-args", func(s *arv1.AgentRunAnswerSpec) {
+		s.Decision, s.Args = arv1.DecisionDeny, &runtime.RawExtension{Raw: []byte(`{"title":"x"}`)}
+	}))
+	requireInvalid(t, err, "spec", "args replace a tool call's arguments, so they go with decision Approve")
+	err = k8sClient.Create(ctx, base("list-args", func(s *arv1.AgentRunAnswerSpec) {
+		s.Decision, s.Args = arv1.DecisionApprove, &runtime.RawExtension{Raw: []byte(`["x"]`)}
+	}))
+	requireInvalid(t, err, "spec.args", "must be of type object")
+	err = k8sClient.Create(ctx, base("reason-only", func(s *arv1.AgentRunAnswerSpec) { s.Text, s.Reason = ptr("hi"), "because" }))
+	requireInvalid(t, err, "spec", "a reason explains a decision; set decision too")
 	err = k8sClient.Create(ctx, base("odd", func(s *arv1.AgentRunAnswerSpec) { s.Decision = "Maybe" }))
 	requireInvalid(t, err, "spec.decision", `Unsupported value: "Maybe"`)
 

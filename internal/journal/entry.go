@@ -145,7 +145,9 @@ type Entry struct {
 	Index int `json:"index,omitempty"`
 	// Tool, Input, Effect, Server and IdempotencyKey describe a tool call's
 	// intent. The key is recorded so a re-executed idempotent call carries
-	// the same one.
+	// the same one. On an approving ToolCallDecided, Input is the arguments
+	// a person approved in place of the model's (By edited them): the call
+	// is made with them and the model is told it ran with them.
 	Tool           string `json:"tool,omitempty"`
 	Input          string `json:"input,omitempty"`
 	Effect         string `json:"effect,omitempty"`
@@ -155,8 +157,9 @@ type Entry struct {
 	Gate string `json:"gate,omitempty"`
 	// Expired marks a decision made because nobody answered in time.
 	Expired bool `json:"expired,omitempty"`
-	// Result and IsError are a tool call's result (on a ToolCallDecided
-	// denial: the person's reason).
+	// Result and IsError are a tool call's result. On a ToolCallDecided or
+	// an InteractionAnswered, Result is the person's reason (a denied
+	// call's is told to the model).
 	Result  string `json:"result,omitempty"`
 	IsError bool   `json:"isError,omitempty"`
 	// Child names the sub-agent whose result a wait_for_agent completion

@@ -435,6 +435,9 @@ func (st *State) interactionAnswered(bp *blueprint.Blueprint, e *Entry) {
 		st.Interaction, st.choosing = nil, nil
 		st.Outcome = OutcomeCancelled
 		st.Message = fmt.Sprintf("interaction point %q was declined", e.Point)
+		if e.Result != "" {
+			st.Message += ": " + e.Result // the person's reason
+		}
 		if e.Abort != "" {
 			st.Message = fmt.Sprintf("interaction point %q: abort option %q was chosen", e.Point, e.Abort)
 		}

@@ -69,6 +69,9 @@ func (st *State) applyPolicy(bp *blueprint.Blueprint, h *CallState, e *Entry) {
 	}
 	d := *e.Policy
 	h.Policy = &d
+	if d.Action == PolicyRequireApproval && d.RequireReason {
+		h.ReasonRequired = d.Names()
+	}
 	if d.Action == PolicyDeny {
 		msg := fmt.Sprintf("The call was not made: denied by %s.", d.Names())
 		if d.Message != "" {

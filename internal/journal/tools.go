@@ -20,6 +20,14 @@ type CallState struct {
 	// approved the call its RequireApproval held.
 	Policy         *PolicyDecision
 	PolicyApproved bool
+	// EditedBy is who approved the call with edited arguments (Arguments
+	// are then theirs, not the model's); "" when the model's stand.
+	EditedBy string
+	// ReasonRequired, when set, names the rule (a tool policy's
+	// RequireApproval with requireReason) that makes an answer approving or
+	// denying this call carry a reason. The policy wiring sets it where it
+	// folds its decision; an answer without a reason is refused.
+	ReasonRequired string
 	// Intent is the journaled intent with no completion yet.
 	Intent *Entry
 	Done   bool
@@ -111,6 +119,19 @@ func (st *State) applyTool(bp *blueprint.Blueprint, e *Entry) {
 			h.PolicyApproved, h.Approved = true, true
 		default:
 			h.Approved = true
+		}
+		if e.Gate != GateTaint && e.Input != "" {
+			// A person approved the call with edited arguments: the call
+			// is made with them, and the model is told so. The policies'
+			// decision was on the model's arguments, so it is made again
+			// on these (a person's edit never escapes a Deny).
+			h.Arguments, h.EditedBy = e.Input, e.By
+			h.Policy = nil
+			if e.Gate != GatePolicy {
+				// Whoever answered a policy's RequireApproval saw other
+				// arguments: it asks again if it still holds the call.
+				h.PolicyApproved = false
+			}
 		}
 		if e.Auto {
 			st.GatesForced = true

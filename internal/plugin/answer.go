@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -42,6 +44,11 @@ type reply struct {
 	decision arv1.AnswerDecision
 	text     *string
 	input    *string
+	reason   string
+	// args are a tool call's edited arguments (approve --args), compact
+	// JSON; argsStdin says they are still to be read from stdin.
+	args      []byte
+	argsStdin bool
 }
 
 // checkpointOnly: the reply is one only a checkpoint takes (a choice, an
@@ -53,11 +60,13 @@ func (r reply) checkpointOnly() bool {
 // replyParsers turn each answer command's options into a reply, or a usage
 // error.
 var replyParsers = map[string]func(o options) (reply, error){
-	"approve": func(o options) (reply, error) {
-		return reply{family: familyDecide, verb: "approve", decision: arv1.DecisionApprove}, oneName("approve", o)
-	},
+	"approve": parseApprove,
 	"deny": func(o options) (reply, error) {
-		return reply{family: familyDecide, verb: "deny", decision: arv1.DecisionDeny, text: o.reason}, oneName("deny", o)
+		r := reply{family: familyDecide, verb: "deny", decision: arv1.DecisionDeny}
+		if err := oneName("deny", o); err != nil {
+			return r, err
+		}
+		return withReason(r, o)
 	},
 	"answer":  parseAnswer,
 	"resolve": parseResolve,
@@ -68,6 +77,73 @@ func oneName(cmd string, o options) error {
 		return usagef("%s takes exactly one run NAME", cmd)
 	}
 	return nil
+}
+
+// parseApprove reads NAME, an optional --reason and, for a tool call,
+// optional edited arguments (--args): a JSON object given inline, a file
+// holding one, or "-" for stdin (read when the command runs).
+func parseApprove(o options) (reply, error) {
+	r := reply{family: familyDecide, verb: "approve", decision: arv1.DecisionApprove}
+	if err := oneName("approve", o); err != nil {
+		return r, err
+	}
+	r, err := withReason(r, o)
+	if err != nil || o.callArgs == nil {
+		return r, err
+	}
+	v := *o.callArgs
+	switch t := strings.TrimSpace(v); {
+	case t == "-":
+		r.argsStdin = true
+		return r, nil
+	case strings.HasPrefix(t, "{") || strings.HasPrefix(t, "["): // JSON, not a path
+		r.args, err = argsObject("--args", []byte(v))
+	case t == "":
+		return r, usagef("--args needs a JSON object, a FILE holding one, or - for stdin")
+	default:
+		b, rerr := os.ReadFile(v)
+		if rerr != nil {
+			return r, usagef("--args: %v (give a JSON object, a FILE holding one, or - for stdin)", rerr)
+		}
+		r.args, err = argsObject("--args "+v, b)
+	}
+	return r, err
+}
+
+// withReason adds --reason, which must say something.
+func withReason(r reply, o options) (reply, error) {
+	if o.reason == nil {
+		return r, nil
+	}
+	if strings.TrimSpace(*o.reason) == "" {
+		return r, usagef("--reason needs the reason's text")
+	}
+	if n := len(*o.reason); n > maxAnswerReason {
+		return r, usagef("the reason is %d bytes; an answer holds at most %d (spec.reason)", n, maxAnswerReason)
+	}
+	r.reason = *o.reason
+	return r, nil
+}
+
+// maxAnswerReason is the CRD's bound on spec.reason.
+const maxAnswerReason = 4096
+
+// argsObject checks that b is a JSON object within the run's bound on
+// edited arguments, and returns it compact.
+func argsObject(from string, b []byte) ([]byte, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, usagef("%s: the arguments are not valid JSON (%v); give the call's arguments as a JSON object", from, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, usagef("%s: the arguments are not a JSON object; give the call's arguments as one", from)
+	}
+	compact, _ := json.Marshal(obj)
+	if len(compact) > arv1.MaxAnswerArgsBytes {
+		return nil, usagef("%s: the arguments are %d bytes; a run takes at most %d", from, len(compact), arv1.MaxAnswerArgsBytes)
+	}
+	return compact, nil
 }
 
 // parseAnswer reads NAME and exactly one of TEXT, --json or --null; or,
@@ -319,6 +395,8 @@ func fit(cmd string, r reply, run *arv1.AgentRun) (*arv1.WaitingOn, error) {
 		return nil, fmt.Errorf("agentrun %q waits on %s, which no answer clears: %s", run.Name, waitText(w), clearHint(w))
 	case w.Point == "":
 		return nil, fmt.Errorf("agentrun %q waits on %s but names no point to answer (status.waitingOn.point is empty)", run.Name, waitText(w))
+	case (r.args != nil || r.argsStdin) && w.Reason != arv1.WaitToolApproval:
+		return nil, fmt.Errorf("agentrun %q waits on %s; --args edit a tool call's arguments, so they answer a tool call to approve (ToolApproval) only", run.Name, waitText(w))
 	case r.checkpointOnly() && w.Reason != arv1.WaitInteractionPoint:
 		return nil, fmt.Errorf("agentrun %q waits on %s; --choice, --edit, --edit-file and --revise answer a checkpoint (InteractionPoint) only", run.Name, waitText(w))
 	case family != r.family:
@@ -356,6 +434,15 @@ func answerCmd(cmd string) func(a *app, ctx context.Context, c client.Client, ns
 		if err != nil {
 			return err
 		}
+		if r.argsStdin {
+			b, err := io.ReadAll(io.LimitReader(a.stdin, 4*arv1.MaxAnswerArgsBytes))
+			if err != nil {
+				return fmt.Errorf("reading --args from stdin: %w", err)
+			}
+			if r.args, err = argsObject("--args -", b); err != nil {
+				return err
+			}
+		}
 		review := &authenticationv1.SelfSubjectReview{}
 		if err := c.Create(ctx, review); err != nil {
 			return fmt.Errorf("asking the API server who you are: %w", err)
@@ -363,7 +450,11 @@ func answerCmd(cmd string) func(a *app, ctx context.Context, c client.Client, ns
 		ans := &arv1.AgentRunAnswer{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: run.Name + "-", Namespace: ns},
 			Spec: arv1.AgentRunAnswerSpec{Run: run.Name, Point: w.Point, Decision: r.decision, Text: r.text, Input: r.input,
-				By: review.Status.UserInfo.Username},
+				Reason: r.reason, By: review.Status.UserInfo.Username},
+		}
+		if r.args != nil {
+			ans.Spec.Args = &runtime.RawExtension{Raw: r.args}
+			r.verb = "approve with edited args"
 		}
 		if err := c.Create(ctx, ans); err != nil {
 			return err

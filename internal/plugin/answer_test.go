@@ -25,12 +25,14 @@ func TestParseReplies(t *testing.T) {
 		text     *string
 		input    *string
 		verb     string
+		reason   string
 	}{
 		{args: []string{"approve", "r"}, decision: arv1.DecisionApprove, verb: "approve"},
 		{args: []string{"approve", "r", "--wait"}, decision: arv1.DecisionApprove, verb: "approve"},
 		{args: []string{"deny", "r"}, decision: arv1.DecisionDeny, verb: "deny"},
-		{args: []string{"deny", "r", "--reason", "too risky"}, decision: arv1.DecisionDeny, text: ptr("too risky"), verb: "deny"},
-		{args: []string{"deny", "--reason=not now", "r"}, decision: arv1.DecisionDeny, text: ptr("not now"), verb: "deny"},
+		{args: []string{"deny", "r", "--reason", "too risky"}, decision: arv1.DecisionDeny, reason: "too risky", verb: "deny"},
+		{args: []string{"deny", "--reason=not now", "r"}, decision: arv1.DecisionDeny, reason: "not now", verb: "deny"},
+		{args: []string{"approve", "r", "--reason", "checked with ops"}, decision: arv1.DecisionApprove, reason: "checked with ops", verb: "approve"},
 		{args: []string{"answer", "r", "use the staging cluster"}, text: ptr("use the staging cluster"), verb: "answer"},
 		{args: []string{"answer", "r", ""}, text: ptr(""), verb: "answer"},
 		{args: []string{"answer", "r", "--", "-1"}, text: ptr("-1"), verb: "answer"},
@@ -49,7 +51,7 @@ func TestParseReplies(t *testing.T) {
 			continue
 		}
 		r, err := replyParsers[tc.args[0]](*a.parsed)
-		if err != nil || r.decision != tc.decision || r.verb != tc.verb || !sameText(r.text, tc.text) || !sameText(r.input, tc.input) {
+		if err != nil || r.decision != tc.decision || r.verb != tc.verb || !sameText(r.text, tc.text) || !sameText(r.input, tc.input) || r.reason != tc.reason {
 			t.Errorf("%q: reply %+v (text %v, input %v), %v", tc.args, r, deref(r.text), deref(r.input), err)
 		}
 	}
@@ -74,7 +76,11 @@ func TestAnswerUsageErrors(t *testing.T) {
 	}{
 		{[]string{"approve"}, "approve takes exactly one run NAME"},
 		{[]string{"approve", "a", "b"}, "approve takes exactly one run NAME"},
-		{[]string{"approve", "r", "--reason", "x"}, "unknown flag: --reason"},
+		{[]string{"approve", "r", "--reason", " "}, "--reason needs the reason's text"},
+		{[]string{"approve", "r", "--args", "[1]"}, "not a JSON object"},
+		{[]string{"approve", "r", "--args", "{nope"}, "the arguments are not valid JSON"},
+		{[]string{"approve", "r", "--args", "/nonexistent/args.json"}, "--args: open /nonexistent/args.json"},
+		{[]string{"deny", "r", "--args", "{}"}, "unknown flag: --args"},
 		{[]string{"deny", "r", "--reason"}, "flag needs an argument: --reason"},
 		{[]string{"answer"}, "answer takes a run NAME and one answer"},
 		{[]string{"answer", "r", "a", "b"}, "answer takes a run NAME and one answer (quote a TEXT with spaces)"},

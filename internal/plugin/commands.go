@@ -28,7 +28,8 @@ type options struct {
 	// Answer commands. The value flags are pointers because an empty value
 	// is still an answer (an empty output, an empty string).
 	wait        bool    // --wait
-	reason      *string // --reason (deny)
+	reason      *string // --reason (approve, deny)
+	callArgs    *string // --args (approve: a tool call's edited arguments)
 	json        *string // --json (answer)
 	null        bool    // --null (answer)
 	done        bool    // --done (resolve)
@@ -346,6 +347,11 @@ func waitFlag(fs *pflag.FlagSet, o *options) {
 	fs.BoolVar(&o.wait, "wait", false, "wait up to 30s for the run to take the answer; exit 1 if it is rejected")
 }
 
+// reasonFlag is approve's and deny's --reason.
+func reasonFlag(fs *pflag.FlagSet, o *options) {
+	textVar(fs, &o.reason, "reason", "why (spec.reason): told to the agent when a tool call, taint gate or review is denied; kept in the journal and transcript")
+}
+
 // answerHow is what every answer command's help says about answers.
 const answerHow = `
 
@@ -355,16 +361,24 @@ to create agentrunanswers, which is granted apart from editing runs.`
 
 func answerSpecs() []spec {
 	return []spec{
-		answerSpec("approve NAME", "Approve what a run waits on (checkpoint, tool call, review)",
+		answerSpec("approve NAME [--args FILE|JSON|-] [--reason TEXT]", "Approve what a run waits on (checkpoint, tool call, review)",
 			`Approve what the run waits on (status.waitingOn.point): a checkpoint (the
 run goes on), a tool call (it is made), a write after tainted input (it is
-allowed) or a review the agent presented.`, nil),
+allowed) or a review the agent presented.
+
+A tool call (ToolApproval) may be approved with edited arguments: --args
+takes a JSON object inline, a file holding one, or - to read it from stdin.
+The run checks them against the tool's input schema; the call is made with
+them, and the agent is told it ran with them.`, func(fs *pflag.FlagSet, o *options) {
+				textVar(fs, &o.callArgs, "args", "a tool call: approve it with these arguments instead (a JSON object, a FILE holding one, or - for stdin)")
+				reasonFlag(fs, o)
+			}),
 		answerSpec("deny NAME", "Deny what a run waits on (a checkpoint cancels the run)",
 			`Deny what the run waits on (status.waitingOn.point): a checkpoint (the run is
 cancelled), a tool call or a write after tainted input (the call is not made
 and the agent is told so), or a review the agent presented (the agent gets
 the reason as feedback).`, func(fs *pflag.FlagSet, o *options) {
-				textVar(fs, &o.reason, "reason", "why (spec.text): told to the agent for a tool call, taint gate or review; recorded for a checkpoint")
+				reasonFlag(fs, o)
 			}),
 		answerSpec("answer NAME (TEXT | --json JSON | --null | --choice TEXT | --edit TEXT | --edit-file PATH | --revise TEXT)",
 			"Answer a run's question, deliver its signal, or edit or revise at a checkpoint",

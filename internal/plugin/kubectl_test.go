@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,8 +120,15 @@ func kubectlPlugin(t *testing.T, args ...string) (stdout, stderr string, code in
 // waits for it to end.
 func startPlugin(t *testing.T, args ...string) func() (stdout, stderr string, code int) {
 	t.Helper()
+	return startPluginWith(t, nil, args...)
+}
+
+// startPluginWith is startPlugin with stdin (nil: none).
+func startPluginWith(t *testing.T, stdin io.Reader, args ...string) func() (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(testenv.KubectlPath(), append([]string{"agentrun"}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig)
+	cmd.Stdin = stdin
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
@@ -531,11 +539,11 @@ func TestKubectlAgentrunAnswers(t *testing.T) {
 			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny}},
 		{[]string{"approve", "tool"}, `approve "call-3" of tool as test-admin`, arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
 		{[]string{"deny", "tool", "--reason", "not on a Friday"}, `deny "call-3" of tool as test-admin`,
-			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny, Text: ptr("not on a Friday")}},
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny, Reason: "not on a Friday"}},
 		{[]string{"approve", "taint"}, `approve "call-4" of taint as test-admin`, arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
 		{[]string{"approve", "review"}, `approve "call-5" of review as test-admin`, arv1.AgentRunAnswerSpec{Decision: arv1.DecisionApprove}},
 		{[]string{"deny", "review", "--reason=add tests first"}, `deny "call-5" of review as test-admin`,
-			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny, Text: ptr("add tests first")}},
+			arv1.AgentRunAnswerSpec{Decision: arv1.DecisionDeny, Reason: "add tests first"}},
 		{[]string{"answer", "question", "staging"}, `answer "call-6" of question as test-admin`, arv1.AgentRunAnswerSpec{Text: ptr("staging")}},
 		{[]string{"answer", "question", "--", "-1"}, `answer "call-6" of question as test-admin`, arv1.AgentRunAnswerSpec{Text: ptr("-1")}},
 		{[]string{"answer", "question", "--json", `{"cluster": "prod"}`}, `answer "call-6" of question as test-admin`,

@@ -77,8 +77,10 @@ var scheme = func() *runtime.Scheme {
 // pace of --wait. Tests replace now, pollEvery and waitFor.
 type app struct {
 	stdout, stderr io.Writer
-	now            func() time.Time
-	flags          *genericclioptions.ConfigFlags
+	// stdin is read by approve --args -.
+	stdin io.Reader
+	now   func() time.Time
+	flags *genericclioptions.ConfigFlags
 	// pollEvery and waitFor pace --wait.
 	pollEvery, waitFor time.Duration
 	// cfg is the connection the running command made (ps --watch opens
@@ -93,7 +95,7 @@ func newApp(stdout, stderr io.Writer) *app {
 	flags := genericclioptions.NewConfigFlags(true).WithWarningPrinter(streams)
 	timeout := requestTimeout.String()
 	flags.Timeout = &timeout
-	return &app{stdout: stdout, stderr: stderr, now: time.Now, pollEvery: answerPollEvery, waitFor: answerWaitFor, flags: flags}
+	return &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, now: time.Now, pollEvery: answerPollEvery, waitFor: answerWaitFor, flags: flags}
 }
 
 // Main runs the plugin with args as os.Args (args[0] is the program name)

@@ -218,6 +218,9 @@ func describeCheckpoint(e *journal.Entry) (string, string) {
 	case e.Choice != "":
 		t += fmt.Sprintf(", answered %q", oneLine(e.Choice, 120))
 	}
+	if e.Result != "" {
+		t += fmt.Sprintf(", reason %q", oneLine(e.Result, 120))
+	}
 	return "checkpoint", t
 }
 
@@ -234,8 +237,11 @@ func describeToolGate(e *journal.Entry) (string, string) {
 	if e.Expired {
 		t += " (nobody answered in time)"
 	}
+	if e.Input != "" {
+		t += fmt.Sprintf(", arguments edited by %s to %s", orDash(e.By), oneLine(e.Input, 120))
+	}
 	if e.Result != "" {
-		t += fmt.Sprintf(": %q", oneLine(e.Result, 80))
+		t += fmt.Sprintf(", reason %q", oneLine(e.Result, 120))
 	}
 	return "tool gate", t
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -17,6 +18,11 @@ import (
 type AnswerSpec struct {
 	Name, By, Point, Decision string
 	Text, Input               *string
+	// Reason is the person's reason for the decision ("" when none).
+	Reason string
+	// Args are replacement arguments for the call an Approve lets through,
+	// as JSON text (nil: the model's arguments stand).
+	Args *string
 }
 
 // Approve and Deny, as AnswerSpec.Decision spells them; Edit and Revise
@@ -56,8 +62,9 @@ func AskedPoint(f Facts) string {
 // CheckAnswer checks an answer against the question the run asks (asked,
 // from AskedPoint), and returns it as Decide applies it. The error says why
 // the answer does not fit (it is recorded on the answer as Rejected); the
-// run keeps waiting.
-func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error) {
+// run keeps waiting. tool is what the controller found out about the head
+// tool call (its input schema checks replacement arguments); nil when none.
+func CheckAnswer(st *journal.State, asked string, tool *ToolFact, a AnswerSpec) (*Answer, error) {
 	if asked == "" || a.Point != asked {
 		what := "no question"
 		if asked != "" {
@@ -65,14 +72,20 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		}
 		return nil, fmt.Errorf("the run waits on %s, not on point %q", what, a.Point)
 	}
-	ans := &Answer{Name: a.Name, By: a.By, Decision: a.Decision, Approved: a.Decision == DecisionApprove}
+	ans := &Answer{Name: a.Name, By: a.By, Decision: a.Decision, Approved: a.Decision == DecisionApprove, Reason: a.Reason}
+	// The blueprint's ask and a tool policy's RequireApproval are both a
+	// person approving one call: same reasons, same edited arguments.
+	approval := st.Interaction == nil && (asked == ApprovalPoint(st) || asked == PolicyApprovalPoint(st))
+	if a.Args != nil && !approval {
+		return nil, fmt.Errorf("args replace a tool call's arguments, so they answer a tool call's approval (ToolApproval) only")
+	}
 	if in := st.Interaction; in != nil {
 		return checkpointAnswer(in.Point, ans, a)
 	}
-	h := st.HeadCall()
-	if strings.HasSuffix(asked, PolicyPointSuffix) && h.Policy != nil {
-		return policyAnswer(h.Policy, ans, a)
+	if approval {
+		return approvalAnswer(st.HeadCall(), tool, ans, a)
 	}
+	h := st.HeadCall()
 	if in := h.Intent; in != nil {
 		if err := needDecision(a, "a dangling write", DecisionDone, DecisionRetry, DecisionAbandon); err != nil {
 			return nil, err
@@ -106,31 +119,95 @@ func CheckAnswer(st *journal.State, asked string, a AnswerSpec) (*Answer, error)
 		ans.Input = v
 		return ans, nil
 	case builtin.PresentForReview:
-		if a.Text != nil {
+		switch {
+		case a.Text != nil:
 			ans.Input = *a.Text
+		case a.Reason != "":
+			ans.Input = a.Reason // the reviewer's reason is their feedback
 		}
 		return ans, needDecision(a, "a review", DecisionApprove, DecisionDeny)
 	}
 	if a.Text != nil {
 		ans.Input = *a.Text // a denial's reason, told to the model
 	}
+	if a.Reason != "" {
+		ans.Input = a.Reason
+	}
 	return ans, needDecision(a, "a tool call", DecisionApprove, DecisionDeny)
 }
 
-// policyAnswer checks an answer to a tool policy's RequireApproval:
-// Approve or Deny, with a reason when the policy requires one (a denial's
-// reason is told to the model).
-func policyAnswer(d *journal.PolicyDecision, ans *Answer, a AnswerSpec) (*Answer, error) {
-	if err := needDecision(a, "a tool call held by a tool policy", DecisionApprove, DecisionDeny); err != nil {
+// ApprovalPoint is the point of the head tool call's approval
+// (ToolApproval), "" when no call is due.
+func ApprovalPoint(st *journal.State) string {
+	if p := st.CallPoint(); p != "" {
+		return p + approvalSuffix
+	}
+	return ""
+}
+
+const approvalSuffix = "-approval"
+
+// PolicyApprovalPoint is the point of the head tool call's approval a tool
+// policy's RequireApproval asks for, "" when no call is due.
+func PolicyApprovalPoint(st *journal.State) string {
+	if p := st.CallPoint(); p != "" {
+		return p + PolicyPointSuffix
+	}
+	return ""
+}
+
+// approvalAnswer checks an answer to a tool call's approval: Approve or
+// Deny, a reason where a policy requires one, and replacement arguments
+// (an Approve only) that are a JSON object within arv1.MaxAnswerArgsBytes and satisfy
+// the tool's input schema. The arguments are kept compact.
+func approvalAnswer(h *journal.CallState, tool *ToolFact, ans *Answer, a AnswerSpec) (*Answer, error) {
+	if err := needDecision(a, "a tool call", DecisionApprove, DecisionDeny); err != nil {
 		return nil, err
 	}
-	if a.Text != nil {
-		ans.Input = *a.Text
+	if h.ReasonRequired != "" && strings.TrimSpace(a.Reason) == "" {
+		return nil, fmt.Errorf("a reason is required to approve or deny this call (%s): answer again with a reason", h.ReasonRequired)
 	}
-	if d.RequireReason && strings.TrimSpace(ans.Input) == "" {
-		return nil, fmt.Errorf("%s requires a reason: answer with text", d.Names())
+	switch {
+	case a.Reason != "":
+		ans.Input = a.Reason // told to the model on a denial
+	case a.Text != nil:
+		ans.Input = *a.Text // older answers gave a denial's reason as text
 	}
+	if a.Args == nil {
+		return ans, nil
+	}
+	if a.Decision != DecisionApprove {
+		return nil, fmt.Errorf("args replace the arguments of a call you approve; a denied call is not made")
+	}
+	args, err := checkArgs(*a.Args, tool)
+	if err != nil {
+		return nil, err
+	}
+	ans.Args = args
 	return ans, nil
+}
+
+// checkArgs checks replacement arguments for the head call and returns
+// them as compact JSON.
+func checkArgs(raw string, tool *ToolFact) (string, error) {
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(raw), &obj); err != nil || obj == nil {
+		return "", fmt.Errorf("args must be a JSON object (a tool call's arguments)")
+	}
+	compact, _ := json.Marshal(obj)
+	if len(compact) > arv1.MaxAnswerArgsBytes {
+		return "", fmt.Errorf("args are %d bytes; at most %d", len(compact), arv1.MaxAnswerArgsBytes)
+	}
+	if tool == nil || !tool.Known {
+		return "", fmt.Errorf("the tool's input schema is not known, so edited args cannot be checked; approve or deny the call as it is")
+	}
+	if s := tool.InputSchema; s != "" && s != "null" {
+		if why := output.Check(output.Spec{Format: blueprint.OutputJSON, Schema: s}, string(compact)); why != "" {
+			why = strings.Replace(why, "the output schema", "the tool's input schema", 1)
+			return "", fmt.Errorf("%s", strings.Replace(why, "the output", "args", 1))
+		}
+	}
+	return string(compact), nil
 }
 
 func needDecision(a AnswerSpec, what string, allowed ...string) error {

@@ -38,7 +38,7 @@ func TestCheckpointAnswers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &journal.State{Interaction: &journal.PendingInteraction{Stage: "a", Point: tt.point}}
-			ans, err := CheckAnswer(st, "p", AnswerSpec{Name: "n", By: "ann", Point: "p", Decision: tt.decision, Text: tt.text})
+			ans, err := CheckAnswer(st, "p", nil, AnswerSpec{Name: "n", By: "ann", Point: "p", Decision: tt.decision, Text: tt.text})
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("err %v, want %q", err, tt.err)
@@ -164,7 +164,7 @@ func TestCheckpointStyles(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &journal.State{Interaction: &journal.PendingInteraction{Stage: "a", Point: tt.point}}
-			ans, err := CheckAnswer(st, "p", AnswerSpec{Name: "n", By: "ann", Point: "p", Decision: tt.decision, Text: tt.text, Input: tt.input})
+			ans, err := CheckAnswer(st, "p", nil, AnswerSpec{Name: "n", By: "ann", Point: "p", Decision: tt.decision, Text: tt.text, Input: tt.input})
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("err %v, want %q", err, tt.err)

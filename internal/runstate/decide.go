@@ -143,6 +143,12 @@ type Answer struct {
 	// the abort option a person chose, which cancels the run.
 	Choice string
 	Abort  string
+	// Reason is the person's reason for the decision (spec.reason), kept
+	// in the journal; a denied call's is also told to the model (Input).
+	Reason string
+	// Args are the arguments a person approved a tool call with in place
+	// of the model's (compact JSON), "" when the model's stand.
+	Args string
 }
 
 // Credential names a provider and the Secret key it authenticates with.

@@ -62,6 +62,10 @@ type ToolFact struct {
 	// Pending: the server is being listed, so whether it offers the tool
 	// (and with what effect) is not known yet.
 	Pending bool
+	// InputSchema is the tool's JSON Schema for its arguments, as its
+	// server lists it ("" when it gives none); edited arguments must
+	// satisfy it.
+	InputSchema string
 }
 
 // ToolDecision is a gate's decision to journal.
@@ -72,8 +76,11 @@ type ToolDecision struct {
 	Expired  bool
 	By       string
 	Answer   string
-	// Reason is the person's reason for a denial, told to the model.
+	// Reason is the person's reason: for a denial, told to the model.
 	Reason string
+	// Args are the arguments a person approved in place of the model's
+	// (compact JSON; "" when the model's stand).
+	Args string
 }
 
 // ToolCompletion is a tool result to journal without calling a server.
@@ -275,11 +282,11 @@ func approvalGate(f Facts, h *journal.CallState, t *ToolFact, point string) Acti
 	if slices.Contains(f.unattended().Approve, h.Name) || f.unattended().All {
 		return decided(journal.GateApproval, true, true, false, "policy: "+f.unattendedName(), "")
 	}
-	expired, expiry := f.questionExpiry(point + "-approval")
+	expired, expiry := f.questionExpiry(point + approvalSuffix)
 	if a, done := gateAnswer(f, journal.GateApproval, expired); done {
 		return a
 	}
-	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + "-approval", Subject: h.Name, Prompt: clip(fmt.Sprintf(
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + approvalSuffix, Subject: h.Name, Prompt: clip(fmt.Sprintf(
 		"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}
 }
 
@@ -395,10 +402,14 @@ func joinQuoted(opts []string) string {
 func gateAnswer(f Facts, gate string, expired bool) (Action, bool) {
 	if a := f.Answer; a != nil {
 		d := decided(gate, a.Approved, false, false, a.By, a.Name)
-		if !a.Approved || gate == journal.GatePolicy {
-			// A denial's reason is told to the model; a policy's approval
-			// keeps its reason on record too.
-			d.Decision.Reason = a.Input
+		// The reason is on record either way, and a denial's is told to
+		// the model.
+		d.Decision.Reason = a.Input
+		if d.Decision.Reason == "" {
+			d.Decision.Reason = a.Reason
+		}
+		if a.Approved && (gate == journal.GateApproval || gate == journal.GatePolicy) {
+			d.Decision.Args = a.Args
 		}
 		return d, true
 	}

@@ -186,7 +186,7 @@ func TestCheckAnswer(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := CheckAnswer(&c.f.State, AskedPoint(c.f), c.a)
+			got, err := CheckAnswer(&c.f.State, AskedPoint(c.f), c.f.Tool, c.a)
 			switch {
 			case c.wantErr != "":
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
@@ -209,7 +209,7 @@ func TestRetryAnswerDoesNotCarryOver(t *testing.T) {
 		journal.Entry{Seq: 3, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite},
 		journal.Entry{Seq: 4, Kind: journal.ToolCallRetried, Call: 3, Index: 0, Message: "first"},
 		journal.Entry{Seq: 5, Kind: journal.ToolCallRequested, Index: 0, Tool: "put", Effect: blueprint.EffectWrite})
-	if _, err := CheckAnswer(&twice.State, AskedPoint(twice), AnswerSpec{Name: "second", Point: "call-1-0-w3", Decision: DecisionRetry}); err == nil {
+	if _, err := CheckAnswer(&twice.State, AskedPoint(twice), twice.Tool, AnswerSpec{Name: "second", Point: "call-1-0-w3", Decision: DecisionRetry}); err == nil {
 		t.Fatal("an answer about intent 3 was taken for intent 5")
 	}
 }

@@ -62,6 +62,8 @@ type Call struct {
 	At time.Time
 	// Executed: its body ran to completion (a side effect happened).
 	Executed bool
+	// Args are the call's arguments as they came over the wire.
+	Args string
 }
 
 // endpoint is the path the MCP handler is mounted on, so URL() names an

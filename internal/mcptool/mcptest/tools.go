@@ -78,6 +78,9 @@ func addTool[In any](s *Server, srv *mcp.Server, t *mcp.Tool, body func(In) *mcp
 		}
 		defer s.leave(t.Name)
 		at, err := s.enter(ctx, t.Name, key, replica)
+		s.mu.Lock()
+		s.log[at].Args = string(req.Params.Arguments)
+		s.mu.Unlock()
 		if err != nil {
 			return nil, nil, err
 		}
