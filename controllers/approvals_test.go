@@ -165,3 +165,62 @@ func sameJSON(a, b string) bool {
 	var x, y any
 	return json.Unmarshal([]byte(a), &x) == nil && json.Unmarshal([]byte(b), &y) == nil && reflect.DeepEqual(x, y)
 }
+
+// TestEditedCallAPolicyDeniesIsDenied: the model's call passes the tool
+// policies, a person approves it with edited arguments that a cluster
+// policy denies, and the policies, evaluated again on the edit, deny it:
+// the MCP server receives nothing, the model is told the policy's message,
+// and the journal keeps the edit and the decision on it.
+func TestEditedCallAPolicyDeniesIsDenied(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	oa := providertest.NewOpenAIServer(t)
+	oa.Push(
+		providertest.Reply{ToolCall: &providertest.ToolCall{ID: "c1", Name: "create_ticket", Args: `{"title":"printer jam"}`}, PromptTokens: 10, CompletionTokens: 2},
+		providertest.Reply{ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"done"}`}, PromptTokens: 10, CompletionTokens: 2},
+	)
+	ns := newNamespace(t)
+	const msg = "p0 tickets are opened by the on-call, not by agents"
+	createPolicy(t, "", "edits-"+ns, arv1.ToolPolicyRule{Name: "no-p0", Action: arv1.ToolPolicyDeny, Message: msg,
+		Match: fmt.Sprintf(`tool.name == "create_ticket" && args.?priority.orValue("") == "p0" && run.namespace == %q`, ns)})
+	startManager(t, managerOpts{})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(openAIEntry("oa", oa.URL, false))})
+	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-openai-test"})
+	createConfigMap(t, ns, "tickets", map[string]string{"agent.toml": fmt.Sprintf(`[agent]
+name = "tickets"
+[agent.title]
+enabled = false
+[mcp_servers.tracker]
+url = %q
+[stages.work]
+allow_complete = true
+[stages.work.model]
+models = [{provider = "oa", model = "gpt-x"}]
+`, srv.URL())})
+	run := createRun(t, ns, "r", "tickets")
+	w := waitFor(t, ns, "r", 30*time.Second, "ToolApproval", waitingOn(arv1.WaitToolApproval)).Status.WaitingOn
+	if strings.HasSuffix(w.Point, "-policy") {
+		t.Fatalf("the model's own call is held by the policy (%s); it should only deny the edit", w.Point)
+	}
+	alice := grantAnswering(t, ns, "alice")
+	answer(t, alice, ns, "edit", "alice", w, func(a *arv1.AgentRunAnswerSpec) {
+		a.Decision, a.Args = arv1.DecisionApprove, &runtime.RawExtension{Raw: []byte(`{"title":"printer jam","priority":"p0"}`)}
+	})
+	waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if n := srv.Calls("create_ticket"); n != 0 {
+		t.Fatalf("the MCP server received create_ticket %d times; the policy denies the edited call", n)
+	}
+	reqs := oa.All()
+	if len(reqs) != 2 {
+		t.Fatalf("model requests = %d, want 2", len(reqs))
+	}
+	if told := toolMessage(reqs[1], "c1"); !strings.Contains(told, msg) || !strings.Contains(told, "rule no-p0") {
+		t.Errorf("the model was told %q, want the policy's message", told)
+	}
+	d := entriesOf(t, ns, run, journal.ToolPolicyDecided)
+	if len(d) != 1 || d[0].Policy.Action != journal.PolicyDeny || !sameJSON(d[0].Input, `{"title":"printer jam","priority":"p0"}`) {
+		t.Errorf("policy decisions = %+v, want one Deny, on the edited arguments", d)
+	}
+	if in := entriesOf(t, ns, run, journal.ToolCallRequested); len(in) != 0 {
+		t.Errorf("a denied call has intents %+v", in)
+	}
+}

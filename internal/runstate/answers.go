@@ -164,14 +164,14 @@ func approvalAnswer(h *journal.CallState, tool *ToolFact, ans *Answer, a AnswerS
 	if err := needDecision(a, "a tool call", DecisionApprove, DecisionDeny); err != nil {
 		return nil, err
 	}
-	if h.ReasonRequired != "" && strings.TrimSpace(a.Reason) == "" {
-		return nil, fmt.Errorf("a reason is required to approve or deny this call (%s): answer again with a reason", h.ReasonRequired)
-	}
 	switch {
 	case a.Reason != "":
 		ans.Input = a.Reason // told to the model on a denial
 	case a.Text != nil:
 		ans.Input = *a.Text // older answers gave a denial's reason as text
+	}
+	if h.ReasonRequired != "" && strings.TrimSpace(ans.Input) == "" {
+		return nil, fmt.Errorf("a reason is required to approve or deny this call (%s): answer again with a reason", h.ReasonRequired)
 	}
 	if a.Args == nil {
 		return ans, nil
