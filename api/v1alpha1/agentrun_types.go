@@ -199,7 +199,7 @@ type AgentRunSpec struct {
 	// priorityClassName names a priority class of the cluster's
 	// agentrun-priority-classes ConfigMap (class name to integer value),
 	// as a Pod names a PriorityClass. A name the ConfigMap does not hold is
-	// refused at apply. Fixed at creation.
+	// refused at apply (while the ConfigMap exists). Fixed at creation.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
