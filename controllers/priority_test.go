@@ -83,6 +83,8 @@ func TestUrgentRunIsAdmittedNext(t *testing.T) {
 	srv := providertest.NewOpenAIServer(t)
 	done := &providertest.ToolCall{Name: "complete", Args: `{"output":"done"}`}
 	hold := providertest.Reply{Delay: 10 * time.Minute, ToolCall: done}
+	// The blocker's call is held; the next answers at once; the one after
+	// is held again (the next queued run holds the slot); then all answer.
 	srv.Push(hold, providertest.Reply{ToolCall: done}, hold, providertest.Reply{ToolCall: done})
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agentrun-system"}},
@@ -118,9 +120,10 @@ func TestUrgentRunIsAdmittedNext(t *testing.T) {
 	mustCreate(t, c, priorityRun("urgent2", "the second urgent one", func(s *arv1.AgentRunSpec) { s.Priority = &five }))
 	awaitQueued(t, c, "urgent2")
 	stop()
+	before := srv.Requests()
 	startOneSlotManager(t, own.Config, "second")
-	awaitRequests(t, srv, 4, "the first call after the restart")
-	if body := srv.All()[3].Body; !bytes.Contains(body, []byte("the second urgent one")) {
+	awaitRequests(t, srv, before+1, "the first call after the restart")
+	if body := srv.All()[before].Body; !bytes.Contains(body, []byte("the second urgent one")) {
 		t.Fatalf("after the restart the first call was not the priority-5 run's: %.300s", body)
 	}
 }
