@@ -34,7 +34,7 @@ import (
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
 	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 8, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1}
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1}
 	got := map[string]int{}
 	for _, u := range objs {
 		got[u.GetKind()]++
