@@ -4,15 +4,51 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
-func admissionRun(run *arv1.AgentRun) admission.Run {
-	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: admission.PlaceOf(run)}
+// admissionRun is the run as admission sees it: its place, with the
+// priority of its tree's root (rootOf finds the root; nil when it is gone
+// or the run is its own root), so a tree's children queue as it does.
+func admissionRun(run *arv1.AgentRun, classes priority.Classes, rootOf func(ns, name string) *arv1.AgentRun) admission.Run {
+	p := admission.PlaceOf(run)
+	p.Priority = classes.Of(&run.Spec)
+	if p.RootName != run.Name {
+		if root := rootOf(run.Namespace, p.RootName); root != nil {
+			p.Priority = classes.Of(&root.Spec)
+		}
+	}
+	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: p}
+}
+
+// cachedRun reads a run from the cache (nil when not there); the caller
+// must not modify it.
+func (r *AgentRunReconciler) cachedRun(ctx context.Context, ns, name string) *arv1.AgentRun {
+	var run arv1.AgentRun
+	if err := r.runsReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &run, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	return &run
+}
+
+// PrioritiesChanged re-orders the runs waiting in line after the priority
+// classes changed: each takes its class's new value.
+func (r *AgentRunReconciler) PrioritiesChanged(ctx context.Context) {
+	classes := r.priorities.Load()
+	rootOf := func(ns, name string) *arv1.AgentRun { return r.cachedRun(ctx, ns, name) }
+	r.admission.Reprioritize(func(q admission.Run) int32 {
+		run := r.cachedRun(ctx, q.Namespace, q.Name)
+		if run == nil {
+			return q.Place.Priority
+		}
+		return admissionRun(run, classes, rootOf).Place.Priority
+	})
 }
 
 // queuedShownAfter is how long a run waits in line before its status says
@@ -22,11 +58,13 @@ const queuedShownAfter = 5 * time.Second
 
 // admit reports whether the run may be driven now, and if not, how long it
 // has waited. The first call in a process first puts every run that was
-// working in line, in order, so after a restart runs are taken up first
-// come, first served rather than in the order the cache lists them.
+// working in line, in order, so after a restart runs are taken up by
+// priority, then first come, first served, rather than in the order the
+// cache lists them.
 func (r *AgentRunReconciler) admit(ctx context.Context, run *arv1.AgentRun, now time.Time) (bool, time.Duration) {
 	r.seedOnce.Do(func() { r.seedAdmission(ctx) })
-	ok, since := r.admission.Admit(admissionRun(run), now)
+	rootOf := func(ns, name string) *arv1.AgentRun { return r.cachedRun(ctx, ns, name) }
+	ok, since := r.admission.Admit(admissionRun(run, r.priorities.Load(), rootOf), now)
 	return ok, now.Sub(since)
 }
 
@@ -36,16 +74,21 @@ func (r *AgentRunReconciler) seedAdmission(ctx context.Context) {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing runs to admit in order; admitting as they come")
 		return
 	}
-	r.admission.Enqueue(working(list.Items)...)
+	r.admission.Enqueue(working(list.Items, r.priorities.Load())...)
 }
 
 // working is the runs that were being driven (not parked, not finished),
 // as admission sees them.
-func working(runs []arv1.AgentRun) []admission.Run {
+func working(runs []arv1.AgentRun, classes priority.Classes) []admission.Run {
+	byName := make(map[types.NamespacedName]*arv1.AgentRun, len(runs))
+	for i := range runs {
+		byName[types.NamespacedName{Namespace: runs[i].Namespace, Name: runs[i].Name}] = &runs[i]
+	}
+	rootOf := func(ns, name string) *arv1.AgentRun { return byName[types.NamespacedName{Namespace: ns, Name: name}] }
 	var line []admission.Run
 	for i := range runs {
 		if p := runs[i].Status.Phase; p.IsUnstarted() || p == arv1.PhaseStarting || p == arv1.PhaseRunning {
-			line = append(line, admissionRun(&runs[i]))
+			line = append(line, admissionRun(&runs[i], classes, rootOf))
 		}
 	}
 	return line

@@ -41,6 +41,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
@@ -124,6 +125,9 @@ type Deps struct {
 	// status write a second, not one a step. Zero: DefaultStatusInterval;
 	// negative: every change is written at once.
 	StatusInterval time.Duration
+	// Priorities are the cluster's priority classes, kept current by the
+	// manager's watch on their ConfigMap (nil: none; spec.priority only).
+	Priorities *priority.Store
 }
 
 // DefaultStatusInterval bounds how far a running run's status may lag its
@@ -154,6 +158,7 @@ type AgentRunReconciler struct {
 	pressure    *pressure
 	admission   *admission.Controller
 	caps        *namespaceCaps
+	priorities  *priority.Store
 	watchCaps   bool
 	sweep       snapshotgc.Sweep
 	namespaces  []string
@@ -222,6 +227,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
+		priorities: d.Priorities,
 	}
 	switch {
 	case d.StatusInterval == 0:

@@ -61,7 +61,7 @@ func hold(t *testing.T, r *AgentRunReconciler, run *arv1.AgentRun, now time.Time
 	r.unstarted.mark(executor.Key{Run: uid, Seq: 1})
 	r.failures.put(uid, errors.New("a failed write"))
 	r.pressure.lasted(uid, true, now)
-	r.admission.Admit(admissionRun(run), now)
+	r.admission.Admit(admissionRun(run, r.priorities.Load(), func(string, string) *arv1.AgentRun { return nil }), now)
 	r.statusWrites.Put(uid, now)
 	r.unjournaled.Put(uid, journal.Entry{Seq: 1})
 	var call steps.ModelCall

@@ -313,7 +313,7 @@ func progressReason(st *arv1.AgentRunStatus, in conditionInputs) (string, string
 	switch {
 	case in.queued:
 		return arv1.ReasonQueued, "The run waits for an active-run slot (--max-active-runs, and its namespace's bound: --max-active-runs-per-namespace or the Namespace's " +
-			arv1.AnnotationMaxActiveRuns + " annotation); a free slot goes to the namespace with the fewest active runs, then in creation order"
+			arv1.AnnotationMaxActiveRuns + " annotation); a free slot goes to the namespace with the fewest active runs, then by priority (spec.priority or spec.priorityClassName), then in creation order"
 	case st.Phase == arv1.PhasePaused:
 		return arv1.ReasonPaused, "The run is paused (spec.paused)"
 	case st.WaitingOn != nil:

@@ -26,6 +26,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.entryStage) == has(oldSelf.entryStage)",message="entryStage is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.blueprintSnapshot) == has(oldSelf.blueprintSnapshot)",message="blueprintSnapshot is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.regions) == has(oldSelf.regions)",message="regions are fixed at creation",fieldPath=".regions"
+// +kubebuilder:validation:XValidation:rule="!(has(self.priority) && has(self.priorityClassName))",message="set priority or priorityClassName, not both"
+// +kubebuilder:validation:XValidation:rule="has(self.priority) == has(oldSelf.priority) && has(self.priorityClassName) == has(oldSelf.priorityClassName)",message="priority and priorityClassName are fixed at creation"
 type AgentRunSpec struct {
 	// agent names the ConfigMap in this namespace that holds the blueprint
 	// (agent.toml plus any prompt files, one key per file). It replaces
@@ -182,6 +184,28 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="regions are fixed at creation"
 	// +kubebuilder:validation:XValidation:rule="self.map(r, has(r.text) ? size(r.text) : 0).sum() <= 65536",message="inline region text may total at most 64 KiB; put larger documents in a ConfigMap (configMapKeyRef)"
 	Regions []RegionSource `json:"regions,omitempty"`
+
+	// priority orders admission: while runs wait for an active-run slot, a
+	// namespace's next slot goes to its waiting run of highest priority,
+	// then the earliest created. Slots are still shared fairly across
+	// namespaces first. Higher is sooner; unset, priorityClassName (or the
+	// cluster's default class, or 0) applies. A Namespace's
+	// agentrun.dev/max-priority annotation caps it, checked at apply.
+	// A child run queues with its tree root's priority. Fixed at creation.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="priority is fixed at creation"
+	Priority *int32 `json:"priority,omitempty"`
+
+	// priorityClassName names a priority class of the cluster's
+	// agentrun-priority-classes ConfigMap (class name to integer value),
+	// as a Pod names a PriorityClass. A name the ConfigMap does not hold is
+	// refused at apply (while the ConfigMap exists). Fixed at creation.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="priorityClassName is fixed at creation"
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 }
 
 // RegionSource is where one region's first content comes from: exactly
@@ -1203,6 +1227,8 @@ type PendingCall struct {
 // +kubebuilder:printcolumn:name="Title",type=string,JSONPath=`.status.title`,priority=10
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.status.model`,priority=10
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.status.parentRun`,priority=10
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=10
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.priorityClassName`,priority=10
 type AgentRun struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata: name, namespace, labels,

@@ -122,4 +122,11 @@ const (
 	// the cluster admin's: editing a Namespace takes cluster-scoped rights
 	// a tenant normally lacks. A value that is not a number is ignored.
 	AnnotationMaxActiveRuns = "agentrun.dev/max-active-runs"
+	// AnnotationMaxPriority, on a Namespace, caps the priority its runs
+	// may ask for (an integer): a run whose spec.priority, or the value of
+	// whose spec.priorityClassName, is higher is refused at apply by the
+	// agentrun-priority-cap admission policies. Like the bound above it is
+	// the cluster admin's. A value that is not an integer refuses every
+	// run of the namespace that asks for a priority.
+	AnnotationMaxPriority = "agentrun.dev/max-priority"
 )

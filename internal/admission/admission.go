@@ -6,8 +6,10 @@
 // place, so a tree started early finishes early. Across namespaces the
 // budget is shared fairly: the next slot goes to the namespace with the
 // fewest active runs, so one tenant's thousand queued runs cannot hold back
-// another's ten. A parked run gives its slot back; when something wakes it,
-// it queues again with its original place.
+// another's ten. Within a namespace's line a higher priority goes first
+// (then the earlier place): priority reorders a tenant's own queue, it
+// does not take another tenant's share. A parked run gives its slot back;
+// when something wakes it, it queues again with its original place.
 package admission
 
 import (
@@ -32,6 +34,8 @@ type Run struct {
 
 // Place is a run's position in line.
 type Place struct {
+	// Priority goes first: higher is sooner.
+	Priority int32
 	// Root is when the run's tree root was created; RootName breaks ties.
 	Root     time.Time
 	RootName string
@@ -42,6 +46,8 @@ type Place struct {
 
 // PlaceOf is a run's place in line: its tree root's creation, then its
 // own. A child carries its root's in labels set when it was created.
+// Priority is left 0: it depends on the cluster's priority classes, so
+// the caller sets it.
 func PlaceOf(run *arv1.AgentRun) Place {
 	p := Place{Root: run.CreationTimestamp.Time, RootName: run.Name, Created: run.CreationTimestamp.Time, Name: run.Name}
 	if ns, err := strconv.ParseInt(run.Labels[arv1.LabelRootCreated], 10, 64); err == nil {
@@ -53,6 +59,8 @@ func PlaceOf(run *arv1.AgentRun) Place {
 // Before reports whether p goes ahead of q.
 func (p Place) Before(q Place) bool {
 	switch {
+	case p.Priority != q.Priority:
+		return p.Priority > q.Priority
 	case !p.Root.Equal(q.Root):
 		return p.Root.Before(q.Root)
 	case p.RootName != q.RootName:
@@ -174,6 +182,20 @@ func (c *Controller) Forget(uid types.UID) {
 	c.unpromise(uid)
 	c.mu.Unlock()
 	c.Release(uid)
+}
+
+// Reprioritize sets the priority of every waiting run to priorityOf's
+// and reorders the lines (the priority classes changed). A run promised
+// or holding a slot keeps it.
+func (c *Controller) Reprioritize(priorityOf func(Run) int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, it := range c.waiting {
+		it.Place.Priority = priorityOf(it.Run)
+	}
+	for _, q := range c.queues {
+		heap.Init(q)
+	}
 }
 
 // Has reports whether the run is active, promised a slot or in line.

@@ -120,6 +120,11 @@ type Options struct {
 	// that does not parse stops the manager) and watched, so edits apply
 	// to the next connection. Empty Name: none.
 	EgressConfigMap types.NamespacedName
+	// PriorityClasses names the cluster admin's priority classes ConfigMap
+	// (class name to integer value, plus priority.DefaultKey naming the
+	// default class). It is read at start and watched; edits re-order the
+	// runs waiting in line. Empty Name: none (spec.priority alone).
+	PriorityClasses types.NamespacedName
 	// EgressOptions are passed to the policy after the manager's own
 	// (tests inject a resolver).
 	EgressOptions []egress.Option
@@ -222,9 +227,17 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	deps := reconcilerDeps(mgr, cfg, o, eg)
 	deps.Recorder, deps.Sharding, deps.Tracer = sink, sharding, tracer
+	pc := newPriorityClasses(mgr, cfg, o)
+	deps.Priorities = pc.store
 	r, err = controllers.NewAgentRunReconciler(deps)
 	if err != nil {
 		return nil, err
+	}
+	if o.PriorityClasses.Name != "" {
+		pc.changed = r.PrioritiesChanged
+		if err := mgr.Add(pc); err != nil {
+			return nil, err
+		}
 	}
 	if o.OnReconciler != nil {
 		o.OnReconciler(r)

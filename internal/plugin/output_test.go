@@ -15,11 +15,13 @@ import (
 // TestKubectlAgentrunPsOutputFormats: ps -o json and yaml print the runs as
 // kubectl get does (a v1 List of AgentRuns, managed fields left out), -o
 // name their resource names, -o jsonpath a template over that list, and -o
-// wide the listing with the agent, the wire state and the age.
+// wide the listing with the agent, the priority, the wire state and the
+// age.
 func TestKubectlAgentrunPsOutputFormats(t *testing.T) {
 	controlPlane(t)
 	ns := newNamespace(t)
-	createRun(t, ns, "alpha", nil, arv1.AgentRunStatus{Phase: arv1.PhaseRunning, Stage: "plan 1/2"})
+	seven := int32(7)
+	createRun(t, ns, "alpha", func(r *arv1.AgentRun) { r.Spec.Priority = &seven }, arv1.AgentRunStatus{Phase: arv1.PhaseRunning, Stage: "plan 1/2"})
 	createRun(t, ns, "beta", func(r *arv1.AgentRun) { r.Spec.Agent = "reviewer" },
 		arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: waitTool.DeepCopy()})
 
@@ -66,9 +68,10 @@ func TestKubectlAgentrunPsOutputFormats(t *testing.T) {
 		t.Errorf("-o jsonpath: %q, want %q", got, want)
 	}
 
-	header := []string{"RUN", "PHASE", "WAITING", "STAGE", "TOKENS", "COST", "WORKING", "LAST MOVED", "DRIVER", "AGENT", "STATE", "AGE"}
+	header := []string{"RUN", "PHASE", "WAITING", "STAGE", "TOKENS", "COST", "WORKING", "LAST MOVED", "DRIVER", "AGENT", "PRIORITY", "STATE", "AGE"}
 	rows, _, footer := psRows(t, mustPlugin(t, "ps", "-n", ns, "-o", "wide"), header)
 	if rows["beta"]["AGENT"] != "reviewer" || rows["beta"]["STATE"] != "suspended" || rows["alpha"]["AGENT"] != "researcher" ||
+		rows["alpha"]["PRIORITY"] != "7" || rows["beta"]["PRIORITY"] != "-" ||
 		rows["alpha"]["STATE"] != "running" || !strings.HasSuffix(rows["alpha"]["AGE"], "s") || footer != "1 run needs an answer" {
 		t.Errorf("-o wide rows %v, footer %q", rows, footer)
 	}

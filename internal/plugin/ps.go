@@ -49,7 +49,7 @@ func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bo
 // psColumns says which columns beyond the usual a listing has.
 type psColumns struct {
 	allNamespaces bool // NAMESPACE first
-	wide          bool // -o wide: AGENT, STATE and AGE last
+	wide          bool // -o wide: AGENT, PRIORITY, STATE and AGE last
 }
 
 // header is the listing's header line, tab-separated.
@@ -59,7 +59,7 @@ func (c psColumns) header() string {
 		h = "NAMESPACE\t" + h
 	}
 	if c.wide {
-		h += "\tAGENT\tSTATE\tAGE"
+		h += "\tAGENT\tPRIORITY\tSTATE\tAGE"
 	}
 	return h
 }
@@ -72,9 +72,22 @@ func (c psColumns) line(run *arv1.AgentRun, r wire.PsRow, name, driver string, n
 		l = r.Namespace + "\t" + l
 	}
 	if c.wide {
-		l += fmt.Sprintf("\t%s\t%s\t%s", orDash(run.Spec.Agent), r.State, duration.HumanDuration(now.Sub(r.Created)))
+		l += fmt.Sprintf("\t%s\t%s\t%s\t%s", orDash(run.Spec.Agent), priorityText(&run.Spec), r.State, duration.HumanDuration(now.Sub(r.Created)))
 	}
 	return l
+}
+
+// priorityText is the PRIORITY cell: the priority the run asks for, or
+// its class's name (the plugin does not read the cluster's classes), or
+// "-" (the default class).
+func priorityText(spec *arv1.AgentRunSpec) string {
+	switch {
+	case spec.Priority != nil:
+		return strconv.Itoa(int(*spec.Priority))
+	case spec.PriorityClassName != "":
+		return spec.PriorityClassName
+	}
+	return wire.Empty
 }
 
 // renderPs writes the runs as a forest of run trees, with the footer.
@@ -196,8 +209,10 @@ func (l *psListing) write(tw io.Writer, cols psColumns, now time.Time) {
 
 // markLine fills the WAITING cell of each run still in line (phase Queued,
 // not parked) with how many listed runs are ahead of it, in admission's
-// order (tree root's creation, then the run's own). Counting the listing
-// costs nothing: the manager writes no position. Among namespaces the
+// order (spec.priority, then the tree root's creation, then the run's
+// own). Counting the listing costs nothing: the manager writes no
+// position. A run naming a priority class counts as priority 0 (the
+// classes are the manager's, in its namespace). Among namespaces the
 // manager also shares slots fairly, so across a -A listing the count is
 // the creation-order line, not a promise.
 func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun) {
@@ -208,7 +223,7 @@ func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun) {
 		}
 	}
 	sort.SliceStable(line, func(i, j int) bool {
-		return admission.PlaceOf(objs[line[i]]).Before(admission.PlaceOf(objs[line[j]]))
+		return linePlace(objs[line[i]]).Before(linePlace(objs[line[j]]))
 	})
 	for i, n := range line {
 		n.row.Waiting = "next in line"
@@ -216,6 +231,16 @@ func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun) {
 			n.row.Waiting = strconv.Itoa(i) + " ahead in line"
 		}
 	}
+}
+
+// linePlace is a run's place in line as the listing can tell it: with
+// spec.priority, without classes.
+func linePlace(run *arv1.AgentRun) admission.Place {
+	p := admission.PlaceOf(run)
+	if run.Spec.Priority != nil {
+		p.Priority = *run.Spec.Priority
+	}
+	return p
 }
 
 // Footer is the listing's last line: how many runs need an answer.

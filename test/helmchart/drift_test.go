@@ -122,15 +122,20 @@ func TestChartEqualsTheKustomizeInstall(t *testing.T) {
 		}
 	}
 
-	kp := one[admissionPolicy](t, k, "ValidatingAdmissionPolicy", "-answer-identity")
-	cp := one[admissionPolicy](t, c, "ValidatingAdmissionPolicy", "-answer-identity")
-	if !reflect.DeepEqual(kp.Spec, cp.Spec) {
-		t.Errorf("the chart's admission policy\n%v\nconfig/admission's\n%v", cp.Spec, kp.Spec)
-	}
-	kb := one[admissionPolicy](t, k, "ValidatingAdmissionPolicyBinding", "-answer-identity")
-	cb := one[admissionPolicy](t, c, "ValidatingAdmissionPolicyBinding", "-answer-identity")
-	if cb.Spec["policyName"] != cp.Name || !reflect.DeepEqual(cb.Spec["validationActions"], kb.Spec["validationActions"]) {
-		t.Errorf("the chart's policy binding %v, want policy %s and config/admission's actions %v", cb.Spec, cp.Name, kb.Spec["validationActions"])
+	for _, suffix := range []string{"-answer-identity", "-priority-cap", "-priority-class"} {
+		kp := one[admissionPolicy](t, k, "ValidatingAdmissionPolicy", suffix)
+		cp := one[admissionPolicy](t, c, "ValidatingAdmissionPolicy", suffix)
+		if !reflect.DeepEqual(kp.Spec, cp.Spec) {
+			t.Errorf("the chart's admission policy\n%v\nconfig/admission's\n%v", cp.Spec, kp.Spec)
+		}
+		kb := one[admissionPolicy](t, k, "ValidatingAdmissionPolicyBinding", suffix)
+		cb := one[admissionPolicy](t, c, "ValidatingAdmissionPolicyBinding", suffix)
+		if cb.Spec["policyName"] != cp.Name || !reflect.DeepEqual(cb.Spec["validationActions"], kb.Spec["validationActions"]) {
+			t.Errorf("the chart's policy binding %v, want policy %s and config/admission's actions %v", cb.Spec, cp.Name, kb.Spec["validationActions"])
+		}
+		if kr, cr := kb.Spec["paramRef"], cb.Spec["paramRef"]; !reflect.DeepEqual(kr, cr) {
+			t.Errorf("the chart's policy binding %s reads %v, config/admission's %v", cb.Name, cr, kr)
+		}
 	}
 
 	kd, cd := one[appsv1.Deployment](t, k, "Deployment", ""), one[appsv1.Deployment](t, c, "Deployment", "")

@@ -90,9 +90,9 @@ func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 		}
 		return out
 	}
-	// The chart's policy must be the one in force, not testenv's copy of
-	// config/admission.
-	kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "answer-identity")
+	// The chart's policies must be the ones in force, not testenv's copies
+	// of config/admission.
+	kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "answer-identity", "priority-cap", "priority-class")
 	kubectl("create", "namespace", releaseNS)
 	kubectl("label", "namespace", releaseNS, "pod-security.kubernetes.io/enforce=restricted")
 

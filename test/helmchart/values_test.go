@@ -36,7 +36,7 @@ import (
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
 	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 9, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, "ValidatingWebhookConfiguration": 1,
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "ValidatingWebhookConfiguration": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2}
 	got := map[string]int{}
 	for _, u := range objs {

@@ -1,0 +1,93 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+// TestPriorityCapRefusedAtApply: in a Namespace annotated
+// agentrun.dev/max-priority: "10", kubectl apply of a run asking for
+// priority 11, or for a class worth 1000, is refused by the API server
+// with the reason; priority 10, a class worth 10, and a run asking for
+// none are accepted. A class the ConfigMap does not hold is refused in
+// any namespace, naming the classes there are. No manager runs: the API
+// server alone decides (config/admission, installed by testenv).
+func TestPriorityCapRefusedAtApply(t *testing.T) {
+	ctx := context.Background()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agentrun-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	classes := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: priority.DefaultConfigMapName, Namespace: "agentrun-system"},
+		Data: map[string]string{"urgent": "1000", "team": "10", priority.DefaultKey: "team"}}
+	if err := k8s.Create(ctx, classes); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), classes) })
+	capped := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "capped-", Annotations: map[string]string{arv1.AnnotationMaxPriority: "10"}}}
+	if err := k8s.Create(ctx, capped); err != nil {
+		t.Fatal(err)
+	}
+	open := newNamespace(t)
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	apply := func(ns, name, field string) (string, error) {
+		path := filepath.Join(dir, name+".yaml")
+		doc := fmt.Sprintf("apiVersion: agentrun.dev/v1alpha1\nkind: AgentRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  agent: a\n  task: t\n%s", name, ns, field)
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return testenv.Kubectl(kubeconfig, "apply", "-f", path)
+	}
+	for _, tc := range []struct {
+		ns, name, field string
+		refusal         string // empty: accepted
+	}{
+		{capped.Name, "too-high", "  priority: 11\n", "spec.priority 11 is above 10, the most namespace " + capped.Name + " allows"},
+		{capped.Name, "at-cap", "  priority: 10\n", ""},
+		{capped.Name, "class-too-high", "  priorityClassName: urgent\n", "spec.priorityClassName urgent has priority 1000, above 10, the most namespace " + capped.Name + " allows"},
+		{capped.Name, "class-at-cap", "  priorityClassName: team\n", ""},
+		{capped.Name, "asks-none", "", ""},
+		{open, "no-cap", "  priority: 100000\n", ""},
+		{open, "open-class", "  priorityClassName: urgent\n", ""},
+		{open, "unknown-class", "  priorityClassName: gold\n", "spec.priorityClassName gold is not a priority class of ConfigMap agentrun-system/agentrun-priority-classes (classes: "},
+		{open, "both", "  priority: 1\n  priorityClassName: team\n", "set priority or priorityClassName, not both"},
+	} {
+		out, err := apply(tc.ns, tc.name, tc.field)
+		switch {
+		case tc.refusal == "" && err != nil:
+			t.Errorf("%s/%s was refused: %v", tc.ns, tc.name, err)
+		case tc.refusal != "" && err == nil:
+			t.Errorf("%s/%s was accepted (%s), want refused with %q", tc.ns, tc.name, strings.TrimSpace(out), tc.refusal)
+		case tc.refusal != "" && !strings.Contains(out, tc.refusal):
+			t.Errorf("%s/%s refused with\n%s\nwant the reason %q", tc.ns, tc.name, out, tc.refusal)
+		}
+	}
+
+	// A cap that is not a number refuses every run asking for a priority,
+	// saying so; a run asking for none is still accepted.
+	broken := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "broken-", Annotations: map[string]string{arv1.AnnotationMaxPriority: "high"}}}
+	if err := k8s.Create(ctx, broken); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := apply(broken.Name, "asks", "  priority: 1\n"); err == nil || !strings.Contains(out, "has agentrun.dev/max-priority high, not an integer") {
+		t.Errorf("under a cap that is not a number a run asking for priority 1 got %v:\n%s", err, out)
+	}
+	if _, err := apply(broken.Name, "asks-none", ""); err != nil {
+		t.Errorf("under a cap that is not a number a run asking for no priority was refused: %v", err)
+	}
+}

@@ -1,0 +1,128 @@
+package admission
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func prioritized(r Run, p int32) Run {
+	r.Place.Priority = p
+	return r
+}
+
+// TestPriorityGoesBeforeCreation: within a namespace's line the waiting
+// run of highest priority is admitted next, however late it was created;
+// equal priorities keep creation order.
+func TestPriorityGoesBeforeCreation(t *testing.T) {
+	var w woken
+	c := New(1, nil, w.wake)
+	admit(c, run("ns", "busy", t0))
+	for i := range 5 {
+		admit(c, run("ns", fmt.Sprintf("q%d", i), t0.Add(time.Duration(i+1)*time.Second)))
+	}
+	admit(c, prioritized(run("ns", "urgent", t0.Add(time.Hour)), 100))
+	admit(c, prioritized(run("ns", "low", t0.Add(-time.Hour)), -1))
+	var order []string
+	for range 7 {
+		c.Release(c.onlyActive(t))
+		next := w[len(w)-1]
+		order = append(order, next)
+		admit(c, c.promisedRun(t))
+	}
+	want := []string{"ns/urgent", "ns/q0", "ns/q1", "ns/q2", "ns/q3", "ns/q4", "ns/low"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("admitted %v, want %v", order, want)
+	}
+}
+
+// TestPriorityStaysWithinTheFairShare: a namespace's high-priority run
+// does not take the slot another namespace with fewer active runs is due
+// (priority only breaks ties between equally loaded namespaces).
+func TestPriorityStaysWithinTheFairShare(t *testing.T) {
+	var w woken
+	c := New(3, nil, w.wake)
+	admit(c, run("a", "a0", t0))
+	admit(c, run("a", "a1", t0.Add(time.Second)))
+	admit(c, run("b", "b0", t0.Add(2*time.Second)))
+	admit(c, prioritized(run("a", "a-urgent", t0.Add(time.Hour)), 1000))
+	admit(c, run("b", "b1", t0.Add(time.Hour+time.Second)))
+	w = nil
+	c.Release("b/b0")
+	if len(w) != 1 || w[0] != "b/b1" {
+		t.Fatalf("the freed slot woke %v, want b/b1: b has no run active against a's 2, whatever a's priority", w)
+	}
+}
+
+// TestReprioritizeReordersTheLine: a class's new value re-orders runs
+// already waiting.
+func TestReprioritizeReordersTheLine(t *testing.T) {
+	var w woken
+	c := New(1, nil, w.wake)
+	admit(c, run("ns", "busy", t0))
+	admit(c, run("ns", "early", t0.Add(time.Second)))
+	admit(c, run("ns", "late", t0.Add(time.Minute)))
+	c.Reprioritize(func(r Run) int32 {
+		if r.Name == "late" {
+			return 5
+		}
+		return 0
+	})
+	c.Release("ns/busy")
+	if w[len(w)-1] != "ns/late" {
+		t.Fatalf("woke %v, want the reprioritized ns/late first", w)
+	}
+}
+
+// BenchmarkUrgentBehindTenThousand is one urgent run created behind
+// 10,000 queued runs of its namespace: it is put in line and, when the
+// next slot frees, admitted. The figure is the time from its creation's
+// Admit to its own admission (docs/scaling.md).
+func BenchmarkUrgentBehindTenThousand(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		var w woken
+		c := New(1, nil, w.wake)
+		admit(c, run("ns", "busy", t0))
+		for i := range 10_000 {
+			admit(c, run("ns", fmt.Sprintf("q%05d", i), t0.Add(time.Duration(i)*time.Millisecond)))
+		}
+		urgent := prioritized(run("ns", "urgent", t0.Add(time.Hour)), 100)
+		b.StartTimer()
+		admit(c, urgent)
+		c.Release("ns/busy")
+		if !admit(c, urgent) {
+			b.Fatalf("the urgent run was not admitted next; woke %v", w[len(w)-1])
+		}
+	}
+}
+
+// onlyActive is the one active run's UID (the tests use one slot).
+func (c *Controller) onlyActive(t *testing.T) (uid types.UID) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.active) != 1 {
+		t.Fatalf("%d runs active, want 1", len(c.active))
+	}
+	for u := range c.active {
+		uid = u
+	}
+	return uid
+}
+
+// promisedRun is the one run promised a slot.
+func (c *Controller) promisedRun(t *testing.T) Run {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.promised) != 1 {
+		t.Fatalf("%d runs promised a slot, want 1", len(c.promised))
+	}
+	for _, r := range c.promised {
+		return r
+	}
+	return Run{}
+}
