@@ -63,12 +63,15 @@ func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, 
 		return fmt.Errorf("reading the journal of the fork's source %s/%s: %w", run.Namespace, src.Name, err)
 	}
 	n, msg, err := r.forkCut(ctx, src, entries, fo)
-	if err == nil && msg == "" {
+	if err != nil {
+		return err
+	}
+	if msg == "" {
 		msg = forkLandsIn(f.Blueprint, entries[:n], fo.Stage)
 	}
-	if err != nil || msg != "" {
+	if msg != "" {
 		f.BlueprintError = "spec.forkOf: " + msg
-		return err
+		return nil
 	}
 	f.fork = &forkSeed{
 		entries: journal.Inherit(entries, n),
