@@ -65,7 +65,7 @@ func TestInheritedUsageIsKeptApart(t *testing.T) {
 	if st.Outcome != OutcomeComplete || st.ModelCalls != 1 || st.Usage.Prompt != 5 || st.PricedNanoUSD != 500 || st.UnpricedCalls != 0 {
 		t.Errorf("own: outcome %s calls %d usage %+v priced %d unpriced %d", st.Outcome, st.ModelCalls, st.Usage, st.PricedNanoUSD, st.UnpricedCalls)
 	}
-	want := Spend{Usage: Usage{Prompt: 30, Completion: 3}, ModelCalls: 2, PricedNanoUSD: 1000, UnpricedCalls: 1}
+	want := Spend{Usage: Usage{Prompt: 30, Completion: 3}, ModelCalls: 2, PricedNanoUSD: 1000, UnpricedCalls: 1, CostInexact: true}
 	if st.Inherited != want {
 		t.Errorf("inherited %+v, want %+v", st.Inherited, want)
 	}
