@@ -59,7 +59,7 @@ func TestInheritedUsageIsKeptApart(t *testing.T) {
 		t.Fatalf("inherited entries %+v", in)
 	}
 	cost := int64(500)
-	own := append(in, Entry{Seq: 4, Kind: ModelCallRequested, Stage: "ship"},
+	own := append(append([]Entry{}, in...), Entry{Seq: 4, Kind: ModelCallRequested, Stage: "ship"},
 		Entry{Seq: 5, Kind: ModelCallCompleted, Call: 4, Stage: "ship", Response: &Response{Complete: true}, Usage: &Usage{Prompt: 5, Completion: 1}, CostNanoUSD: &cost})
 	st := Fold(bp, own)
 	if st.Outcome != OutcomeComplete || st.ModelCalls != 1 || st.Usage.Prompt != 5 || st.PricedNanoUSD != 500 || st.UnpricedCalls != 0 {
