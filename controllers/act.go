@@ -82,7 +82,7 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 			return false, err
 		}
 		s.run.Status.BlueprintSnapshot = f.snapshot
-		return true, nil
+		return true, r.spawnOrigin(ctx, s)
 	case runstate.ActCancel:
 		return r.cancel(ctx, s)
 	case runstate.ActPark:

@@ -321,7 +321,8 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 // (the executor's channel, at high priority so runs in flight finish
 // before new ones start), a child's phase or wait changing, an answer, and
 // a change to a Secret or ConfigMap a parked run waits on (metadata-only
-// watches mapped through the setupRefs index).
+// watches mapped through the setupRefs index), and the creation of the run
+// a fork waits for.
 func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Options) error {
 	if err := SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -362,6 +363,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		Watches(&arv1.AgentRunAnswer{}, handler.EnqueueRequestsFromMapFunc(runForAnswer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("Secret")), builder.WithPredicates(dependencyChanged{})).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("ConfigMap")), builder.WithPredicates(dependencyChanged{}, notOwnedByAgentRun{})).
+		Watches(&arv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("AgentRun")), builder.WithPredicates(created{})).
 		WatchesRawSource(source.Channel(r.wakes, wakeHandler{})).
 		WithOptions(o).
 		Named("agentrun").

@@ -38,6 +38,9 @@ type facts struct {
 	// statusIntent is the intent status holds that the journal has not
 	// recorded yet (it is journaled with its outcome).
 	statusIntent *journal.Entry
+	// fork is what a fork inherits from its source (fork.go), before spawn
+	// only.
+	fork *forkSeed
 }
 
 // derive gathers the facts: the blueprint (its snapshot, or the source
@@ -77,6 +80,11 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 		// cancellation.
 		if len(entries) > 0 {
 			f.State = journal.Fold(&blueprint.Blueprint{}, entries)
+		}
+		if run.Spec.ForkOf != nil && len(entries) == 0 && f.Blueprint != nil && f.BlueprintError == "" && f.Setup == nil {
+			if err := r.forkFacts(ctx, run, f); err != nil {
+				return nil, err
+			}
 		}
 		return f, r.regionFacts(ctx, run, f)
 	}

@@ -112,3 +112,12 @@ func (r *AgentRunReconciler) observeWrites(mgr ctrl.Manager) error {
 	_, err = inf.AddEventHandler(r.runs.Handler(r.wake))
 	return err
 }
+
+// created passes only creations: a fork waiting for its source
+// (ForkSourceMissing) is woken when a run of that name is created.
+type created struct{ predicate.Funcs }
+
+func (created) Create(event.CreateEvent) bool   { return true }
+func (created) Update(event.UpdateEvent) bool   { return false }
+func (created) Delete(event.DeleteEvent) bool   { return false }
+func (created) Generic(event.GenericEvent) bool { return false }

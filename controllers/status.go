@@ -58,6 +58,9 @@ func project(s *scope) {
 		}
 	}
 	projectUsage(&st.Usage, &state)
+	if f.Spawned {
+		st.InheritedUsage = inheritedUsage(&state)
+	}
 	// The model is the one that answered the entry stage, never one that
 	// was tried and failed over from.
 	st.Model = state.EntryModel
@@ -169,20 +172,34 @@ func phaseOf(f *facts, a runstate.Action) (arv1.Phase, string) {
 // projectUsage copies the journal's counters into status. Unknown is
 // never free: an unpriced call or one that may have been billed without
 // its answer (lost in a crash) makes the cost unknown.
-func projectUsage(u *arv1.Usage, state *journal.State) {
-	u.PromptTokens, u.CompletionTokens = state.Usage.Prompt, state.Usage.Completion
-	u.CachedTokens, u.CacheWriteTokens = state.Usage.Cached, state.Usage.CacheWrite
-	u.TotalTokens = state.Usage.Prompt + state.Usage.Completion
-	u.ModelCalls = state.ModelCalls
-	u.ToolCalls = state.ToolCalls
-	u.UnpricedCalls = state.UnpricedCalls
-	u.LostCalls = state.LostCalls
-	u.CostPricedUSD = money.NanoUSD(state.PricedNanoUSD).String()
+func projectUsage(u *arv1.Usage, state *journal.State) { projectSpend(u, state.Own()) }
+
+// projectSpend copies one set of counters into a Usage.
+func projectSpend(u *arv1.Usage, sp journal.Spend) {
+	u.PromptTokens, u.CompletionTokens = sp.Usage.Prompt, sp.Usage.Completion
+	u.CachedTokens, u.CacheWriteTokens = sp.Usage.Cached, sp.Usage.CacheWrite
+	u.TotalTokens = sp.Usage.Prompt + sp.Usage.Completion
+	u.ModelCalls = sp.ModelCalls
+	u.ToolCalls = sp.ToolCalls
+	u.UnpricedCalls = sp.UnpricedCalls
+	u.LostCalls = sp.LostCalls
+	u.CostPricedUSD = money.NanoUSD(sp.PricedNanoUSD).String()
 	u.CostUSD = u.CostPricedUSD
-	if state.UnpricedCalls > 0 || state.LostCalls > 0 {
+	if sp.UnpricedCalls > 0 || sp.LostCalls > 0 {
 		u.CostUSD = costUnknown
 	}
-	u.CostIsExact = !state.CostInexact && state.LostCalls == 0
+	u.CostIsExact = !sp.CostInexact && sp.LostCalls == 0
+}
+
+// inheritedUsage is what a fork's inherited calls consumed, absent when
+// it inherited none (or is no fork).
+func inheritedUsage(state *journal.State) *arv1.Usage {
+	if state.Inherited == (journal.Spend{}) {
+		return nil
+	}
+	u := &arv1.Usage{}
+	projectSpend(u, state.Inherited)
+	return u
 }
 
 // pendingCall is the seeds' pending-call object: the intent written ahead

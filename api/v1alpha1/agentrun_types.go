@@ -28,6 +28,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.regions) == has(oldSelf.regions)",message="regions are fixed at creation",fieldPath=".regions"
 // +kubebuilder:validation:XValidation:rule="!(has(self.priority) && has(self.priorityClassName))",message="set priority or priorityClassName, not both"
 // +kubebuilder:validation:XValidation:rule="has(self.priority) == has(oldSelf.priority) && has(self.priorityClassName) == has(oldSelf.priorityClassName)",message="priority and priorityClassName are fixed at creation"
+// +kubebuilder:validation:XValidation:rule="has(self.forkOf) == has(oldSelf.forkOf) && (!has(self.forkOf) || self.forkOf == oldSelf.forkOf)",message="forkOf is fixed at creation: create a new AgentRun to fork from elsewhere",fieldPath=".forkOf"
 type AgentRunSpec struct {
 	// agent names the ConfigMap in this namespace that holds the blueprint
 	// (agent.toml plus any prompt files, one key per file). It replaces
@@ -206,6 +207,81 @@ type AgentRunSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="priorityClassName is fixed at creation"
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// forkOf starts the run from another run's journal instead of from
+	// nothing: the source's recorded calls up to the start of a stage (or
+	// up to an entry) are copied into this run's own journal, so they are
+	// neither made nor billed again, and the run goes on from there with its
+	// own blueprint (agent is snapshotted afresh, so a fixed blueprint
+	// applies) and model. The source is only read, never changed. Fixed at
+	// creation (see docs/kubectl-plugin.md, "Rerun and fork").
+	// +optional
+	ForkOf *ForkSource `json:"forkOf,omitempty"`
+}
+
+// ForkSource names the run a fork starts from and where it cuts the
+// source's journal: exactly one of stage and entry.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.stage) ? 1 : 0) + (has(self.entry) ? 1 : 0) == 1",message="forkOf needs exactly one of stage and entry"
+type ForkSource struct {
+	// run is the source AgentRun's name, in this namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Run string `json:"run,omitempty"`
+	// stage cuts the source's journal where the source first entered this
+	// stage: everything before it is inherited, and the fork starts the
+	// stage afresh. It must be a stage of the source's blueprint that the
+	// source has entered.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Stage string `json:"stage,omitempty"`
+	// entry cuts the source's journal before this entry (its seq): entries
+	// 0 to entry-1 are inherited. 0 inherits nothing. At most the number of
+	// entries the source's journal holds.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Entry *int64 `json:"entry,omitempty"`
+}
+
+// OriginKind says how a run came from another.
+// +kubebuilder:validation:Enum=Rerun;Fork
+type OriginKind string
+
+// Origin kinds.
+const (
+	// OriginRerun: created with the same spec as another run
+	// (kubectl agentrun rerun), label agentrun.dev/rerun-of.
+	OriginRerun OriginKind = "Rerun"
+	// OriginFork: started from another run's journal (spec.forkOf).
+	OriginFork OriginKind = "Fork"
+)
+
+// Origin links a rerun or a fork to the run it came from.
+type Origin struct {
+	// kind says whether the run is a rerun or a fork.
+	// +required
+	Kind OriginKind `json:"kind,omitempty"`
+	// run is the name of the run it came from.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Run string `json:"run,omitempty"`
+	// uid of the run it came from, so a later run of the same name is not
+	// mistaken for it. Absent when it was not known.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	UID string `json:"uid,omitempty"`
+	// stage the fork started at (the source's journal was cut where the
+	// source entered it). Forks only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Stage string `json:"stage,omitempty"`
+	// entries is how many of the source's journal entries the fork
+	// inherited. Forks only.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Entries int64 `json:"entries,omitempty"`
 }
 
 // RegionSource is where one region's first content comes from: exactly
@@ -472,6 +548,17 @@ type AgentRunStatus struct {
 	// usage is what this run itself has consumed (not its children).
 	// +optional
 	Usage Usage `json:"usage,omitempty,omitzero"`
+
+	// inheritedUsage is what the calls a fork inherited from its source
+	// consumed (spec.forkOf): they were made and billed once, by the source,
+	// and are not counted in usage, treeUsage or this run's budgets. Absent
+	// for a run that inherited no calls.
+	// +optional
+	InheritedUsage *Usage `json:"inheritedUsage,omitempty"`
+
+	// origin links a rerun or a fork to the run it came from.
+	// +optional
+	Origin *Origin `json:"origin,omitempty"`
 
 	// treeUsage is this run's usage plus every descendant's. Cost is unknown
 	// if any descendant's is.
@@ -753,7 +840,7 @@ func (r WaitReason) NeedsAPerson() bool {
 
 // SetupBlocker names which kind of setup problem parks a run, one value per
 // remedy, so a client can offer the right fix without parsing the sentence.
-// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused;RegionMissing;RegionTooLarge
+// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused;RegionMissing;RegionTooLarge;ForkSourceMissing
 type SetupBlocker string
 
 // Setup blockers: the seeds' provider-side ones, then the Kubernetes ones.
@@ -805,6 +892,9 @@ const (
 	// BlockerRegionTooLarge: a region's ConfigMap or Secret key holds more
 	// than a region may (128 KiB); shrinking it wakes the run.
 	BlockerRegionTooLarge SetupBlocker = "RegionTooLarge"
+	// BlockerForkSourceMissing: the run spec.forkOf names does not exist
+	// (yet: GitOps may apply the fork first); creating it wakes the fork.
+	BlockerForkSourceMissing SetupBlocker = "ForkSourceMissing"
 )
 
 // BudgetKind names a budget.

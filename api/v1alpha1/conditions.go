@@ -116,6 +116,15 @@ const (
 	// admission with its tree's place in line.
 	LabelRootCreated = "agentrun.dev/root-created"
 	LabelRoot        = "agentrun.dev/root"
+	// LabelRerunOf names, on a rerun, the run it repeats (as a label when
+	// the name fits a label value, and always as an annotation of the same
+	// key), and AnnotationRerunOfUID that run's UID. kubectl agentrun rerun
+	// sets them; status.origin reports them.
+	LabelRerunOf         = "agentrun.dev/rerun-of"
+	AnnotationRerunOfUID = "agentrun.dev/rerun-of-uid"
+	// LabelForkOf names, on a fork the plugin made, the run it forks, so
+	// `kubectl get ar -l agentrun.dev/fork-of=NAME` lists a run's forks.
+	LabelForkOf = "agentrun.dev/fork-of"
 	// AnnotationMaxActiveRuns, on a Namespace, bounds how many of its runs
 	// are active at once (a non-negative integer; "0": no bound of its
 	// own), overriding the manager's --max-active-runs-per-namespace. It is

@@ -97,6 +97,10 @@ type Entry struct {
 	// from: the journal then binds the run to its blueprint, so a manager
 	// that takes the run up before its first status write uses the same.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Inherited marks an entry a fork copied from its source's journal
+	// (spec.forkOf): its call was made and billed by the source, so its
+	// usage folds into State.Inherited, not the run's own.
+	Inherited bool `json:"inherited,omitempty"`
 
 	// Stage and Iteration locate a model call (iteration is 0-based within
 	// the stage).

@@ -49,6 +49,11 @@ type State struct {
 	// possibly billed): the cost of the run is not known exactly.
 	LostCalls int64
 
+	// Inherited is what the entries a fork inherited consumed (Entry.
+	// Inherited), kept apart from the counters above, which are the run's
+	// own.
+	Inherited Spend
+
 	// EntryModel is "provider/model" of the first model call in the entry stage.
 	EntryModel string
 
@@ -335,7 +340,11 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	case ModelCallRequested:
 		c := *e
 		st.Pending = &c
-		st.LostCalls += int64(e.Lost)
+		if e.Inherited {
+			st.Inherited.LostCalls += int64(e.Lost)
+		} else {
+			st.LostCalls += int64(e.Lost)
+		}
 	case ModelCallCompleted:
 		st.modelCallCompleted(bp, e)
 	case ModelCallFailed:
@@ -513,29 +522,24 @@ func (st *State) titled(e *Entry) {
 
 // account adds a call's usage and cost.
 func (st *State) account(e *Entry) {
-	if e.Response != nil {
-		st.ToolCalls += int64(e.Response.ToolCalls)
+	if e.Inherited {
+		st.Inherited.add(e)
+		return
 	}
-	if u := e.Usage; u != nil {
-		st.Usage.Prompt += u.Prompt
-		st.Usage.Completion += u.Completion
-		st.Usage.Cached += u.Cached
-		st.Usage.CacheWrite += u.CacheWrite
-	}
-	if e.CostNanoUSD == nil {
-		st.UnpricedCalls++
-	} else {
-		st.PricedNanoUSD += *e.CostNanoUSD
-		if !e.CostExact {
-			st.CostInexact = true
-		}
-	}
+	own := st.Own()
+	own.add(e)
+	st.Usage, st.ToolCalls, st.PricedNanoUSD = own.Usage, own.ToolCalls, own.PricedNanoUSD
+	st.UnpricedCalls, st.CostInexact = own.UnpricedCalls, own.CostInexact
 }
 
 // complete accounts for a model answer and applies the transition it implies.
 func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	st.account(e)
-	st.ModelCalls++
+	if e.Inherited {
+		st.Inherited.ModelCalls++
+	} else {
+		st.ModelCalls++
+	}
 	if st.EntryModel == "" && e.Provider != "" {
 		st.EntryModel = e.Provider + "/" + e.Model
 	}

@@ -41,6 +41,8 @@ type options struct {
 	editFile    *string // --edit-file (answer: the same, read from a file)
 	revise      *string // --revise (answer: instructions sending the stage back)
 	choice      *string // --choice (answer: a checkpoint's option or free text)
+
+	rerun rerunOptions // rerun and fork
 }
 
 // textValue is a flag whose value is answer text: nil until given, so that
@@ -264,6 +266,7 @@ starts until the run is resumed.`, run: patchSpec(`{"spec":{"paused":true}}`, "p
 			long: `Set spec.cancel to true: in-flight work is abandoned, children are cancelled
 and the run ends Cancelled. A cancel cannot be withdrawn.`, run: patchSpec(`{"spec":{"cancel":true}}`, "cancel requested")},
 	}
+	steer = append(steer, rerunSpecs()...)
 	return append(append(append(inspect, steer...), answerSpecs()...), checkSpec())
 }
 

@@ -223,6 +223,17 @@ api_key_secret = { name = "provider-key", key = "api-key" }
 			}
 		}
 
+		// Rerunning and forking create runs: the editor only (a fork
+		// with --blueprint also creates a ConfigMap, which no role here
+		// grants).
+		for _, args := range [][]string{{"rerun", "steer"}, {"fork", "done", "--from-entry", "1"}} {
+			if user == editorUser {
+				allowed(user, "created (", args...)
+			} else {
+				refused(user, `create resource "agentruns"`, args...)
+			}
+		}
+
 		// Answering every kind of wait: the answerer only.
 		for _, args := range [][]string{
 			{"approve", "asks"}, {"deny", "tool", "--reason", "not now"},
