@@ -7,6 +7,7 @@
 const main = document.getElementById("main");
 let stream = null; // the open EventSource
 let me = null;     // {user, namespace, mode}
+let redraw = () => {}; // the run page's: show the latest state
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -136,13 +137,17 @@ function runRow(r, all) {
 function runPage(params) {
   const ns = params.get("namespace"), name = params.get("name");
   main.replaceChildren(el("p", { class: "muted" }, "Loading " + ns + "/" + name + "…"));
-  let notice = "", last = "";
+  let notice = "", last = "", latest = null;
+  // redraw shows the latest state unless a person is typing an answer;
+  // the answer form calls it again once it is sent.
+  redraw = () => {
+    if (!latest) return;
+    const now = JSON.stringify(latest);
+    if (now !== last && renderRun(latest, say, notice)) last = now;
+  };
   const say = (t) => { notice = t; const n = document.getElementById("notice"); if (n) n.textContent = t; };
   listen("/api/run/watch?" + new URLSearchParams({ namespace: ns, name: name }), {
-    run: (p) => {
-      const now = JSON.stringify(p);
-      if (now !== last && renderRun(p, say, notice)) last = now;
-    },
+    run: (p) => { latest = p; redraw(); },
     gone: (g) => main.replaceChildren(el("p", { class: "error" }, g.error)),
   });
 }
@@ -210,6 +215,7 @@ function answerForm(p, w, say) {
     const r = await post("/api/answer", Object.assign({ namespace: p.namespace, name: p.name, point: w.point }, body));
     say(r.ok ? "agentrunanswer " + r.data.answer + " created as " + r.data.by : refusal(r));
     if (document.activeElement) document.activeElement.blur();
+    redraw();
   };
   const input = (id, ph) => el("input", { type: "text", id, placeholder: ph });
   const form = el("div", { class: "answer-form" });
