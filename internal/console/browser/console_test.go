@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,8 +43,8 @@ func TestConsoleAnswersAsTheSignedInUser(t *testing.T) {
 	bind(t, ns, "agentrun-viewer", userSubject("bob"))
 
 	alice, addr := serveConsole(t, console.Options{Mode: console.Local, Config: userConfig(t, "alice"), Namespace: ns})
-	if err := chromedp.Run(ctx, chromedp.Navigate(alice.LocalURL(addr)),
-		chromedp.WaitVisible(`#runs tbody tr[data-run="`+ns+`/newer-2"]`)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(alice.LocalURL(addr)),
+		chromedp.WaitVisible(chromedp.CSS(`#runs tbody tr[data-run="`+ns+`/newer-2"]`))); err != nil {
 		t.Fatalf("opening the list: %v", err)
 	}
 	rows, err := rowsInOrder(ctx)
@@ -57,16 +56,18 @@ func TestConsoleAnswersAsTheSignedInUser(t *testing.T) {
 	}
 	screenshot(t, ctx, "list")
 
-	var who string
-	if err := chromedp.Run(ctx, chromedp.Click(`a[href*="name=approve-me"]`), chromedp.WaitVisible(`#approve`),
-		chromedp.Text(`#who`, &who)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href*="name=approve-me"]`)), chromedp.WaitVisible(chromedp.CSS(`#approve`))); err != nil {
 		t.Fatalf("opening approve-me: %v", err)
+	}
+	who, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#who`)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if who != "signed in as alice" {
 		t.Errorf("header says %q, want alice", who)
 	}
 	screenshot(t, ctx, "run")
-	if err := chromedp.Run(ctx, chromedp.Click(`#approve`), chromedp.WaitVisible(`#output`)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#approve`)), chromedp.WaitVisible(chromedp.CSS(`#output`))); err != nil {
 		t.Fatalf("approving: %v", err)
 	}
 	var answers arv1.AgentRunAnswerList
@@ -89,26 +90,31 @@ func TestConsoleAnswersAsTheSignedInUser(t *testing.T) {
 func viewerCannotAnswer(t *testing.T, ns string) {
 	ctx := browser(t)
 	bob, addr := serveConsole(t, console.Options{Mode: console.Local, Config: userConfig(t, "bob"), Namespace: ns})
-	var buttons int
-	var hash string
-	if err := chromedp.Run(ctx, chromedp.Navigate(bob.LocalURL(addr)),
-		chromedp.WaitVisible(`#runs`), chromedp.Evaluate(`location.hash = "#/run?namespace=`+ns+`&name=bob-sees"`, &hash),
-		chromedp.WaitVisible(`#no-answer`),
-		chromedp.Evaluate(`document.querySelectorAll("#approve, #deny, #pause, #cancel").length`, &buttons)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(bob.LocalURL(addr)), chromedp.WaitVisible(chromedp.CSS(`#runs`)),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[string](`location.hash = "#/run?namespace=` + ns + `&name=bob-sees"`)(ctx, tg)
+			return err
+		}),
+		chromedp.WaitVisible(chromedp.CSS(`#no-answer`))); err != nil {
 		t.Fatalf("bob opening bob-sees: %v", err)
+	}
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#approve, #deny, #pause, #cancel").length`))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if buttons != 0 {
 		t.Errorf("bob sees %d answer or steering buttons, want none", buttons)
 	}
 	run := waitRun(t, ns, "bob-sees", "ToolApproval", waitingOn(arv1.WaitToolApproval))
-	var got struct {
+	type reply struct {
 		Status int               `json:"status"`
 		Body   map[string]string `json:"body"`
 	}
 	crafted := fmt.Sprintf(`fetch("/api/answer", {method: "POST", headers: {"Content-Type": "application/json", "X-Agentrun-Console": "1"},
 		body: JSON.stringify({namespace: %q, name: "bob-sees", point: %q, command: "approve"})}).then(async r => ({status: r.status, body: await r.json()}))`,
 		ns, run.Status.WaitingOn.Point)
-	if err := chromedp.Run(ctx, chromedp.Evaluate(crafted, &got, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) })); err != nil {
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[reply](crafted, chromedp.EvalAwaitPromise))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Status != 403 || got.Body["from"] != "the API server" || !strings.Contains(got.Body["error"], "forbidden") {
@@ -137,19 +143,27 @@ func TestConsoleTokenSeesOnlyWhatItMayList(t *testing.T) {
 	token := serviceAccountToken(t, mine, "carol")
 	bind(t, mine, "agentrun-viewer", rbacSA(mine, "carol"))
 	_, addr := serveConsole(t, console.Options{Mode: console.InCluster, Config: env.Config, Namespace: mine})
-	var who string
-	if err := chromedp.Run(ctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(`#token`),
-		chromedp.SendKeys(`#token`, token), chromedp.Click(`#signin`),
-		chromedp.WaitVisible(`#runs tbody tr[data-run="`+mine+`/carols-run"]`), chromedp.Text(`#who`, &who)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), token), chromedp.Click(chromedp.CSS(`#signin`)),
+		chromedp.WaitVisible(chromedp.CSS(`#runs tbody tr[data-run="`+mine+`/carols-run"]`))); err != nil {
 		t.Fatalf("carol signing in: %v", err)
+	}
+	who, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#who`)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if want := "signed in as system:serviceaccount:" + mine + ":carol"; who != want {
 		t.Errorf("header %q, want %q", who, want)
 	}
-	var msg string
-	if err := chromedp.Run(ctx, chromedp.Evaluate(`location.hash = "#/?namespace=`+other+`"`, &msg), chromedp.WaitVisible(`#stream-error`),
-		chromedp.Text(`#stream-error`, &msg)); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.hash = "#/?namespace=`+other+`"`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#stream-error`))); err != nil {
 		t.Fatalf("carol listing %s: %v", other, err)
+	}
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#stream-error`)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !strings.Contains(msg, "403") || !strings.Contains(msg, "forbidden") || strings.Contains(msg, "hidden-run") {
 		t.Errorf("listing another namespace says %q, want the API server's 403", msg)

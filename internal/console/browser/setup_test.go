@@ -116,7 +116,7 @@ func browser(t *testing.T) context.Context {
 	ctx, cancelB := chromedp.NewContext(actx)
 	ctx, cancelC := context.WithTimeout(ctx, 3*time.Minute)
 	t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
-	if err := chromedp.Run(ctx); err != nil {
+	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("starting Chromium: %v", err)
 	}
 	return ctx
@@ -234,8 +234,8 @@ func waitRun(t *testing.T, ns, name, what string, cond func(*arv1.AgentRun) bool
 // with CONSOLE_SCREENSHOTS=docs, to docs/images/console-NAME.png.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	var png []byte
-	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 90)); err != nil {
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	dir := os.Getenv("CONSOLE_SCREENSHOT_DIR")
@@ -332,9 +332,7 @@ func phaseIs(p arv1.Phase) func(*arv1.AgentRun) bool {
 
 // rowsInOrder are the run rows the list shows, top to bottom.
 func rowsInOrder(ctx context.Context) ([]string, error) {
-	var rows []string
-	err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("#runs tbody tr")).map(r => r.dataset.run)`, &rows))
-	return rows, err
+	return chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#runs tbody tr")).map(r => r.dataset.run)`))
 }
 
 func joined(rows []string) string { return strings.Join(rows, ", ") }
