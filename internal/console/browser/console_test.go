@@ -92,7 +92,7 @@ func viewerCannotAnswer(t *testing.T, ns string) {
 	bob, addr := serveConsole(t, console.Options{Mode: console.Local, Config: userConfig(t, "bob"), Namespace: ns})
 	if err := chromedp.Do(ctx, chromedp.Navigate(bob.LocalURL(addr)), chromedp.WaitVisible(chromedp.CSS(`#runs`)),
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Evaluate[string](`location.hash = "#/run?namespace=` + ns + `&name=bob-sees"`)(ctx, tg)
+			_, err := chromedp.Evaluate[string](`location.hash = "#/run?namespace=`+ns+`&name=bob-sees"`)(ctx, tg)
 			return err
 		}),
 		chromedp.WaitVisible(chromedp.CSS(`#no-answer`))); err != nil {
