@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -40,6 +41,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	code := func() int {
 		if !testing.Short() {
 			var err error
