@@ -236,7 +236,7 @@ func waitRun(t *testing.T, ns, name, what string, cond func(*arv1.AgentRun) bool
 // with CONSOLE_SCREENSHOTS=docs, to docs/images/console-NAME.png.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
