@@ -56,6 +56,11 @@ function listen(url, handlers) {
   });
 }
 
+// show replaces the page's content, leaving out absent parts.
+function show(...parts) {
+  main.replaceChildren(...parts.flat().filter((p) => p !== null && p !== undefined && p !== false));
+}
+
 function showError(msg) {
   const box = document.getElementById("stream-error") || main.appendChild(el("p", { id: "stream-error", class: "error" }));
   box.textContent = msg;
@@ -155,7 +160,7 @@ function runPage(params) {
 function renderRun(p, say, notice) {
   const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest(".answer-form");
   if (focused) return false; // do not wipe what a person is typing; the next change redraws
-  main.replaceChildren(
+  show(
     el("p", {}, el("a", { href: "#/?" + new URLSearchParams({ namespace: p.namespace }) }, "← runs in " + p.namespace)),
     el("h1", {}, p.name, " ", el("span", { class: "badge", id: "phase" }, p.phase), p.paused ? el("span", { class: "badge" }, " paused") : null),
     p.title ? el("p", {}, p.title) : null,
