@@ -13,9 +13,14 @@ COPY controllers/ controllers/
 COPY internal/ internal/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags="-s -w" -o manager ./cmd/manager
+# The plugin binary too: the chart's web console runs
+# `kubectl-agentrun console --in-cluster` from this image.
+RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o kubectl-agentrun ./cmd/kubectl-agentrun
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /workspace/manager .
+COPY --from=builder /workspace/kubectl-agentrun .
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -447,13 +447,8 @@ func answerCmd(cmd string) func(a *app, ctx context.Context, c client.Client, ns
 		if err := c.Create(ctx, review); err != nil {
 			return fmt.Errorf("asking the API server who you are: %w", err)
 		}
-		ans := &arv1.AgentRunAnswer{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: run.Name + "-", Namespace: ns},
-			Spec: arv1.AgentRunAnswerSpec{Run: run.Name, Point: w.Point, Decision: r.decision, Text: r.text, Input: r.input,
-				Reason: r.reason, By: review.Status.UserInfo.Username},
-		}
+		ans := newAnswer(run, w, r, review.Status.UserInfo.Username)
 		if r.args != nil {
-			ans.Spec.Args = &runtime.RawExtension{Raw: r.args}
 			r.verb = "approve with edited args"
 		}
 		if err := c.Create(ctx, ans); err != nil {
@@ -469,6 +464,20 @@ func answerCmd(cmd string) func(a *app, ctx context.Context, c client.Client, ns
 		}
 		return nil
 	}
+}
+
+// newAnswer is the AgentRunAnswer that r makes to the point run waits on
+// (w), in by's name.
+func newAnswer(run *arv1.AgentRun, w *arv1.WaitingOn, r reply, by string) *arv1.AgentRunAnswer {
+	ans := &arv1.AgentRunAnswer{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: run.Name + "-", Namespace: run.Namespace},
+		Spec: arv1.AgentRunAnswerSpec{Run: run.Name, Point: w.Point, Decision: r.decision, Text: r.text, Input: r.input,
+			Reason: r.reason, By: by},
+	}
+	if r.args != nil {
+		ans.Spec.Args = &runtime.RawExtension{Raw: r.args}
+	}
+	return ans
 }
 
 // await polls the answer until the controller records what became of it,

@@ -72,7 +72,9 @@ type spec struct {
 	runNames int
 	// printing: -o goes through cli-runtime's printers.
 	printing bool
-	run      func(a *app, ctx context.Context, c client.Client, ns string, o options) error
+	// endless: the command runs until interrupted (no overall bound).
+	endless bool
+	run     func(a *app, ctx context.Context, c client.Client, ns string, o options) error
 }
 
 // Command groups of the help.
@@ -174,7 +176,7 @@ func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 	if o.wait { // --wait's own bound comes on top of the requests'
 		bound += a.waitFor
 	}
-	if cfg.Timeout > 0 && !o.watch {
+	if cfg.Timeout > 0 && !o.watch && !s.endless {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
@@ -259,14 +261,15 @@ run, not polling) until the run ends, or until Ctrl-C.`,
 	steer := []spec{
 		{use: "pause NAME", short: "Pause a run (spec.paused: true)", group: groupSteer, runNames: 1,
 			long: `Set spec.paused to true. A step already in flight finishes; no new step
-starts until the run is resumed.`, run: patchSpec(`{"spec":{"paused":true}}`, "paused")},
+starts until the run is resumed.`, run: patchSpec(SteerPatches["pause"], "paused")},
 		{use: "resume NAME", short: "Resume a paused run (spec.paused: false)", group: groupSteer, runNames: 1,
-			long: `Set spec.paused to false, so the run goes on.`, run: patchSpec(`{"spec":{"paused":false}}`, "resumed")},
+			long: `Set spec.paused to false, so the run goes on.`, run: patchSpec(SteerPatches["resume"], "resumed")},
 		{use: "cancel NAME", short: "Cancel a run for good (spec.cancel: true)", group: groupSteer, runNames: 1,
 			long: `Set spec.cancel to true: in-flight work is abandoned, children are cancelled
-and the run ends Cancelled. A cancel cannot be withdrawn.`, run: patchSpec(`{"spec":{"cancel":true}}`, "cancel requested")},
+and the run ends Cancelled. A cancel cannot be withdrawn.`, run: patchSpec(SteerPatches["cancel"], "cancel requested")},
 	}
 	steer = append(steer, rerunSpecs()...)
+	inspect = append(inspect, consoleSpec())
 	return append(append(append(inspect, steer...), answerSpecs()...), checkSpec())
 }
 

@@ -177,14 +177,23 @@ func (l *psListing) markNeeds() {
 // write writes each tree's lines, children under their parent, with the
 // tree drawn in the NAME column.
 func (l *psListing) write(tw io.Writer, cols psColumns, now time.Time) {
+	l.walk(func(n *psNode, prefix, connector string, _ int) {
+		fmt.Fprintln(tw, cols.line(l.objs[n], n.row, prefix+connector+n.row.Name, l.drivers[n], now))
+	})
+}
+
+// walk visits every run in listing order (trees needing a person first,
+// each child after its parent) with the tree drawing before its name and
+// its depth in the tree.
+func (l *psListing) walk(visit func(n *psNode, prefix, connector string, depth int)) {
 	printed := map[*psNode]bool{}
-	var emit func(n *psNode, prefix, connector string)
-	emit = func(n *psNode, prefix, connector string) {
+	var emit func(n *psNode, prefix, connector string, depth int)
+	emit = func(n *psNode, prefix, connector string, depth int) {
 		if printed[n] {
 			return
 		}
 		printed[n] = true
-		fmt.Fprintln(tw, cols.line(l.objs[n], n.row, prefix+connector+n.row.Name, l.drivers[n], now))
+		visit(n, prefix, connector, depth)
 		sortNodes(n.children)
 		childPrefix := prefix
 		switch connector {
@@ -198,13 +207,39 @@ func (l *psListing) write(tw io.Writer, cols psColumns, now time.Time) {
 			if i == len(n.children)-1 {
 				conn = "└─ "
 			}
-			emit(c, childPrefix, conn)
+			emit(c, childPrefix, conn, depth+1)
 		}
 	}
 	sortNodes(l.roots)
 	for _, r := range l.roots {
-		emit(r, "", "")
+		emit(r, "", "", 0)
 	}
+}
+
+// TreeRun is one run of an ordered listing (OrderTrees).
+type TreeRun struct {
+	Run *arv1.AgentRun
+	Row wire.PsRow
+	// Depth is 0 for a top-level run, 1 for its children, and so on.
+	Depth int
+	// Driver is the DRIVER cell (DriverText).
+	Driver string
+	// TreeNeedsAPerson: this run or one below it needs a person.
+	TreeNeedsAPerson bool
+}
+
+// OrderTrees orders runs as `ps` lists them: one tree per top-level run,
+// each child right after its parent, trees holding a run that needs a
+// person first, then the newest. The web console lists runs through it, so
+// both surfaces agree. It returns how many runs need a person too.
+func OrderTrees(runs []arv1.AgentRun, now time.Time, own *shards.Ownership) ([]TreeRun, int) {
+	l := newPsListing(runs, now, own)
+	l.markNeeds()
+	out := make([]TreeRun, 0, len(runs))
+	l.walk(func(n *psNode, _, _ string, depth int) {
+		out = append(out, TreeRun{Run: l.objs[n], Row: n.row, Depth: depth, Driver: l.drivers[n], TreeNeedsAPerson: n.needs})
+	})
+	return out, l.needing
 }
 
 // markLine fills the WAITING cell of each run still in line (phase Queued,

@@ -199,6 +199,17 @@ api_key_secret = { name = "provider-key", key = "api-key" }
 			t.Errorf("%s: ps --watch: exit %d, %q", user, code, stderr)
 		}
 
+		// The console serves with the role's own credentials (what it
+		// shows each role is internal/console/browser's to test).
+		covered["console"] = true
+		lines, stop = streamPlugin(t, as(user, "console")...)
+		awaitLine(t, lines, 30*time.Second, user+"'s console URL", func(l string) bool {
+			return strings.HasPrefix(l, "The web console is at http://127.0.0.1:") && strings.Contains(l, "/?key=")
+		})
+		if code, stderr := stop(); code != 0 {
+			t.Errorf("%s: console: exit %d, %q", user, code, stderr)
+		}
+
 		// transcript -f watches the journal and the run until the run
 		// ends, and ends by itself with exit 0.
 		live := createRun(t, ns, "live-"+user, nil, arv1.AgentRunStatus{Phase: arv1.PhaseRunning})

@@ -54,32 +54,43 @@ func (a *app) output(ctx context.Context, c client.Client, ns string, o options)
 	if err != nil {
 		return err
 	}
+	text, err := ReadOutput(ctx, c, run)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(a.stdout, text); err != nil {
+		return err
+	}
+	if d := run.Status.FinalOutput; d.Truncated {
+		fmt.Fprintf(a.stderr, "note: the stored output was cut at the 256 KiB cap (%d bytes were submitted)\n", d.Bytes)
+	}
+	return nil
+}
+
+// ReadOutput reads the run's final output from the ConfigMap that
+// status.finalOutput names; an error says why there is none.
+func ReadOutput(ctx context.Context, c client.Client, run *arv1.AgentRun) (string, error) {
+	ns := run.Namespace
 	d := run.Status.FinalOutput
 	if d == nil || d.ObjectName == "" {
 		phase := string(run.Status.Phase)
 		if phase == "" {
 			phase = "not started"
 		}
-		return fmt.Errorf("run %s/%s has no output (phase: %s)", ns, run.Name, phase)
+		return "", fmt.Errorf("run %s/%s has no output (phase: %s)", ns, run.Name, phase)
 	}
 	var cm corev1.ConfigMap
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: d.ObjectName}, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("run %s/%s names output ConfigMap %q, which does not exist", ns, run.Name, d.ObjectName)
+			return "", fmt.Errorf("run %s/%s names output ConfigMap %q, which does not exist", ns, run.Name, d.ObjectName)
 		}
-		return err
+		return "", err
 	}
 	text, ok := cm.Data["output"]
 	if !ok {
-		return fmt.Errorf("output ConfigMap %s/%s has no \"output\" key", ns, d.ObjectName)
+		return "", fmt.Errorf("output ConfigMap %s/%s has no \"output\" key", ns, d.ObjectName)
 	}
-	if _, err := io.WriteString(a.stdout, text); err != nil {
-		return err
-	}
-	if d.Truncated {
-		fmt.Fprintf(a.stderr, "note: the stored output was cut at the 256 KiB cap (%d bytes were submitted)\n", d.Bytes)
-	}
-	return nil
+	return text, nil
 }
 
 func (a *app) transcript(ctx context.Context, c client.Client, ns string, o options) error {

@@ -36,17 +36,44 @@ func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string)
 
 // writeEntry writes an entry's line: "#SEQ  TIME  TURN  WHAT  DETAIL".
 func writeEntry(w io.Writer, e *journal.Entry, turn string) {
-	where := orDash(turn)
+	l := entryLine(e, turn)
+	if l.Detail == "" {
+		fmt.Fprintf(w, "#%d\t%s\t%s\t%s\n", l.Seq, l.At, l.Turn, l.What)
+		return
+	}
+	fmt.Fprintf(w, "#%d\t%s\t%s\t%s\t%s\n", l.Seq, l.At, l.Turn, l.What, l.Detail)
+}
+
+// TranscriptLine is one journal entry as the transcript shows it.
+type TranscriptLine struct {
+	Seq int64 `json:"seq"`
+	// At is RFC 3339 in UTC, "-" when the entry has no time.
+	At string `json:"at"`
+	// Turn is "stage[iteration]" ("title" for the title call, "-" before any).
+	Turn   string `json:"turn"`
+	What   string `json:"what"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// TranscriptLines are the transcript's lines, in seq order (the web console
+// shows the same words as kubectl agentrun transcript).
+func TranscriptLines(entries []journal.Entry) []TranscriptLine {
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
+	turns := turnsOf(entries)
+	out := make([]TranscriptLine, len(entries))
+	for i := range entries {
+		out[i] = entryLine(&entries[i], turns[i])
+	}
+	return out
+}
+
+func entryLine(e *journal.Entry, turn string) TranscriptLine {
 	at := orDash("")
 	if !e.At.IsZero() {
 		at = e.At.UTC().Format(time.RFC3339)
 	}
 	what, detail := describeEntry(e)
-	if detail == "" {
-		fmt.Fprintf(w, "#%d\t%s\t%s\t%s\n", e.Seq, at, where, what)
-		return
-	}
-	fmt.Fprintf(w, "#%d\t%s\t%s\t%s\t%s\n", e.Seq, at, where, what, detail)
+	return TranscriptLine{Seq: e.Seq, At: at, Turn: orDash(turn), What: what, Detail: detail}
 }
 
 // turnsOf says which turn of which stage each entry belongs to, as
