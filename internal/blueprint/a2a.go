@@ -34,7 +34,8 @@ type A2AAgent struct {
 	Name string
 	// URL is the agent's JSON-RPC endpoint (its card's url).
 	URL string
-	// Description is what the model is told the tool does.
+	// Description is what the model is told the tool does; empty: the
+	// agent card's description and skills.
 	Description string
 	// Level is the sensitivity of the agent's answers.
 	Level string
@@ -97,9 +98,6 @@ func (p *parser) a2a(raw *rawManifest, bp *Blueprint) *ParseError {
 			return p.errf(at("url"), "a2a_agents.%s.url must be an http(s) URL, got %q", name, r.URL)
 		}
 		a := A2AAgent{Name: name, URL: r.URL, Description: r.Description, Level: r.Level}
-		if a.Description == "" {
-			a.Description = fmt.Sprintf("Send a task to the remote A2A agent %q and get its answer.", name)
-		}
 		if a.Level == "" {
 			a.Level = LevelPublic
 		}

@@ -32,7 +32,7 @@ url = "https://plain.example/a2a"
 		t.Fatalf("agent.a2a = %+v", a)
 	}
 	tr, ok := bp.A2AAgent("translator")
-	if !ok || tr.URL != "http://translator.agents.svc:8080/" || tr.Level != LevelInternal || !strings.Contains(tr.Description, `"translator"`) {
+	if !ok || tr.URL != "http://translator.agents.svc:8080/" || tr.Level != LevelInternal || tr.Description != "" || bp.ToolLevel("translator") != LevelInternal {
 		t.Errorf("translator = %+v, %v", tr, ok)
 	}
 	if p, _ := bp.A2AAgent("plain"); p.Level != LevelPublic {
