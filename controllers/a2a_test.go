@@ -186,7 +186,8 @@ func TestA2AStreamsARunThroughAQuestionToItsOutput(t *testing.T) {
 		t.Errorf("run spec = %+v", run.Spec)
 	}
 
-	answer := a2a.NewMessageForTask(a2a.MessageRoleUser, a2a.TaskInfo{TaskID: id}, a2a.TextPart{Text: "staging"})
+	answer := a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: "staging"})
+	answer.TaskID = id
 	states, artifacts, _, _ := collect(t, c.SendStreamingMessage(ctx, &a2a.MessageSendParams{Message: answer}))
 	if len(states) == 0 || states[len(states)-1] != a2a.TaskStateCompleted || len(artifacts) != 1 || artifacts[0] != "deployed to staging" {
 		t.Fatalf("second stream: states %v, artifacts %q; want ... completed with the output", states, artifacts)
