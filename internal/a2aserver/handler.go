@@ -3,6 +3,7 @@ package a2aserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"strings"
@@ -199,7 +200,7 @@ func (h *handler) start(ctx context.Context, m *a2a.Message) (*arv1.AgentRun, er
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("no agent %q in namespace %s: %w", h.agent, h.ns, a2a.ErrInvalidParams)
 		}
-		if err == errNotExposed {
+		if errors.Is(err, errNotExposed) {
 			return nil, fmt.Errorf("agent %q: %v: %w", h.agent, err, a2a.ErrUnsupportedOperation)
 		}
 		return nil, rpcError(err)

@@ -36,11 +36,11 @@ func (h *handler) follow(ctx context.Context, run *arv1.AgentRun, answered strin
 			if w := r.Status.WaitingOn; answered != "" && state == a2a.TaskStateInputRequired && w != nil && w.Point == answered {
 				return true
 			}
-			if key := string(state) + "\x00" + text; key == last {
+			key := string(state) + "\x00" + text
+			if key == last {
 				return true
-			} else {
-				last = key
 			}
+			last = key
 			t, err := h.task(ctx, r)
 			if err != nil {
 				yield(nil, err)
