@@ -59,6 +59,10 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 		f.Tool = &runstate.ToolFact{Known: true, Effect: blueprint.EffectRead}
 		return nil
 	}
+	if a, ok := f.Blueprint.A2AAgent(h.Name); ok {
+		r.a2aToolFacts(run, f, a)
+		return nil
+	}
 	srv, ok := f.Blueprint.ServerIn(f.State.Stage, h.Name)
 	if !ok {
 		f.Tool = &runstate.ToolFact{Known: false}

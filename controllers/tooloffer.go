@@ -77,6 +77,7 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 			o.tools = append(o.tools, offerable(f.Blueprint, f.State.Stage, srv, e.Tools, allowed)...)
 		}
 	}
+	r.offerA2A(run, f, o, allowed)
 	f.offer = o
 }
 

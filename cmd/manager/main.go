@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/internal/a2aserver"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
@@ -24,6 +25,11 @@ import (
 )
 
 func main() {
+	// `manager a2a ...` runs the A2A endpoint instead (docs/a2a.md): the
+	// same image, another Deployment, a ServiceAccount with no rights.
+	if len(os.Args) > 1 && os.Args[1] == "a2a" {
+		os.Exit(a2aserver.Main(os.Args[2:], manager.Scheme(), os.Stderr))
+	}
 	var o manager.Options
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS to scrapers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview; the metrics-reader ClusterRole grants it). false: plain HTTP, open to whoever reaches the port.")

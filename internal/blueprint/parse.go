@@ -29,6 +29,8 @@ type rawManifest struct {
 	// permissions.go).
 	ToolPermissions map[string]string `toml:"tool_permissions"`
 	ReadPaths       *rawReadPaths     `toml:"read_paths"`
+	// A2AAgents are remote A2A agents offered as tools (a2a.go).
+	A2AAgents map[string]rawA2AAgent `toml:"a2a_agents"`
 }
 
 type rawAgent struct {
@@ -41,6 +43,7 @@ type rawAgent struct {
 	ToolPermissions map[string]string `toml:"tool_permissions"`
 	Title           *rawTitle         `toml:"title"`
 	Clearance       string            `toml:"clearance"`
+	A2A             *rawA2A           `toml:"a2a"`
 }
 
 type rawOutput struct {
@@ -223,6 +226,9 @@ func (p *parser) parse(src string) (*Blueprint, *ParseError) {
 		return nil, err
 	}
 	if err := p.tools(&raw, bp); err != nil {
+		return nil, err
+	}
+	if err := p.a2a(&raw, bp); err != nil {
 		return nil, err
 	}
 	if err := p.topLevel(&raw, bp); err != nil {

@@ -236,6 +236,9 @@ func (b *Blueprint) ToolLevel(tool string) string {
 	if builtin.IsRunTool(tool) {
 		return LevelPublic // a person's answer or the run's own children
 	}
+	if a, ok := b.A2AAgent(tool); ok {
+		return a.Level
+	}
 	if s, ok := b.ServerFor(tool); ok {
 		return s.Level
 	}

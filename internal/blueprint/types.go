@@ -92,6 +92,8 @@ type Blueprint struct {
 	// YoloProfiles are the named unattended profiles.
 	YoloProfiles map[string]YoloProfile
 	Limits       Limits
+	// A2AAgents are the remote A2A agents offered as tools, in name order.
+	A2AAgents []A2AAgent
 	// ReadPaths are Leviath's [read_paths] allow entries, kept as written.
 	// There is no workdir for them to grant: see permissions.go.
 	ReadPaths []string
@@ -114,6 +116,8 @@ type AgentSection struct {
 	// Clearance is the highest sensitivity the run may read without its
 	// context being tainted (default private: nothing taints).
 	Clearance string
+	// A2A is nil when the blueprint has no [agent.a2a] table.
+	A2A *A2A
 }
 
 // Output mirrors v1alpha1.OutputSpec field for field. It is declared here so

@@ -20,7 +20,13 @@ type Server struct {
 	// Token is a bearer token sent with every request to URL's host; may be
 	// empty. String and GoString leave it out so it never reaches logs.
 	Token string
+	// Protocol is how the endpoint is spoken to: "" for MCP, ProtocolA2A
+	// for a remote A2A agent offered as one tool (internal/a2atool).
+	Protocol string
 }
+
+// ProtocolA2A marks a Server that is a remote A2A agent.
+const ProtocolA2A = "a2a"
 
 // String names the server without its token.
 func (s Server) String() string { return fmt.Sprintf("%s (%s)", s.Name, s.URL) }
@@ -79,6 +85,11 @@ type CallError struct {
 	Message string
 
 	cause error
+}
+
+// NewCallError is a CallError for another protocol's client (a2atool).
+func NewCallError(notSent bool, status int, message string, cause error) *CallError {
+	return &CallError{NotSent: notSent, Status: status, Message: message, cause: cause}
 }
 
 func (e *CallError) Error() string { return e.Message }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/a2atool"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
@@ -19,7 +20,8 @@ import (
 // MaxToolResult caps a tool result kept in the journal.
 const MaxToolResult = 64 << 10
 
-// ToolCall is one MCP tool call to make.
+// ToolCall is one MCP tool call to make, or a call of a remote A2A agent
+// (Server.Protocol).
 type ToolCall struct {
 	Run *arv1.AgentRun
 	// Intent is the call's intent (for a write or idempotent tool recorded
@@ -119,7 +121,11 @@ func (rt *Runtime) callTool(ctx context.Context, c ToolCall) (mcptool.Result, er
 		callCtx, cancel := context.WithTimeout(ctx, rt.StepTimeout)
 		defer cancel()
 		var err error
-		res, err = mcptool.Call(callCtx, rt.HTTP(c.Run.Namespace), c.Server, c.Intent.Tool, json.RawMessage(c.Intent.Input), c.Intent.IdempotencyKey)
+		if c.Server.Protocol == mcptool.ProtocolA2A {
+			res, err = a2atool.Call(callCtx, rt.HTTP(c.Run.Namespace), c.Server, json.RawMessage(c.Intent.Input))
+		} else {
+			res, err = mcptool.Call(callCtx, rt.HTTP(c.Run.Namespace), c.Server, c.Intent.Tool, json.RawMessage(c.Intent.Input), c.Intent.IdempotencyKey)
+		}
 		if err == nil {
 			return false, nil
 		}
@@ -143,7 +149,13 @@ func (rt *Runtime) RunListing(ctx context.Context, l Listing) {
 	key := toolcatalog.KeyIn(l.Namespace, l.Server)
 	lctx, cancel := context.WithTimeout(ctx, rt.ListTimeout)
 	defer cancel()
-	tools, err := mcptool.List(lctx, rt.HTTP(l.Namespace), l.Server)
+	var tools []mcptool.Tool
+	var err error
+	if l.Server.Protocol == mcptool.ProtocolA2A {
+		tools, err = a2atool.List(lctx, rt.HTTP(l.Namespace), l.Server)
+	} else {
+		tools, err = mcptool.List(lctx, rt.HTTP(l.Namespace), l.Server)
+	}
 	if ctx.Err() != nil {
 		rt.Catalog.Abort(key) // manager stopping: nothing learnt
 		return

@@ -32,7 +32,11 @@ type Key string
 // KeyOf is the catalog key of a server.
 func KeyOf(s mcptool.Server) Key {
 	h := sha256.Sum256([]byte(s.Token))
-	return Key(s.URL + "|" + hex.EncodeToString(h[:8]))
+	k := Key(s.URL + "|" + hex.EncodeToString(h[:8]))
+	if s.Protocol != "" {
+		k = Key(s.Protocol+":") + k // an A2A agent and an MCP server at one URL are apart
+	}
+	return k
 }
 
 // KeyIn is the catalog key of a server as listed for runs of namespace.
