@@ -235,7 +235,7 @@ func TestToolPolicyRequireApprovalHoldsUnderYolo(t *testing.T) {
 
 	alice := grantAnswering(t, ns, "alice")
 	answer(t, alice, ns, "no-reason", "alice", w, func(s *arv1.AgentRunAnswerSpec) { s.Decision = arv1.DecisionApprove })
-	if st := answerState(t, ns, "no-reason"); st.State != arv1.AnswerRejected || !strings.Contains(st.Message, "a reason is required to approve or deny this call (ClusterAgentToolPolicy deploys-"+ns+", rule ask-tickets)") {
+	if st := answerState(t, ns, "no-reason"); st.State != arv1.AnswerRejected || !strings.Contains(st.Message, "reason is required to approve or deny this call (ClusterAgentToolPolicy deploys-"+ns+", rule ask-tickets)") {
 		t.Errorf("an approval without the reason the policy requires = %+v, want Rejected", st)
 	}
 	answer(t, alice, ns, "ok", "alice", w, func(s *arv1.AgentRunAnswerSpec) {
