@@ -34,7 +34,7 @@ all: build
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests from markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/..." paths="./controllers/..." paths="./internal/manager/..." \
-		paths="./internal/toolpolicy/..." paths="./internal/policyadmission/..." \
+		paths="./internal/toolpolicy/..." paths="./internal/policyadmission/..." paths="./internal/schedule/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 	$(MAKE) --no-print-directory chart
 

@@ -26,13 +26,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// providers: the built-in scripted one; one that needs a Secret nobody
+// providers: the built-in scripted one, with a limit so its calls have a
+// rate-limit bucket; one that needs a Secret nobody
 // created (SecretMissing); an OpenAI-compatible one on a loopback port
 // nobody listens on, whose failures feed its circuit.
 const providersTOML = `
 [providers.demo]
 type = "scripted"
 models = ["scripted-1"]
+max_concurrent = 100
 
 [providers.keyed]
 type = "scripted"
@@ -108,6 +110,7 @@ func TestExpressionsSelectExportedMetrics(t *testing.T) {
 		fmt.Sprintf(`agentrun_runs_waiting_oldest_seconds{namespace=%q,needs_a_person="true",reason="InteractionPoint"} `, ns),
 		fmt.Sprintf(`agentrun_circuit_open{namespace=%q,provider="down"} `, ns),
 		"agentrun_executor_waiting_runs 0",
+		`agentrun_model_bucket_calls{model="scripted-1",provider="demo",state="in_flight"} `,
 		`agentrun_reconcile_errors_total{kind="terminal"} `,
 		fmt.Sprintf(`agentrun_tool_policy_decisions_total{action="Audit",policy="%s/audit-reads",rule="audit-read-doc"} 1`, ns),
 	} {

@@ -78,6 +78,23 @@ func TestWebhooksServedWithTheManagersOwnCertificate(t *testing.T) {
 		t.Errorf("a rule that does not compile: %v %s; want it refused with the CEL error", err, out)
 	}
 
+	// A schedule CEL lets through (five fields of the right characters)
+	// that the cron parser refuses is refused at apply by the webhook.
+	out, err = applyYAML(t, kubeconfig, `apiVersion: agentrun.dev/v1alpha1
+kind: AgentRunSchedule
+metadata:
+  name: nightly
+  namespace: webhook-team
+spec:
+  schedule: "61 * * * *"
+  template:
+    spec:
+      agent: triage
+`)
+	if err == nil || !strings.Contains(out, "spec.schedule") || !strings.Contains(out, "above maximum") {
+		t.Errorf("a schedule the cron parser refuses: %v %s; want it refused naming spec.schedule", err, out)
+	}
+
 	// A restarted replica uses the Secret and caBundle as they are.
 	stopA()
 	vwc, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhookConfig, metav1.GetOptions{})

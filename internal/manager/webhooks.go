@@ -9,8 +9,10 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/admissionserver"
 	"github.com/agentrun-dev/agentrun-operator/internal/policyadmission"
+	"github.com/agentrun-dev/agentrun-operator/internal/schedule"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhookcert"
 )
 
@@ -22,6 +24,7 @@ import (
 func validators() admissionserver.Registry {
 	return admissionserver.Registry{
 		policyadmission.Path: policyadmission.Validator{},
+		schedule.Path:        admissionserver.ForSpec(arv1.GroupVersion.WithKind("AgentRunSchedule").GroupKind(), schedule.Validate),
 	}
 }
 

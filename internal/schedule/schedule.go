@@ -49,9 +49,16 @@ func location(tz string) (*time.Location, error) {
 	return time.LoadLocation(tz)
 }
 
+// Path is where the manager serves Validate as an admission webhook;
+// config/webhook (generated from the marker below) points the API server
+// at it.
+const Path = "/validate-agentrun-dev-v1alpha1-agentrunschedule"
+
+// +kubebuilder:webhook:path=/validate-agentrun-dev-v1alpha1-agentrunschedule,mutating=false,failurePolicy=fail,sideEffects=None,groups=agentrun.dev,resources=agentrunschedules,verbs=create;update,versions=v1alpha1,name=agentrunschedule.agentrun.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
 // Validate checks a schedule's spec; paths start at "spec". The admission
-// webhook calls it; the controller calls it too, for objects written
-// while the webhook was away.
+// webhook calls it (served at Path); the controller calls it too, for
+// objects written while the webhook was away.
 func Validate(spec *arv1.AgentRunScheduleSpec) field.ErrorList {
 	root := field.NewPath("spec")
 	var errs field.ErrorList
