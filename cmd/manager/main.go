@@ -81,6 +81,14 @@ func main() {
 		o.TTLAfterFinished = &d
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	if !flagSet("webhook-bind-address") && o.Webhook.CertDir == "" && o.Webhook.Namespace == "" && !manager.InPod() {
+		// Outside a cluster (a manager run from a shell or by tests) no
+		// webhook configuration calls this process and it has no
+		// namespace to keep a certificate in: the default serves none. An
+		// explicit --webhook-bind-address still insists.
+		o.Webhook.Addr = "0"
+		ctrl.Log.WithName("setup").Info("Not in a pod: the admission webhooks are not served (pass --webhook-namespace to serve them)")
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
@@ -108,6 +116,13 @@ func bindWebhookFlags(w *manager.WebhookOptions) {
 	flag.StringVar(&w.SecretName, "webhook-secret", "agentrun-webhook-server-cert", "Secret in the manager's namespace holding the webhook CA and serving certificate the manager makes; every replica serves the one it holds.")
 	flag.StringVar(&w.ServiceName, "webhook-service", "agentrun-webhook-service", "Service the API server calls the webhooks through: the certificate is for <service>.<namespace>.svc.")
 	flag.StringVar(&w.Configuration, "webhook-configuration", "agentrun-validating-webhook-configuration", "ValidatingWebhookConfiguration whose caBundle the manager keeps equal to its CA (its RBAC allows this one by name). Empty: the manager writes none.")
+}
+
+// flagSet: the command line set the flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func envOr(name, def string) string {

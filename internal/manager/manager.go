@@ -437,6 +437,9 @@ func defaultIdentity() string {
 
 // podNamespace is the namespace the manager runs in, when it runs in a
 // cluster.
+// InPod: the manager runs in a Kubernetes pod (it knows its namespace).
+func InPod() bool { return podNamespace() != "" }
+
 func podNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns
