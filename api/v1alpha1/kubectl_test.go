@@ -224,7 +224,7 @@ func TestKubectlGetColumns(t *testing.T) {
 	}
 
 	header := []string{"NAME", "AGENT", "PHASE", "WAITING", "STAGE", "TOKENS", "COST", "LAST MOVED", "AGE"}
-	wideHeader := append(slices.Clone(header), "TITLE", "MODEL", "PARENT")
+	wideHeader := append(slices.Clone(header), "TITLE", "MODEL", "PARENT", "PRIORITY", "CLASS")
 
 	t.Run("get agentruns", func(t *testing.T) {
 		rows, before, after := getTable(t, header, "get", "agentruns", "-n", ns)

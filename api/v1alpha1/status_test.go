@@ -152,6 +152,12 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 			TotalTokens: 30800, ModelCalls: 18, ToolCalls: 28,
 			CostUSD: "unknown", CostPricedUSD: "0.0246", UnpricedCalls: 2, LostCalls: 1, CostIsExact: true,
 		},
+		InheritedUsage: &arv1.Usage{
+			PromptTokens: 6000, CompletionTokens: 1700, CachedTokens: 4000, CacheWriteTokens: 600,
+			TotalTokens: 7700, ModelCalls: 4, ToolCalls: 7,
+			CostUSD: "0.0061", CostPricedUSD: "0.0061", UnpricedCalls: 1, LostCalls: 1, CostIsExact: true,
+		},
+		Origin:         &arv1.Origin{Kind: arv1.OriginFork, Run: "review-1", UID: "8c1e", Stage: "review", Entries: 12},
 		StartedAt:      at(now, -2*time.Hour),
 		UpdatedAt:      at(now, -time.Second),
 		LastProgressAt: at(now, -time.Minute),
@@ -284,8 +290,8 @@ func TestStatusRoundTrip(t *testing.T) {
 
 	t.Run("every setup blocker", func(t *testing.T) {
 		blockers := enumOf(t, schema, "status.waitingOn.blocker")
-		if len(blockers) != 17 {
-			t.Fatalf("CRD lists %d setup blockers, want 17: %v", len(blockers), blockers)
+		if len(blockers) != 18 {
+			t.Fatalf("CRD lists %d setup blockers, want 18: %v", len(blockers), blockers)
 		}
 		for _, b := range blockers {
 			t.Run(b, func(t *testing.T) {

@@ -28,7 +28,7 @@ func TestTranscriptNamesThePolicyAndRule(t *testing.T) {
 	out := strings.Join(strings.Fields(buf.String()), " ")
 	for _, want := range []string{
 		`tool policy create_ticket Deny by ClusterAgentToolPolicy tickets, rule no-p0: "open a p1 instead"; also Audit AgentToolPolicy team-a/audit rule all-writes`,
-		`tool gate deploy policy approved by alice: "checked"`,
+		`tool gate deploy policy approved by alice, reason "checked"`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("transcript lacks %q:\n%s", want, out)
