@@ -265,6 +265,7 @@ type Origin struct {
 	Kind OriginKind `json:"kind,omitempty"`
 	// run is the name of the run it came from.
 	// +required
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Run string `json:"run,omitempty"`
 	// uid of the run it came from, so a later run of the same name is not

@@ -82,7 +82,7 @@ type AgentRunAnswerSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=16384
 	Input *string `json:"input,omitempty"`
-	// args, on an Approve of a tool call (ToolApproval), replace the
+	// args replace, on an Approve of a tool call (ToolApproval), the
 	// arguments the model gave: a JSON object, at most 16 KiB, checked
 	// against the tool's input schema. The call is made with them, once;
 	// the model is told the call ran with them; the journal records them

@@ -71,7 +71,7 @@ type AgentRunScheduleSpec struct {
 	// one too, Forbid skips the time, Replace cancels the active runs
 	// (spec.cancel) and starts the new one.
 	// +optional
-	// +kubebuilder:default=Allow
+	// +default="Allow"
 	ConcurrencyPolicy ConcurrencyPolicy `json:"concurrencyPolicy,omitempty"`
 
 	// startingDeadlineSeconds is how late a run may still start after its
@@ -91,7 +91,7 @@ type AgentRunScheduleSpec struct {
 	// successfulRunsHistoryLimit is how many Complete runs are kept; older
 	// ones are deleted with their journals.
 	// +optional
-	// +kubebuilder:default=3
+	// +default=3
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	SuccessfulRunsHistoryLimit *int32 `json:"successfulRunsHistoryLimit,omitempty"`
@@ -99,7 +99,7 @@ type AgentRunScheduleSpec struct {
 	// failedRunsHistoryLimit is how many runs that ended in Error or were
 	// cancelled are kept; older ones are deleted with their journals.
 	// +optional
-	// +kubebuilder:default=1
+	// +default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	FailedRunsHistoryLimit *int32 `json:"failedRunsHistoryLimit,omitempty"`

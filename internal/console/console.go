@@ -50,10 +50,10 @@ var scheme = func() *runtime.Scheme {
 type Mode int
 
 const (
-	// Local: one person on this machine, with the kubeconfig's
+	// Local serves one person on this machine, with the kubeconfig's
 	// credentials; the URL printed carries a one-time key.
 	Local Mode = iota
-	// InCluster: each person signs in with a bearer token, forwarded to
+	// InCluster has each person sign in with a bearer token, forwarded to
 	// the API server on every request.
 	InCluster
 )

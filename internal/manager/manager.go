@@ -435,11 +435,12 @@ func defaultIdentity() string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
-// podNamespace is the namespace the manager runs in, when it runs in a
-// cluster.
-// InPod: the manager runs in a Kubernetes pod (it knows its namespace).
+// InPod reports whether the manager runs in a Kubernetes pod (it knows
+// its namespace).
 func InPod() bool { return podNamespace() != "" }
 
+// podNamespace is the namespace the manager runs in, when it runs in a
+// cluster.
 func podNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns

@@ -71,7 +71,7 @@ func BuildAnswer(req AnswerRequest, run *arv1.AgentRun, by string) (*arv1.AgentR
 // resolve; approve also stands for deny), "" when no answer clears it.
 func AnswerCommand(w *arv1.WaitingOn) string { return familyOf(w) }
 
-// TakesChoice: w is a multiple_choice or free_text checkpoint, answered
+// TakesChoice reports whether w is a multiple_choice or free_text checkpoint, answered
 // with a choice rather than a plain approve.
 func TakesChoice(w *arv1.WaitingOn) bool { return takesChoice(w) }
 

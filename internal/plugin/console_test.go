@@ -17,7 +17,11 @@ func TestOrderTreesIsThePsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	runCol := len([]rune(lines[0][:strings.Index(lines[0], "RUN")]))
+	at := strings.Index(lines[0], "RUN")
+	if at < 0 {
+		t.Fatalf("no RUN column in %q", lines[0])
+	}
+	runCol := len([]rune(lines[0][:at]))
 	lines = lines[1 : len(lines)-2] // header; blank line and footer
 	ordered, needing := OrderTrees(runs, fixedNow, nil)
 	if len(ordered) != len(lines) {
