@@ -65,6 +65,13 @@ func createSchedule(t *testing.T, ns, name string, mutate func(*arv1.AgentRunSch
 	if err := k8s.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// A schedule left behind would go on creating runs under every
+		// later test's manager (and keep etcd's revision moving).
+		ctx := context.Background()
+		_ = k8s.Delete(ctx, s)
+		_ = k8s.DeleteAllOf(ctx, &arv1.AgentRun{}, client.InNamespace(ns), client.MatchingLabels{"agentrun.dev/schedule": name})
+	})
 	return s
 }
 
