@@ -189,7 +189,7 @@ func TestEveryPerRunMapIsRegistered(t *testing.T) {
 	// Per-run, but not kept past the run: each entry goes with the work
 	// that made it, which Forget cannot hurry.
 	exempt := map[string]string{
-		"toolpolicy.Evaluator.cache": "compiled programs per tool policy (keyed by the policy's UID and generation, not by run), dropped when the policy is deleted and bounded by maxCached",
+		"toolpolicy.Evaluator.cache":  "compiled programs per tool policy (keyed by the policy's UID and generation, not by run), dropped when the policy is deleted and bounded by maxCached",
 		"toolcatalog.Catalog.waiters": "runs waiting for an MCP server's tool listing, woken and dropped when the listing ends (within its timeout)",
 	}
 	w := &mapWalker{covered: covered, seen: map[uintptr]bool{}, found: map[string]string{}}
