@@ -36,19 +36,7 @@ func TestApproveWithEditedArgsAndReasons(t *testing.T) {
 	)
 	startManager(t, managerOpts{})
 	ns := newNamespace(t)
-	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(openAIEntry("oa", oa.URL, false))})
-	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-openai-test"})
-	createConfigMap(t, ns, "tickets", map[string]string{"agent.toml": fmt.Sprintf(`[agent]
-name = "tickets"
-[agent.title]
-enabled = false
-[mcp_servers.tracker]
-url = %q
-[stages.work]
-allow_complete = true
-[stages.work.model]
-models = [{provider = "oa", model = "gpt-x"}]
-`, srv.URL())})
+	askTicketsAgent(t, ns, oa, srv)
 	run := createRun(t, ns, "r", "tickets")
 	w1 := waitFor(t, ns, "r", 30*time.Second, "ToolApproval", waitingOn(arv1.WaitToolApproval)).Status.WaitingOn
 	alice := grantAnswering(t, ns, "alice")
@@ -183,19 +171,7 @@ func TestEditedCallAPolicyDeniesIsDenied(t *testing.T) {
 	createPolicy(t, "", "edits-"+ns, arv1.ToolPolicyRule{Name: "no-p0", Action: arv1.ToolPolicyDeny, Message: msg,
 		Match: fmt.Sprintf(`tool.name == "create_ticket" && args.?priority.orValue("") == "p0" && run.namespace == %q`, ns)})
 	startManager(t, managerOpts{})
-	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(openAIEntry("oa", oa.URL, false))})
-	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-openai-test"})
-	createConfigMap(t, ns, "tickets", map[string]string{"agent.toml": fmt.Sprintf(`[agent]
-name = "tickets"
-[agent.title]
-enabled = false
-[mcp_servers.tracker]
-url = %q
-[stages.work]
-allow_complete = true
-[stages.work.model]
-models = [{provider = "oa", model = "gpt-x"}]
-`, srv.URL())})
+	askTicketsAgent(t, ns, oa, srv)
 	run := createRun(t, ns, "r", "tickets")
 	w := waitFor(t, ns, "r", 30*time.Second, "ToolApproval", waitingOn(arv1.WaitToolApproval)).Status.WaitingOn
 	if strings.HasSuffix(w.Point, "-policy") {
@@ -223,4 +199,24 @@ models = [{provider = "oa", model = "gpt-x"}]
 	if in := entriesOf(t, ns, run, journal.ToolCallRequested); len(in) != 0 {
 		t.Errorf("a denied call has intents %+v", in)
 	}
+}
+
+// askTicketsAgent writes, in ns, the providers (oa, a loopback OpenAI
+// server), its key and the blueprint "tickets": its stage's tools are on
+// the MCP server srv, and write tools wait for approval (the default).
+func askTicketsAgent(t *testing.T, ns string, oa *providertest.Server, srv *mcptest.Server) {
+	t.Helper()
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(openAIEntry("oa", oa.URL, false))})
+	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-openai-test"})
+	createConfigMap(t, ns, "tickets", map[string]string{"agent.toml": fmt.Sprintf(`[agent]
+name = "tickets"
+[agent.title]
+enabled = false
+[mcp_servers.tracker]
+url = %q
+[stages.work]
+allow_complete = true
+[stages.work.model]
+models = [{provider = "oa", model = "gpt-x"}]
+`, srv.URL())})
 }
