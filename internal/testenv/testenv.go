@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -37,8 +38,11 @@ func BinDir() string {
 func KubectlPath() string { return filepath.Join(BinDir(), "kubectl") }
 
 // EnsureBinaries builds the control plane if it is missing (a no-op when
-// cached), so `go test ./...` works even without `make test`.
-func EnsureBinaries() error {
+// cached), so `go test ./...` works even without `make test`. Parallel
+// tests of one binary share a single build.
+func EnsureBinaries() error { return ensureBinaries() }
+
+var ensureBinaries = sync.OnceValue(func() error {
 	for _, b := range []string{"kube-apiserver", "etcd", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(BinDir(), b)); err != nil {
 			cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "build-controlplane.sh"))
@@ -50,7 +54,7 @@ func EnsureBinaries() error {
 		}
 	}
 	return nil
-}
+})
 
 // Env is a running control plane.
 type Env struct {

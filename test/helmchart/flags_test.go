@@ -11,28 +11,52 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 )
 
-// TestChartNamesOnlyRealFlags: every manager flag the chart passes, and
-// every one its values.yaml and README mention, is a flag of the built
-// manager (`manager --help`), so a renamed flag fails here rather than in a
-// crash-looping pod.
+// TestChartNamesOnlyRealFlags: every flag a chart Deployment passes is a
+// flag of the binary that Deployment runs (`manager --help`, `manager a2a
+// --help`, `kubectl-agentrun console --help`), and every flag values.yaml
+// and the README mention is a flag of one of them, so a renamed flag fails
+// here rather than in a crash-looping pod.
 func TestChartNamesOnlyRealFlags(t *testing.T) {
-	bin, err := buildManager()
+	manager, err := buildManager()
 	if err != nil {
 		t.Fatal(err)
 	}
-	help, _ := exec.Command(bin, "--help").CombinedOutput()
-	known := map[string]bool{"help": true}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(help), -1) {
-		known[m[1]] = true
+	plugin, err := buildPlugin()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !known["shards"] || !known["leader-elect"] {
-		t.Fatalf("manager --help lists no --shards or --leader-elect:\n%s", help)
+	goFlag := regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`)
+	cobraFlag := regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z][a-z0-9-]*)`)
+	flagsOf := func(re *regexp.Regexp, bin string, args ...string) map[string]bool {
+		help, _ := exec.Command(bin, append(args, "--help")...).CombinedOutput()
+		known := map[string]bool{"help": true}
+		for _, m := range re.FindAllStringSubmatch(string(help), -1) {
+			known[m[1]] = true
+		}
+		return known
+	}
+	managerFlags := flagsOf(goFlag, manager)
+	a2aFlags := flagsOf(goFlag, manager, "a2a")
+	consoleFlags := flagsOf(cobraFlag, plugin, "console")
+	for name, known := range map[string]map[string]bool{"manager": managerFlags, "manager a2a": a2aFlags, "kubectl-agentrun console": consoleFlags} {
+		if len(known) < 3 {
+			t.Fatalf("%s --help lists almost no flags: %v", name, known)
+		}
+	}
+	if !managerFlags["shards"] || !managerFlags["leader-elect"] || !a2aFlags["public-url"] || !consoleFlags["in-cluster"] {
+		t.Fatalf("--help output not understood: manager %v, a2a %v, console %v", managerFlags, a2aFlags, consoleFlags)
+	}
+	anyBinary := map[string]bool{}
+	for _, known := range []map[string]bool{managerFlags, a2aFlags, consoleFlags} {
+		for f := range known {
+			anyBinary[f] = true
+		}
 	}
 	flag := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
-	check := func(where, text string) {
+	check := func(where, text, binary string, known map[string]bool) {
 		for _, m := range flag.FindAllStringSubmatch(text, -1) {
 			if !known[m[1]] && !helmOrKubectlFlag[m[1]] {
-				t.Errorf("%s names --%s, which the manager does not have", where, m[1])
+				t.Errorf("%s names --%s, which %s does not have", where, m[1], binary)
 			}
 		}
 	}
@@ -41,11 +65,29 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(f, string(data))
+		check(f, string(data), "no binary of the image", anyBinary)
 	}
-	for _, vals := range []map[string]any{nil, {"replicas": 1, "shards": 1, "leaderElect": false}} {
-		d := one[appsv1.Deployment](t, renderChart(t, vals).objs, "Deployment", "")
-		check("the Deployment's args", strings.Join(d.Spec.Template.Spec.Containers[0].Args, " "))
+	all := map[string]any{"console": map[string]any{"enabled": true}, "a2a": map[string]any{"enabled": true}}
+	for _, vals := range []map[string]any{nil, {"replicas": 1, "shards": 1, "leaderElect": false}, all} {
+		objs := renderChart(t, vals).objs
+		args := func(suffix string) string {
+			return strings.Join(one[appsv1.Deployment](t, objs, "Deployment", suffix).Spec.Template.Spec.Containers[0].Args, " ")
+		}
+		if vals == nil || vals["console"] == nil {
+			check("the manager Deployment's args", args(""), "the manager", managerFlags)
+			continue
+		}
+		check("the manager Deployment's args", args("-operator"), "the manager", managerFlags)
+		a := args("-a2a")
+		if !strings.HasPrefix(a, "a2a ") {
+			t.Fatalf("the A2A Deployment's args %q do not start with the a2a command", a)
+		}
+		check("the A2A Deployment's args", a, "manager a2a", a2aFlags)
+		c := args("-console")
+		if !strings.HasPrefix(c, "console ") {
+			t.Fatalf("the console Deployment's args %q do not start with the console command", c)
+		}
+		check("the console Deployment's args", c, "kubectl-agentrun console", consoleFlags)
 	}
 }
 

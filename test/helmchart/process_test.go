@@ -39,20 +39,31 @@ var buildDir string
 
 // buildManager builds cmd/manager once per test binary, with the
 // Dockerfile's flags.
-var buildManager = sync.OnceValues(func() (string, error) {
+var buildManager = sync.OnceValues(func() (string, error) { return buildCmd("manager") })
+
+// buildPlugin builds cmd/kubectl-agentrun (the console's binary) once.
+var buildPlugin = sync.OnceValues(func() (string, error) { return buildCmd("kubectl-agentrun") })
+
+// buildDirOnce makes the directory both builds write into.
+var buildDirOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "agentrun-helmchart-")
+	buildDir = dir
+	return dir, err
+})
+
+func buildCmd(name string) (string, error) {
+	dir, err := buildDirOnce()
 	if err != nil {
 		return "", err
 	}
-	buildDir = dir
-	bin := filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/manager")
+	bin := filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/"+name)
 	build.Dir, build.Env = testenv.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building cmd/manager: %v\n%s", err, out)
+		return "", fmt.Errorf("building cmd/%s: %v\n%s", name, err, out)
 	}
 	return bin, nil
-})
+}
 
 // startManager runs the manager binary with the Deployment container's
 // arguments and environment, the Downward API's values filled in, against

@@ -163,6 +163,9 @@ func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
 // the install the chart must equal.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
+	if err := testenv.EnsureBinaries(); err != nil { // kubectl, built once from Go modules
+		t.Fatal(err)
+	}
 	out, err := exec.Command(testenv.KubectlPath(), "kustomize", filepath.Join(testenv.RepoRoot(), "config", dir)).Output()
 	if err != nil {
 		t.Fatalf("kubectl kustomize config/%s: %v", dir, err)
