@@ -79,3 +79,56 @@ func TestPolicyDenialIsTheModelsResult(t *testing.T) {
 		t.Errorf("result = %+v", r)
 	}
 }
+
+// TestEditAtThePolicyPoint: a person answering a policy's RequireApproval
+// with edited arguments has the policies decide again on those arguments.
+// A RequireApproval again is answered by that same approval (the person saw
+// the edited call); a Deny on the edited arguments still denies it, so an
+// edit never escapes a Deny.
+func TestEditAtThePolicyPoint(t *testing.T) {
+	point := "call-1-0" + PolicyPointSuffix
+	for _, c := range []struct {
+		name   string
+		again  string
+		kind   ActionKind
+		result string
+	}{
+		{"a RequireApproval again is the approval given", journal.PolicyRequireApproval, ActToolCall, ""},
+		{"a Deny on the edited arguments denies", journal.PolicyDeny, ActDispatch, "The call was not made: denied by ClusterAgentToolPolicy p, rule r. because"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := asked(toolFacts(t, "upsert", `{"id":"1"}`, blueprint.EffectIdempotent, policyEntry(journal.PolicyRequireApproval)), point)
+			f.Yolo = true
+			f.Answer = &Answer{Name: "edit", By: "alice", Approved: true, Decision: "Approve", Reason: "not that one", Args: `{"id":"2"}`}
+			a := Decide(f)
+			if a.Kind != ActToolDecide || a.Decision.Gate != journal.GatePolicy || a.Decision.Args != `{"id":"2"}` || a.Decision.By != "alice" {
+				t.Fatalf("answer at %s: %+v (decision %+v), want alice's policy approval with the edited args", point, a, a.Decision)
+			}
+			f.State.Apply(f.Blueprint, journal.Entry{Seq: 3, Kind: journal.ToolCallDecided, Index: 0, Gate: journal.GatePolicy, Approved: true,
+				By: "alice", Message: "edit", Input: a.Decision.Args, Result: a.Decision.Reason})
+			f.Answer = nil
+			h := f.State.HeadCall()
+			if h == nil || h.Arguments != `{"id":"2"}` || h.EditedBy != "alice" || h.Policy != nil || !h.PolicyApproved {
+				t.Fatalf("head call = %+v, want the edited arguments, approved at the policy's point, the policies' decision to make again", h)
+			}
+			f.Policy = policyDecision(c.again)
+			if a := Decide(f); a.Kind != ActToolPolicy || a.Policy == nil || a.Policy.Action != c.again {
+				t.Fatalf("after the edit: %+v, want the policies' decision on the edited arguments journaled", a)
+			}
+			again := policyEntry(c.again)
+			again.Seq = 4
+			f.State.Apply(f.Blueprint, again)
+			a = Decide(f)
+			if a.Kind != c.kind {
+				t.Fatalf("after the policies decided %s on the edited arguments: %s (%+v), want %s", c.again, a.Kind, a, c.kind)
+			}
+			if c.result == "" {
+				return
+			}
+			turns := f.State.Turns
+			if len(turns) == 0 || len(turns[len(turns)-1].Tools) != 1 || turns[len(turns)-1].Tools[0].Result != c.result {
+				t.Fatalf("turns = %+v, want the model told %q", turns, c.result)
+			}
+		})
+	}
+}
