@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -264,6 +265,33 @@ func TestA2ACancelAndRefusals(t *testing.T) {
 	}
 	if _, err := agentcard.NewResolver(nil).Resolve(ctx, base+"/agents/deployer"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("card without a token: %v, want 401", err)
+	}
+
+	// A blueprint that does not set [agent.a2a] expose = true is not an
+	// A2A agent: no card, and a message to it starts nothing.
+	createConfigMap(t, ns, "hidden", map[string]string{"agent.toml": strings.Replace(a2aAgent, "expose = true", "expose = false", 1)})
+	callerToken := saToken(t, ns, "caller2", a2aCallerRules)
+	if _, err := agentcard.NewResolver(nil).Resolve(ctx, base+"/agents/hidden", agentcard.WithRequestHeader("Authorization", "Bearer "+callerToken)); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("the card of an agent not exposed: %v, want 404", err)
+	}
+	body := `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"deploy"}]}}}`
+	req, err := http.NewRequest(http.MethodPost, base+"/agents/hidden", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+callerToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if !strings.Contains(string(answer), `"error"`) || !strings.Contains(string(answer), "does not expose its agent over A2A") {
+		t.Errorf("message/send to an agent not exposed: %s, want a JSON-RPC error saying it is not exposed", answer)
+	}
+	if err := k8s.List(context.Background(), &runs, client.InNamespace(ns)); err != nil || len(runs.Items) != 1 {
+		t.Errorf("runs = %d (%v) after a message to an agent not exposed, want still one", len(runs.Items), err)
 	}
 }
 

@@ -136,7 +136,7 @@ func TestForkFromFailedStageWithFixedBlueprint(t *testing.T) {
 // it (NeedsSetup ForkSourceMissing) and goes on when it is created; a
 // stage the source's blueprint lacks and an entry past its journal's end
 // end the fork in Error saying so; forkOf cannot be changed or given
-// both cuts.
+// both cuts. A rerun's status names the run it reruns.
 func TestForkRefusalsAndWaits(t *testing.T) {
 	startManager(t, managerOpts{})
 	ns := newNamespace(t)
@@ -165,6 +165,17 @@ output = "done"
 		t.Errorf("origin %+v inherited %+v, want a fork of later inheriting nothing", o, early.Status.InheritedUsage)
 	}
 	waitFor(t, ns, "later", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+
+	// A rerun (what `kubectl agentrun rerun` creates) records where it
+	// came from, and inherits nothing: every call is made again.
+	createRun(t, ns, "again", "echo", func(r *arv1.AgentRun) {
+		r.Labels = map[string]string{arv1.LabelRerunOf: "later"}
+		r.Annotations = map[string]string{arv1.LabelRerunOf: "later", arv1.AnnotationRerunOfUID: string(later.UID)}
+	})
+	again := waitFor(t, ns, "again", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if o := again.Status.Origin; o == nil || o.Kind != arv1.OriginRerun || o.Run != "later" || o.UID != string(later.UID) || again.Status.InheritedUsage != nil || again.Status.Usage.ModelCalls != 1 {
+		t.Errorf("rerun: origin %+v inherited %+v model calls %d, want a rerun of later that made its own call", o, again.Status.InheritedUsage, again.Status.Usage.ModelCalls)
+	}
 
 	far := int64(99)
 	createRun(t, ns, "nostage", "echo", func(r *arv1.AgentRun) { r.Spec.ForkOf = &arv1.ForkSource{Run: "later", Stage: "review"} })

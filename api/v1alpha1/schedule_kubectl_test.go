@@ -3,9 +3,15 @@ package v1alpha1_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -66,3 +72,39 @@ func TestKubectlApplyRefusesBadSchedules(t *testing.T) {
 }
 
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
+
+// TestKubectlGetScheduleColumns: `kubectl get agentrunschedules` shows
+// SCHEDULE, SUSPEND, ACTIVE, LAST, NEXT and AGE from the schedule's spec
+// and status, and -o wide adds READY (the Ready condition's reason).
+func TestKubectlGetScheduleColumns(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := testCtx(t)
+	s := &arv1.AgentRunSchedule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+		Spec: arv1.AgentRunScheduleSpec{Schedule: "0 9 * * MON-FRI", Suspend: true,
+			Template: arv1.AgentRunTemplate{Spec: arv1.AgentRunSpec{Agent: "triage", Task: "triage the new issues"}}},
+	}
+	if err := k8sClient.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	last := metav1.NewTime(time.Now().Add(-5 * time.Minute).Truncate(time.Second))
+	next := metav1.NewTime(time.Date(2031, 1, 6, 9, 0, 0, 0, time.UTC))
+	s.Status = arv1.AgentRunScheduleStatus{Active: []string{"nightly-1", "nightly-2"}, ActiveCount: 2, LastScheduleTime: &last, NextScheduleTime: &next,
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Scheduled", Message: "ok", LastTransitionTime: last}}}
+	if err := k8sClient.Status().Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	header := []string{"NAME", "SCHEDULE", "SUSPEND", "ACTIVE", "LAST", "NEXT", "AGE"}
+	before := time.Now()
+	rows := parseTable(t, kubectl(t, "get", "agentrunschedules", "-n", ns), header)
+	after := time.Now()
+	row := rows["nightly"]
+	lastCells := []string{duration.HumanDuration(before.Sub(last.Time)), duration.HumanDuration(after.Sub(last.Time))}
+	if row["SCHEDULE"] != "0 9 * * MON-FRI" || row["SUSPEND"] != "true" || row["ACTIVE"] != "2" || !slices.Contains(lastCells, row["LAST"]) || row["NEXT"] != "2031-01-06T09:00:00Z" {
+		t.Errorf("row = %v, want the schedule, suspended, 2 active, last %q, next 2031-01-06T09:00:00Z", row, lastCells)
+	}
+	wide := parseTable(t, kubectl(t, "get", "ars", "-o", "wide", "-n", ns), append(slices.Clone(header[:6]), "READY", "AGE"))
+	if got := wide["nightly"]["READY"]; got != "Scheduled" {
+		t.Errorf("-o wide READY = %q, want Scheduled", got)
+	}
+}

@@ -79,6 +79,7 @@ type answerBody struct {
 	Command    string  `json:"command"`
 	Text       *string `json:"text"`
 	Reason     *string `json:"reason"`
+	Args       *string `json:"args"`
 	JSON       *string `json:"json"`
 	Null       bool    `json:"null"`
 	Choice     *string `json:"choice"`
@@ -109,7 +110,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, se *session) {
 		writeError(w, http.StatusConflict, "the run no longer waits on what the page showed; look again")
 		return
 	}
-	ans, err := plugin.BuildAnswer(plugin.AnswerRequest{Command: b.Command, Text: b.Text, Reason: b.Reason, JSON: b.JSON, Null: b.Null,
+	ans, err := plugin.BuildAnswer(plugin.AnswerRequest{Command: b.Command, Text: b.Text, Reason: b.Reason, Args: b.Args, JSON: b.JSON, Null: b.Null,
 		Choice: b.Choice, Edit: b.Edit, Revise: b.Revise, Done: b.Done, Retry: b.Retry, Abandon: b.Abandon,
 		Output: b.Output, OutputJSON: b.OutputJSON}, &run, se.user)
 	if err != nil {

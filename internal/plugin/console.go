@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -22,9 +23,13 @@ import (
 // deny, answer or resolve, and the other fields are that command's flags
 // (nil: not given).
 type AnswerRequest struct {
-	Command    string
-	Text       *string // answer's TEXT
-	Reason     *string // deny --reason
+	Command string
+	Text    *string // answer's TEXT
+	Reason  *string // approve or deny --reason
+	// Args is approve --args: a tool call's edited arguments, a JSON
+	// object only (never a FILE or stdin, which the command also takes:
+	// a page must not name files on the console's machine).
+	Args       *string
 	JSON       *string // answer --json
 	Null       bool    // answer --null
 	Choice     *string // answer --choice
@@ -55,6 +60,12 @@ func BuildAnswer(req AnswerRequest, run *arv1.AgentRun, by string) (*arv1.AgentR
 		writeOutput: req.Output, writeJSON: req.OutputJSON}
 	if req.Text != nil {
 		o.args = append(o.args, *req.Text)
+	}
+	if req.Args != nil {
+		if !strings.HasPrefix(strings.TrimSpace(*req.Args), "{") {
+			return nil, fmt.Errorf("%w: the edited arguments must be a JSON object", ErrBadAnswer)
+		}
+		o.callArgs = req.Args
 	}
 	r, err := parse(o)
 	if err != nil {

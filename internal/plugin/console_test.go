@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -64,5 +65,20 @@ func TestBuildAnswerChecksLikeTheCommands(t *testing.T) {
 	}
 	if _, err := BuildAnswer(AnswerRequest{Command: "delete"}, run, "alice"); err == nil {
 		t.Error("an unknown command was taken")
+	}
+	edited, why := `{"title":"smaller"}`, "too broad"
+	ans, err = BuildAnswer(AnswerRequest{Command: "approve", Args: &edited, Reason: &why}, run, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Spec.Args == nil || string(ans.Spec.Args.Raw) != edited || ans.Spec.Reason != why {
+		t.Errorf("approve with edited args and a reason: %+v", ans.Spec)
+	}
+	// A page gives JSON only: a path (which the command would read) or
+	// stdin is refused, so no file of the console's machine is read.
+	for _, bad := range []string{"/etc/passwd", "-", `["a"]`, " "} {
+		if _, err := BuildAnswer(AnswerRequest{Command: "approve", Args: &bad}, run, "alice"); err == nil || !errors.Is(err, ErrBadAnswer) {
+			t.Errorf("approve with args %q: %v, want it refused", bad, err)
+		}
 	}
 }

@@ -225,12 +225,15 @@ function answerForm(p, w, say) {
   const input = (id, ph) => el("input", { type: "text", id, placeholder: ph });
   const form = el("div", { class: "answer-form" });
   if (w.command === "approve") {
-    const reason = input("reason", "reason (told to the agent)");
+    const reason = input("reason", "reason (kept with the answer; a denial's is told to the agent)");
+    const given = (v) => (v.trim() === "" ? undefined : v);
     if (w.takesChoice) {
       const choice = input("choice", "your choice or answer");
       form.append(el("div", { class: "row" }, choice, el("button", { class: "primary", id: "choose", onclick: () => send({ command: "answer", choice: choice.value }) }, "Choose")));
     } else {
-      form.append(el("div", { class: "row" }, el("button", { class: "primary", id: "approve", onclick: () => send({ command: "approve" }) }, "Approve")));
+      const args = w.reason === "ToolApproval" ? el("textarea", { id: "edit-args", placeholder: "edited arguments as a JSON object (optional): the call is made with these instead" }) : null;
+      if (args) form.append(args);
+      form.append(el("div", { class: "row" }, el("button", { class: "primary", id: "approve", onclick: () => send({ command: "approve", reason: given(reason.value), args: args ? given(args.value) : undefined }) }, "Approve")));
     }
     form.append(el("div", { class: "row" }, reason, el("button", { class: "danger", id: "deny", onclick: () => send({ command: "deny", reason: reason.value }) }, "Deny")));
     if (w.checkpoint) {

@@ -17,8 +17,9 @@ import (
 
 // TestConsoleAnswersAsTheSignedInUser: with a manager running, a run parked
 // on a ToolApproval is listed first although newer runs finished; alice
-// (viewer and answerer) opens it, clicks Approve, and the AgentRunAnswer
-// the API server stores names her, and the run completes. bob, a viewer
+// (viewer and answerer) opens it, clicks Approve with a reason and edited
+// arguments, and the AgentRunAnswer the API server stores names her and
+// carries both, and the run completes. bob, a viewer
 // only, sees the wait but no answer button, and the answer he crafts by
 // hand is refused by the API server (403 passed on).
 func TestConsoleAnswersAsTheSignedInUser(t *testing.T) {
@@ -67,7 +68,10 @@ func TestConsoleAnswersAsTheSignedInUser(t *testing.T) {
 		t.Errorf("header says %q, want alice", who)
 	}
 	screenshot(t, ctx, "run")
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#approve`)), chromedp.WaitVisible(chromedp.CSS(`#output`))); err != nil {
+	// She approves the call with a reason and edited arguments.
+	const edited = `{"title":"ship it, carefully"}`
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#edit-args`), edited), chromedp.SendKeys(chromedp.CSS(`#reason`), "checked the diff"),
+		chromedp.Click(chromedp.CSS(`#approve`)), chromedp.WaitVisible(chromedp.CSS(`#output`))); err != nil {
 		t.Fatalf("approving: %v", err)
 	}
 	var answers arv1.AgentRunAnswerList
@@ -75,8 +79,9 @@ func TestConsoleAnswersAsTheSignedInUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(answers.Items) != 1 || answers.Items[0].Spec.By != "alice" || answers.Items[0].Spec.Decision != arv1.DecisionApprove ||
-		answers.Items[0].Spec.Run != "approve-me" {
-		t.Fatalf("answers = %+v, want alice's one approval of approve-me", answers.Items)
+		answers.Items[0].Spec.Run != "approve-me" || answers.Items[0].Spec.Reason != "checked the diff" ||
+		answers.Items[0].Spec.Args == nil || string(answers.Items[0].Spec.Args.Raw) != edited {
+		t.Fatalf("answers = %+v, want alice's one approval of approve-me, with her reason and edited arguments", answers.Items)
 	}
 	waitRun(t, ns, "approve-me", "Complete", phaseIs(arv1.PhaseComplete))
 	if srv.Executed("create_ticket") != 1 {

@@ -315,14 +315,24 @@ func createConfigMap(t *testing.T, ns, name, key, value string) {
 	}
 }
 
+// createRun creates a run in a later second than the one created before
+// it: creation timestamps have second resolution, and the tests check the
+// newest-first order.
 func createRun(t *testing.T, ns, name, agent string) {
 	t.Helper()
+	if d := time.Until(lastCreated.Add(time.Second)); d > 0 {
+		time.Sleep(d)
+	}
 	run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: arv1.AgentRunSpec{Agent: agent, Task: "console test: " + name}}
 	if err := admin.Create(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
+	lastCreated = run.CreationTimestamp.Time
 }
+
+// lastCreated is the creation time of the run createRun made last.
+var lastCreated time.Time
 
 func waitingOn(reason arv1.WaitReason) func(*arv1.AgentRun) bool {
 	return func(r *arv1.AgentRun) bool { return r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == reason }
