@@ -176,21 +176,8 @@ func TestKillingTheManagerMidChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logDir := t.TempDir()
-	var m *loadtest.Manager
-	t.Cleanup(func() {
-		if m != nil {
-			_ = m.Kill()
-		}
-	})
-	start := func() {
-		t.Helper()
-		var err error
-		if m, err = c.StartManager(ctx, logDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start()
+	seat := newManagerSeat(t, ctx, c)
+	seat.Start()
 	srv.Take() // count from the batch on
 	t0 := time.Now()
 	if err := c.CreateRunsWith(ctx, ns, "chain", "r", initial, 8, nil); err != nil {
@@ -213,7 +200,7 @@ func TestKillingTheManagerMidChain(t *testing.T) {
 				done++
 			}
 		}
-		if err := m.Kill(); err != nil {
+		if err := seat.M.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		totalKills++
@@ -224,7 +211,7 @@ func TestKillingTheManagerMidChain(t *testing.T) {
 			// the next one must not be confused by a predecessor that
 			// never got to drive anything.
 			early, cancelEarly := context.WithTimeout(ctx, time.Duration(100+rng.IntN(400))*time.Millisecond)
-			em, err := c.StartManager(early, logDir)
+			em, err := c.StartManager(early, seat.LogDir)
 			cancelEarly()
 			switch {
 			case err == nil:
@@ -238,7 +225,7 @@ func TestKillingTheManagerMidChain(t *testing.T) {
 			}
 			totalKills++
 		}
-		start()
+		seat.Start()
 		if err := c.CreateRunsWith(ctx, ns, "chain", "w"+fmt.Sprint(k), perRestart, perRestart, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +233,7 @@ func TestKillingTheManagerMidChain(t *testing.T) {
 	}
 	t.Logf("kills: %s", strings.Join(killLog, "; "))
 
-	runs := chainAwaitComplete(t, ctx, c, m, ns, n, finalLimit)
+	runs := chainAwaitComplete(t, ctx, c, seat.M, ns, n, finalLimit)
 	wall := time.Since(t0)
 	st := srv.Take()
 

@@ -401,3 +401,34 @@ func TestAPIRequestsCountWrites(t *testing.T) {
 		t.Errorf("per run: %q, want POST configmaps 1.00", s)
 	}
 }
+
+// managerSeat holds the one manager process a kill test runs at a time,
+// its logs in one directory: Start replaces a killed one, and the test's
+// cleanup kills the last.
+type managerSeat struct {
+	t      *testing.T
+	ctx    context.Context
+	c      *loadtest.Cluster
+	LogDir string
+	M      *loadtest.Manager
+}
+
+func newManagerSeat(t *testing.T, ctx context.Context, c *loadtest.Cluster) *managerSeat {
+	s := &managerSeat{t: t, ctx: ctx, c: c, LogDir: t.TempDir()}
+	t.Cleanup(func() {
+		if s.M != nil {
+			_ = s.M.Kill()
+		}
+	})
+	return s
+}
+
+// Start starts a manager process and returns once its workers run.
+func (s *managerSeat) Start() {
+	s.t.Helper()
+	m, err := s.c.StartManager(s.ctx, s.LogDir)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.M = m
+}

@@ -2,6 +2,7 @@ package loadtest_test
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -27,8 +28,8 @@ type outage struct{ kill, started, up time.Time }
 // TestSchedulesSurviveKillsAndOutages: a schedule firing every 10 s (a
 // starting deadline of 10 s) driven by a manager process that is killed
 // with SIGKILL four times around the moment a run is due (300 and 100 ms
-// before, 20 and 300 ms after, in a random order) and restarted at once, then killed for a 20 s
-// outage. Every scheduled time from the first run to the last has exactly
+// before, 20 and 300 ms after, in a random order) and restarted at once,
+// then killed for a 20 s outage. Every scheduled time from the first run to the last has exactly
 // one run (a create the kill interrupted, or a status write it lost, never
 // doubles or drops a time: runs are named by their time); a short outage
 // costs no time, and the 20 s one is caught up by exactly one run, for
@@ -48,19 +49,10 @@ func TestSchedulesSurviveKillsAndOutages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logDir := t.TempDir()
-	var m *loadtest.Manager
-	t.Cleanup(func() {
-		if m != nil {
-			_ = m.Kill()
-		}
-	})
+	seat := newManagerSeat(t, ctx, c)
 	start := func() time.Time {
 		t.Helper()
-		var err error
-		if m, err = c.StartManager(ctx, logDir); err != nil {
-			t.Fatal(err)
-		}
+		seat.Start()
 		return time.Now()
 	}
 	start()
@@ -77,7 +69,7 @@ func TestSchedulesSurviveKillsAndOutages(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), s) })
 
-	// sleepUntil waits for the grid point after now, plus offset.
+	// nextTick is the grid point after now; sleepUntil waits until at.
 	nextTick := func() time.Time { return time.Now().Truncate(schedulePeriod).Add(schedulePeriod) }
 	sleepUntil := func(at time.Time) {
 		select {
@@ -90,7 +82,7 @@ func TestSchedulesSurviveKillsAndOutages(t *testing.T) {
 	kill := func() time.Time {
 		t.Helper()
 		at := time.Now()
-		if err := m.Kill(); err != nil {
+		if err := seat.M.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		return at
@@ -134,13 +126,7 @@ func TestSchedulesSurviveKillsAndOutages(t *testing.T) {
 		}
 		times[unix] = r
 	}
-	keys := slices.Sorted(func(yield func(int64) bool) {
-		for k := range times {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	keys := slices.Sorted(maps.Keys(times))
 	if len(keys) < 6 {
 		t.Fatalf("%d runs (%v), want a run for each of at least 6 times", len(keys), keys)
 	}
@@ -181,7 +167,7 @@ func TestSchedulesSurviveKillsAndOutages(t *testing.T) {
 	}
 	for g := keys[0]; g <= keys[len(keys)-1]; g += int64(schedulePeriod / time.Second) {
 		if _, ok := times[g]; !ok && !superseded[g] {
-			t.Errorf("no run for %s, which no outage superseded (runs %v)\nmanager log tail:\n%s", time.Unix(g, 0).UTC().Format(time.RFC3339), keys, m.LogTail(4000))
+			t.Errorf("no run for %s, which no outage superseded (runs %v)\nmanager log tail:\n%s", time.Unix(g, 0).UTC().Format(time.RFC3339), keys, seat.M.LogTail(4000))
 		}
 	}
 }
