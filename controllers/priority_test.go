@@ -86,10 +86,13 @@ func TestUrgentRunIsAdmittedNext(t *testing.T) {
 	// The blocker's call is held; the next answers at once; the one after
 	// is held again (the next queued run holds the slot); then all answer.
 	srv.Push(hold, providertest.Reply{ToolCall: done}, hold, providertest.Reply{ToolCall: done})
+	// The control plane ships the classes ConfigMap empty, as an install does.
+	classes := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: priority.DefaultConfigMapName, Namespace: testenv.SystemNamespace},
+		Data: map[string]string{"urgent": "1000", "normal": "0", priority.DefaultKey: "normal"}}
+	if err := c.Update(ctx, classes); err != nil {
+		t.Fatal(err)
+	}
 	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agentrun-system"}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: priority.DefaultConfigMapName, Namespace: "agentrun-system"},
-			Data: map[string]string{"urgent": "1000", "normal": "0", priority.DefaultKey: "normal"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prio"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fast", Namespace: "prio"}, Data: map[string]string{"agent.toml": oneCall}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "agentrun-providers", Namespace: "prio"}, Data: map[string]string{"providers.toml": openAIEntry("oa", srv.URL, false)}},

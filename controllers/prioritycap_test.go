@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -26,15 +26,6 @@ import (
 // server alone decides (config/admission, installed by testenv).
 func TestPriorityCapRefusedAtApply(t *testing.T) {
 	ctx := context.Background()
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agentrun-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	classes := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: priority.DefaultConfigMapName, Namespace: "agentrun-system"},
-		Data: map[string]string{"urgent": "1000", "team": "10", priority.DefaultKey: "team"}}
-	if err := k8s.Create(ctx, classes); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), classes) })
 	capped := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "capped-", Annotations: map[string]string{arv1.AnnotationMaxPriority: "10"}}}
 	if err := k8s.Create(ctx, capped); err != nil {
 		t.Fatal(err)
@@ -52,6 +43,31 @@ func TestPriorityCapRefusedAtApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		return testenv.Kubectl(kubeconfig, "apply", "-f", path)
+	}
+	// The ConfigMap as shipped holds no classes: no class name is
+	// checked, as with no ConfigMap at all.
+	if out, err := apply(open, "unshipped-class", "  priorityClassName: gold\n"); err != nil {
+		t.Errorf("with no classes a run naming one was refused: %v\n%s", err, out)
+	}
+	classes := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: priority.DefaultConfigMapName, Namespace: testenv.SystemNamespace},
+		Data: map[string]string{"urgent": "1000", "team": "10", priority.DefaultKey: "team"}}
+	if err := k8s.Update(ctx, classes); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		classes.Data = nil
+		_ = k8s.Update(context.Background(), classes)
+	})
+	// The API server's parameter cache follows the edit through a watch:
+	// wait until an unknown class is refused.
+	for i := 0; ; i++ {
+		if _, err := apply(open, fmt.Sprintf("probe-%d", i), "  priorityClassName: gold\n"); err != nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the API server never applied the classes to the priority-class policy")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for _, tc := range []struct {
 		ns, name, field string

@@ -200,7 +200,7 @@ type AgentRunSpec struct {
 	// priorityClassName names a priority class of the cluster's
 	// agentrun-priority-classes ConfigMap (class name to integer value),
 	// as a Pod names a PriorityClass. A name the ConfigMap does not hold is
-	// refused at apply (while the ConfigMap exists). Fixed at creation.
+	// refused at apply (while it holds any class). Fixed at creation.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63

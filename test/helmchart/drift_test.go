@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
@@ -238,4 +239,41 @@ func selects(t *testing.T, sel *metav1.LabelSelector, pod map[string]string) boo
 		t.Fatal(err)
 	}
 	return !s.Empty() && s.Matches(labels.Set(pod))
+}
+
+// TestPriorityClassesShipWithTheBinding: both installs ship the ConfigMap
+// the priority-class binding reads, where its paramRef names it, empty by
+// default and holding the chart's priorityClasses.classes when set. Without
+// it the API server would read etcd for the missing parameter on every
+// AgentRun create.
+func TestPriorityClassesShipWithTheBinding(t *testing.T) {
+	for _, install := range []struct {
+		name string
+		objs []*unstructured.Unstructured
+	}{
+		{"config/default", kustomize(t, "default")},
+		{"the chart", renderChart(t, nil).objs},
+	} {
+		b := one[admissionPolicy](t, install.objs, "ValidatingAdmissionPolicyBinding", "-priority-class")
+		ref, _ := b.Spec["paramRef"].(map[string]any)
+		name, _ := ref["name"].(string)
+		ns, _ := ref["namespace"].(string)
+		if name == "" {
+			t.Fatalf("%s: the priority-class binding names no parameter: %v", install.name, b.Spec)
+		}
+		cm := one[corev1.ConfigMap](t, install.objs, "ConfigMap", name)
+		if cm.Name != name || cm.Namespace != ns || len(cm.Data) != 0 {
+			t.Errorf("%s ships ConfigMap %s/%s holding %v, want %s/%s with no classes", install.name, cm.Namespace, cm.Name, cm.Data, ns, name)
+		}
+	}
+	objs := renderChart(t, mustYAML(t, `priorityClasses: {classes: {urgent: 1000, normal: 0, _default: normal}}`)).objs
+	cm := one[corev1.ConfigMap](t, objs, "ConfigMap", "-priority-classes")
+	if want := map[string]string{"urgent": "1000", "normal": "0", "_default": "normal"}; !reflect.DeepEqual(cm.Data, want) {
+		t.Errorf("the chart's classes render as %v, want %v", cm.Data, want)
+	}
+	for _, u := range renderChart(t, mustYAML(t, `priorityClasses: {create: false}`)).objs {
+		if u.GetKind() == "ConfigMap" && strings.HasSuffix(u.GetName(), "-priority-classes") {
+			t.Errorf("priorityClasses.create=false still renders %s", u.GetName())
+		}
+	}
 }

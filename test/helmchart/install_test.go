@@ -93,7 +93,9 @@ func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	// The chart's policies must be the ones in force, not testenv's copies
 	// of config/admission.
 	kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "answer-identity", "priority-cap", "priority-class")
-	kubectl("create", "namespace", releaseNS)
+	// testenv ships the manager's namespace and its empty priority classes
+	// ConfigMap, as config/default does; the chart brings its own.
+	kubectl("delete", "configmap", "-n", releaseNS, "agentrun-priority-classes")
 	kubectl("label", "namespace", releaseNS, "pod-security.kubernetes.io/enforce=restricted")
 
 	r := renderChart(t, nil)

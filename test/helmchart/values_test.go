@@ -30,14 +30,15 @@ import (
 // policy and binding, the webhook configuration, its Service and the
 // webhook certificate's Role and ClusterRole with their bindings, the
 // Deployment of config/manager's image, its
-// PodDisruptionBudget and the metrics Service selecting its pods; no
+// PodDisruptionBudget, the metrics Service selecting its pods and the
+// priority classes ConfigMap; no
 // ServiceMonitor, PrometheusRule, dashboard or NetworkPolicy; every
 // namespaced object in the release namespace.
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
 	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 9, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
 		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "ValidatingWebhookConfiguration": 1,
-		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2}
+		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "ConfigMap": 1}
 	got := map[string]int{}
 	for _, u := range objs {
 		got[u.GetKind()]++
