@@ -191,6 +191,44 @@ func durQuantile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(int(q*float64(len(ds))), len(ds)-1)]
 }
 
+// runDurations is each run's time from its create returning to its first
+// sight at the batch's phase: what a run waited, whatever the harness did
+// around it.
+func runDurations(res *loadtest.BatchResult) []time.Duration {
+	var ds []time.Duration
+	for name, at := range res.ReachedAt {
+		if created, ok := res.CreatedAt[name]; ok {
+			ds = append(ds, at.Sub(created))
+		}
+	}
+	return ds
+}
+
+// slowest describes the k runs seen complete last: when each was created,
+// each call's span at the server, and when it was seen complete, in
+// seconds from the first create (LOADTEST_SLOWEST=k: where the wall went).
+func slowest(res *loadtest.BatchResult, st loadtest.LatencyStats, k int) []string {
+	var t0 time.Time
+	for _, at := range res.CreatedAt {
+		if t0.IsZero() || at.Before(t0) {
+			t0 = at
+		}
+	}
+	names := slices.Collect(maps.Keys(res.ReachedAt))
+	slices.SortFunc(names, func(a, b string) int { return res.ReachedAt[b].Compare(res.ReachedAt[a]) })
+	var out []string
+	for _, name := range names[:min(k, len(names))] {
+		var line strings.Builder
+		fmt.Fprintf(&line, "%s created %.3f", name, res.CreatedAt[name].Sub(t0).Seconds())
+		for _, c := range st.Runs[name] {
+			fmt.Fprintf(&line, ", call %.3f-%.3f", c.Start.Sub(t0).Seconds(), c.End.Sub(t0).Seconds())
+		}
+		fmt.Fprintf(&line, ", seen %.3f", res.ReachedAt[name].Sub(t0).Seconds())
+		out = append(out, line.String())
+	}
+	return out
+}
+
 func apiServerMsPerRun(res *loadtest.BatchResult) float64 {
 	return float64(res.CPU["kube-apiserver"].Microseconds()) / 1000 / float64(res.N)
 }
@@ -245,6 +283,11 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		r.row("operator: chain", "first call after the create returned p50 %.0fms p99 %.0fms (%d runs); next call after an answer p50 %.0fms p99 %.0fms (%d gaps); seen Complete after the last answer p50 %.0fms p99 %.0fms",
 			ms(durQuantile(lead, 0.5).Seconds()), ms(durQuantile(lead, 0.99).Seconds()), len(lead), ms(durQuantile(gaps, 0.5).Seconds()), ms(durQuantile(gaps, 0.99).Seconds()), len(gaps),
 			ms(durQuantile(tail, 0.5).Seconds()), ms(durQuantile(tail, 0.99).Seconds()))
+		if k, _ := strconv.Atoi(os.Getenv("LOADTEST_SLOWEST")); k > 0 {
+			for _, line := range slowest(res, op.server, k) {
+				r.row("operator: slowest", "%s", line)
+			}
+		}
 		r.row("operator: waits seen", "%s", op.waits)
 		r.row("operator: runs not Complete", "%d", incomplete)
 		r.row("operator: etcd writes", "%d = %.2f/run", res.Writes, res.WritesPerRun())
@@ -359,6 +402,15 @@ func BenchmarkRateLimited300(b *testing.B) {
 		r.row("(c) beside (a)", "%d runs, unlimited server: wall %.2fs (first Complete %.2fs); runs ever ProviderFailed %d (waits seen: %s)", n, besideWall, secs(lc.res.First()), lc.waits.Ever(arv1.BlockerProviderFailed), lc.waits)
 		r.row("(c) server", "%s", serverRow(lc.server))
 		r.row("(c) ratio", "%.3f (beside wall %.2fs / alone wall %.2fs)", ratio, besideWall, aloneWall)
+		// The wall also counts the harness creating (a)'s runs beside (c)'s
+		// on the same API server: each run's own time, create to Complete,
+		// says whether the limited provider slowed the other one's runs.
+		ad, cd := runDurations(alone.res), runDurations(lc.res)
+		perRun := secs(durQuantile(cd, 0.5)) / secs(durQuantile(ad, 0.5))
+		r.row("(c) per run", "create to Complete p50 %.2fs p99 %.2fs beside, %.2fs %.2fs alone: p50 ratio %.3f, p99 ratio %.3f",
+			secs(durQuantile(cd, 0.5)), secs(durQuantile(cd, 0.99)), secs(durQuantile(ad, 0.5)), secs(durQuantile(ad, 0.99)),
+			perRun, secs(durQuantile(cd, 0.99))/secs(durQuantile(ad, 0.99)))
+		r.metric(perRun, "c_per_run_ratio")
 		if lb != nil {
 			bWall := secs(lb.res.All())
 			bWithin := "within"
