@@ -17,18 +17,15 @@ import (
 // key itself is never stored in the object.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.yoloProfile) || (has(self.yolo) && self.yolo)",message="yoloProfile requires yolo: true"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be withdrawn once requested"
-// +kubebuilder:validation:XValidation:rule="(has(self.yolo) && self.yolo) == (has(oldSelf.yolo) && oldSelf.yolo)",message="yolo is fixed at creation"
-// +kubebuilder:validation:XValidation:rule="(has(self.depth) ? self.depth : 0) == (has(oldSelf.depth) ? oldSelf.depth : 0)",message="depth is immutable",fieldPath=".depth"
-// +kubebuilder:validation:XValidation:rule="has(self.yoloProfile) == has(oldSelf.yoloProfile) && (!has(self.yoloProfile) || self.yoloProfile == oldSelf.yoloProfile)",message="yoloProfile is fixed at creation"
-// +kubebuilder:validation:XValidation:rule="has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)",message="model is fixed at creation"
-// +kubebuilder:validation:XValidation:rule="has(self.budgets) || !has(oldSelf.budgets)",message="budgets cannot be removed once set; raise them instead"
-// +kubebuilder:validation:XValidation:rule="has(self.entryStage) == has(oldSelf.entryStage)",message="entryStage is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.blueprintSnapshot) == has(oldSelf.blueprintSnapshot)",message="blueprintSnapshot is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.regions) == has(oldSelf.regions)",message="regions are fixed at creation",fieldPath=".regions"
 // +kubebuilder:validation:XValidation:rule="!(has(self.priority) && has(self.priorityClassName))",message="set priority or priorityClassName, not both"
-// +kubebuilder:validation:XValidation:rule="has(self.priority) == has(oldSelf.priority) && has(self.priorityClassName) == has(oldSelf.priorityClassName)",message="priority and priorityClassName are fixed at creation"
-// +kubebuilder:validation:XValidation:rule="has(self.forkOf) == has(oldSelf.forkOf) && (!has(self.forkOf) || self.forkOf == oldSelf.forkOf)",message="forkOf is fixed at creation: create a new AgentRun to fork from elsewhere",fieldPath=".forkOf"
+//
+// The spec's transition rules are one rule behind a whole-spec equality: the
+// API server evaluates them on every write of a run, status writes
+// included, and each field they read costs it a copy of the spec's schema;
+// the equality reads only the fields set, and a write that leaves the spec
+// as it was (a status write) stops there. The message names the first
+// rule broken.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf || ((!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)) && ((has(self.yolo) && self.yolo) == (has(oldSelf.yolo) && oldSelf.yolo)) && ((has(self.depth) ? self.depth : 0) == (has(oldSelf.depth) ? oldSelf.depth : 0)) && (has(self.yoloProfile) == has(oldSelf.yoloProfile) && (!has(self.yoloProfile) || self.yoloProfile == oldSelf.yoloProfile)) && (has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)) && (has(self.budgets) || !has(oldSelf.budgets)) && (has(self.entryStage) == has(oldSelf.entryStage)) && (has(self.blueprintSnapshot) == has(oldSelf.blueprintSnapshot)) && (has(self.regions) == has(oldSelf.regions)) && (has(self.priority) == has(oldSelf.priority) && has(self.priorityClassName) == has(oldSelf.priorityClassName)) && (has(self.forkOf) == has(oldSelf.forkOf) && (!has(self.forkOf) || self.forkOf == oldSelf.forkOf)))",messageExpression="!(!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)) ? 'cancel cannot be withdrawn once requested' : !((has(self.yolo) && self.yolo) == (has(oldSelf.yolo) && oldSelf.yolo)) ? 'yolo is fixed at creation' : !((has(self.depth) ? self.depth : 0) == (has(oldSelf.depth) ? oldSelf.depth : 0)) ? 'depth is immutable' : !(has(self.yoloProfile) == has(oldSelf.yoloProfile) && (!has(self.yoloProfile) || self.yoloProfile == oldSelf.yoloProfile)) ? 'yoloProfile is fixed at creation' : !(has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)) ? 'model is fixed at creation' : !(has(self.budgets) || !has(oldSelf.budgets)) ? 'budgets cannot be removed once set; raise them instead' : !(has(self.entryStage) == has(oldSelf.entryStage)) ? 'entryStage is immutable' : !(has(self.blueprintSnapshot) == has(oldSelf.blueprintSnapshot)) ? 'blueprintSnapshot is immutable' : !(has(self.regions) == has(oldSelf.regions)) ? 'regions are fixed at creation' : !(has(self.priority) == has(oldSelf.priority) && has(self.priorityClassName) == has(oldSelf.priorityClassName)) ? 'priority and priorityClassName are fixed at creation' : !(has(self.forkOf) == has(oldSelf.forkOf) && (!has(self.forkOf) || self.forkOf == oldSelf.forkOf)) ? 'forkOf is fixed at creation: create a new AgentRun to fork from elsewhere' : 'spec may not change so'"
 type AgentRunSpec struct {
 	// agent names the ConfigMap in this namespace that holds the blueprint
 	// (agent.toml plus any prompt files, one key per file). It replaces

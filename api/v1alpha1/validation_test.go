@@ -197,11 +197,14 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{name: "withdrawing cancel", base: spec(func(s *arv1.AgentRunSpec) { s.Cancel = true }),
 			mutate: func(s *arv1.AgentRunSpec) { s.Cancel = false }, field: "spec", msg: msgCancelWithdrawn},
 		{name: "changing depth", base: spec(func(s *arv1.AgentRunSpec) { s.Depth = 1 }),
-			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec.depth", msg: msgDepthImmutable},
+			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec", msg: msgDepthImmutable},
 		{name: "setting depth after creation at 0", base: spec(nil),
-			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec.depth", msg: msgDepthImmutable},
+			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 2 }, field: "spec", msg: msgDepthImmutable},
 		{name: "resetting depth to 0", base: spec(func(s *arv1.AgentRunSpec) { s.Depth = 2 }),
-			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 0 }, field: "spec.depth", msg: msgDepthImmutable},
+			mutate: func(s *arv1.AgentRunSpec) { s.Depth = 0 }, field: "spec", msg: msgDepthImmutable},
+		// The transition rules are one rule: two broken at once name the first.
+		{name: "withdrawing cancel and changing model", base: spec(func(s *arv1.AgentRunSpec) { s.Cancel, s.Model = true, "anthropic/claude-sonnet" }),
+			mutate: func(s *arv1.AgentRunSpec) { s.Cancel, s.Model = false, "openai/gpt-5" }, field: "spec", msg: msgCancelWithdrawn},
 	}
 	if len(cases) < 14 {
 		t.Fatalf("only %d cases", len(cases))
