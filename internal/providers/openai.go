@@ -56,27 +56,13 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 		option.WithAPIKey(key),
 		option.WithMaxRetries(0),
 	)
-	var msgs []openai.ChatCompletionMessageParamUnion
-	if req.SystemPrompt != "" {
-		msgs = append(msgs, openai.SystemMessage(req.SystemPrompt))
-	}
-	msgs = append(msgs, openai.UserMessage(userContent(req)))
-	msgs = append(msgs, openAIHistory(req)...)
-	tools, external := offeredTools(req)
-	params := openai.ChatCompletionNewParams{
-		Model:    openai.ChatModel(req.Model),
-		Messages: msgs,
-	}
-	for _, t := range tools {
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-			Name:        t.Name,
-			Description: openai.String(t.Description),
-			Parameters:  openai.FunctionParameters(toolSchema(t)),
-		}))
+	body, external, err := openAIRequestBody(req)
+	if err != nil {
+		return Result{}, &Error{Class: journal.FailFailed, Message: "encoding the request: " + err.Error()}
 	}
 
 	var httpRes *http.Response
-	resp, err := svc.New(ctx, params, option.WithResponseInto(&httpRes))
+	resp, err := svc.New(ctx, openai.ChatCompletionNewParams{}, option.WithRequestBody("application/json", body), option.WithResponseInto(&httpRes))
 	if err != nil {
 		return Result{}, openAIError(ctx, err, httpRes, key)
 	}
@@ -114,42 +100,6 @@ func (p *OpenAI) Call(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	return res, nil
-}
-
-// openAIHistory is each earlier answer and what followed it: the feedback
-// as a user message, or, when the answer called tools, the calls on the
-// assistant message and one tool message per result (then any feedback).
-func openAIHistory(req Request) []openai.ChatCompletionMessageParamUnion {
-	var msgs []openai.ChatCompletionMessageParamUnion
-	for _, t := range turns(req) {
-		if len(t.tools) == 0 {
-			msgs = append(msgs, openai.AssistantMessage(t.assistant), openai.UserMessage(t.feedback))
-			continue
-		}
-		var a openai.ChatCompletionAssistantMessageParam
-		if strings.TrimSpace(t.assistant) != "" {
-			a.Content.OfString = openai.String(t.assistant)
-		}
-		for _, r := range t.tools {
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-				ID:       r.ID,
-				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: r.Name, Arguments: r.Arguments},
-			}})
-		}
-		msgs = append(msgs, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
-		for _, r := range t.tools {
-			content := r.Result
-			if r.IsError {
-				// The chat API has no error flag on tool messages.
-				content = "ERROR: " + content
-			}
-			msgs = append(msgs, openai.ToolMessage(content, r.ID))
-		}
-		if t.feedback != "" {
-			msgs = append(msgs, openai.UserMessage(t.feedback))
-		}
-	}
-	return msgs
 }
 
 // openAIError classifies a failed chat-completions call.
