@@ -13,11 +13,10 @@ import (
 // Here each tool's JSON is encoded once and reused; the SDK still sends
 // the body, reads the answer and reports errors.
 
-// openAIBody is a chat-completions request (non-streaming).
+// openAIBody is a chat-completions request (non-streaming), but its tools.
 type openAIBody struct {
-	Model    string            `json:"model"`
-	Messages []openAIMessage   `json:"messages"`
-	Tools    []json.RawMessage `json:"tools,omitempty"`
+	Model    string          `json:"model"`
+	Messages []openAIMessage `json:"messages"`
 }
 
 // openAIMessage is one message of the request. Content is omitted only on
@@ -62,21 +61,36 @@ func openAIRequestBody(req Request) (body []byte, external map[string]bool, err 
 	msgs = append(msgs, textMessage("user", userContent(req)))
 	msgs = append(msgs, openAIHistoryMessages(req)...)
 	tools, external := offeredTools(req)
-	b := openAIBody{Model: req.Model, Messages: msgs, Tools: make([]json.RawMessage, 0, len(tools))}
-	for _, t := range tools {
-		enc, err := toolJSON.get(t)
-		if err != nil {
+	encoded := make([]json.RawMessage, len(tools))
+	size := 0
+	for i, t := range tools {
+		if encoded[i], err = toolJSON.get(t); err != nil {
 			return nil, nil, err
 		}
-		b.Tools = append(b.Tools, enc)
+		size += len(encoded[i]) + 1
 	}
 	var buf bytes.Buffer
+	buf.Grow(size + 512)
 	e := json.NewEncoder(&buf)
 	e.SetEscapeHTML(false)
-	if err := e.Encode(b); err != nil {
+	if err := e.Encode(openAIBody{Model: req.Model, Messages: msgs}); err != nil {
 		return nil, nil, err
 	}
-	return buf.Bytes(), external, nil
+	body = buf.Bytes()
+	if len(encoded) == 0 {
+		return body, external, nil
+	}
+	// The tools' JSON is spliced in as encoded once (an encoder would scan
+	// each again), in place of the object's closing "}\n".
+	body = body[:len(body)-2]
+	body = append(body, `,"tools":[`...)
+	for i, enc := range encoded {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, enc...)
+	}
+	return append(body, "]}"...), external, nil
 }
 
 func textMessage(role, text string) openAIMessage {
