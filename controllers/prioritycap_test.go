@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
@@ -106,4 +107,44 @@ func TestPriorityCapRefusedAtApply(t *testing.T) {
 	if _, err := apply(broken.Name, "asks-none", ""); err != nil {
 		t.Errorf("under a cap that is not a number a run asking for no priority was refused: %v", err)
 	}
+}
+
+// TestCreatesReadNoConfigMap: with the priority classes ConfigMap shipped
+// (testenv installs it as config/default does), the priority-class
+// policy finds its parameter in the API server's cache, so AgentRun
+// creates cost the API server no read of it. Without the ConfigMap each
+// create made the API server GET it (a 404 from etcd); that GET shows in
+// its request counter, so 20 creates must move it by fewer than 20.
+func TestCreatesReadNoConfigMap(t *testing.T) {
+	ns := newNamespace(t)
+	before := configMapGets(t)
+	for i := range 20 {
+		createRun(t, ns, fmt.Sprintf("r%d", i), "nothing")
+	}
+	if moved := configMapGets(t) - before; moved >= 20 {
+		t.Errorf("20 AgentRun creates moved the API server's GET configmaps count by %.0f: each create read the priority classes ConfigMap", moved)
+	}
+}
+
+// configMapGets is the API server's count of GET configmaps requests, every
+// response code.
+func configMapGets(t *testing.T) float64 {
+	t.Helper()
+	body, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="configmaps"`) ||
+			!strings.Contains(line, `verb="GET"`) || !strings.Contains(line, `subresource=""`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		n += v
+	}
+	return n
 }

@@ -206,14 +206,10 @@ func runDurations(res *loadtest.BatchResult) []time.Duration {
 
 // slowest describes the k runs seen complete last: when each was created,
 // each call's span at the server, and when it was seen complete, in
-// seconds from the first create (LOADTEST_SLOWEST=k: where the wall went).
+// seconds from the batch's first create (LOADTEST_SLOWEST=k: where the
+// wall went).
 func slowest(res *loadtest.BatchResult, st loadtest.LatencyStats, k int) []string {
-	var t0 time.Time
-	for _, at := range res.CreatedAt {
-		if t0.IsZero() || at.Before(t0) {
-			t0 = at
-		}
-	}
+	t0 := res.FirstCreate
 	names := slices.Collect(maps.Keys(res.ReachedAt))
 	slices.SortFunc(names, func(a, b string) int { return res.ReachedAt[b].Compare(res.ReachedAt[a]) })
 	var out []string
