@@ -24,10 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 )
 
 // Sink is an events.EventRecorder. Build it with New and add it to the
-// manager (it sends from its own goroutine, so recording never waits on
+// manager (it sends from its own goroutines, so recording never waits on
 // the API server).
 type Sink struct {
 	client     client.Client
@@ -44,8 +46,15 @@ type Sink struct {
 }
 
 // queueSize bounds events waiting to be sent; past it they are dropped
-// (and counted in the log) rather than blocking a reconcile.
+// (and counted in agentrun_events_dropped_total) rather than blocking a
+// reconcile.
 const queueSize = 1024
+
+// senders is how many events are sent at once. Each create waits on the
+// API server, so one sender alone sends as fast as the API server answers
+// one request: under a burst (a thousand runs ending or parking together)
+// the Events lagged their runs by seconds and the queue filled.
+const senders = 8
 
 // seenSize bounds the repeats remembered.
 const seenSize = 4096
@@ -86,6 +95,7 @@ func (s *Sink) Eventf(regarding runtime.Object, related runtime.Object, eventtyp
 	case s.queue <- e:
 	default:
 		// Full: the API server is far behind. Events are best effort.
+		metrics.EventsDropped.Inc()
 	}
 }
 
@@ -126,12 +136,22 @@ func (s *Sink) reference(obj runtime.Object) (corev1.ObjectReference, bool) {
 	}, true
 }
 
-// Start sends queued events until ctx ends.
+// Start sends queued events, several at once, until ctx ends.
 func (s *Sink) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() { s.send(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// send sends queued events one after another until ctx ends.
+func (s *Sink) send(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case e := <-s.queue:
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_ = s.client.Create(sctx, e)

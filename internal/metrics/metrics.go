@@ -102,6 +102,13 @@ var (
 		Name: "agentrun_tool_policy_decisions_total",
 		Help: "Tool-policy rules that matched a tool call, by policy, rule and action (Deny, RequireApproval, Audit).",
 	}, []string{"policy", "rule", "action"})
+	// EventsDropped counts Events not sent because the queue of Events
+	// waiting for the API server was full: Events are best effort, and a
+	// reconcile never waits to record one.
+	EventsDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentrun_events_dropped_total",
+		Help: "Kubernetes Events about runs dropped because too many were waiting to be sent (the API server far behind).",
+	})
 	// UnpricedCalls counts calls that could not be priced.
 	UnpricedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentrun_unpriced_calls_total",
@@ -156,7 +163,7 @@ var reconcileErrorKinds = []string{"transient", "terminal"}
 // process) and points the state collector at this manager's sources.
 func Register(src Sources) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, EventsDropped, collector)
 		for _, k := range reconcileErrorKinds {
 			ReconcileErrors.WithLabelValues(k)
 		}
