@@ -55,15 +55,7 @@ func CPUNow(managers ...*Manager) CPUSample {
 	if d, err := ProcCPU(os.Getpid()); err == nil {
 		s["harness"] = d
 	}
-	for _, pid := range childPids(os.Getpid()) {
-		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if err != nil {
-			continue
-		}
-		name := strings.TrimSpace(string(comm))
-		if name != "kube-apiserver" && name != "etcd" {
-			continue
-		}
+	for pid, name := range controlPlaneChildren() {
 		if d, err := ProcCPU(pid); err == nil {
 			s[name] += d
 		}
@@ -106,6 +98,33 @@ func (s CPUSample) Total() time.Duration {
 		t += v
 	}
 	return t
+}
+
+// controlPlaneChildren names this process's kube-apiserver and etcd
+// children by pid.
+func controlPlaneChildren() map[int]string {
+	out := map[int]string{}
+	for _, pid := range childPids(os.Getpid()) {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		if name := strings.TrimSpace(string(comm)); name == "kube-apiserver" || name == "etcd" {
+			out[pid] = name
+		}
+	}
+	return out
+}
+
+// APIServerMemory reads the VmRSS and VmHWM of this process's
+// kube-apiserver child.
+func APIServerMemory() (Memory, error) {
+	for pid, name := range controlPlaneChildren() {
+		if name == "kube-apiserver" {
+			return ProcMemory(pid)
+		}
+	}
+	return Memory{}, fmt.Errorf("no kube-apiserver child of process %d", os.Getpid())
 }
 
 // childPids lists the processes whose parent is pid.

@@ -346,6 +346,23 @@ func TestProcMemory(t *testing.T) {
 	}
 }
 
+// TestAPIServerMemory finds the shared control plane's kube-apiserver
+// (this process's child) and reads a resident size an API server has.
+func TestAPIServerMemory(t *testing.T) {
+	sharedCluster(t)
+	m, err := loadtest.APIServerMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := loadtest.ProcMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS < 50<<20 || m.HWM < m.RSS || m == own {
+		t.Errorf("kube-apiserver memory = %+v (this process: %+v)", m, own)
+	}
+}
+
 // TestProcCPUGrowsWithWork: the CPU read from /proc moves when this
 // process computes, and the control plane's processes are found as its
 // children.
