@@ -93,14 +93,15 @@ func apiServerGrowth(b *testing.B, ctx context.Context, withPolicy bool) (float6
 	if err != nil {
 		b.Fatal(err)
 	}
-	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	scrape, err := loadtest.ParseMetrics(body)
+	scrape, err := c.APIServerMetrics(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	watches, _ := scrape.Value("apiserver_longrunning_requests", map[string]string{"resource": "configmaps", "scope": "cluster", "verb": "WATCH"})
+	if want := map[bool]float64{true: 1, false: 0}[withPolicy]; watches != want {
+		// The comparison is only what it says while the policy's informer
+		// is the one cluster-wide ConfigMap watch (no manager runs here).
+		b.Fatalf("%v cluster-wide ConfigMap watches with the policy installed=%v, want %v", watches, withPolicy, want)
+	}
 	return loadtest.MiB(after.RSS - before.RSS), watches
 }

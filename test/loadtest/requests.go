@@ -15,11 +15,7 @@ type Requests map[string]float64
 
 // APIRequests scrapes the API server's request counters.
 func (c *Cluster) APIRequests(ctx context.Context) (Requests, error) {
-	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("scraping the API server's /metrics: %w", err)
-	}
-	sc, err := ParseMetrics(body)
+	sc, err := c.APIServerMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -35,6 +31,15 @@ func (c *Cluster) APIRequests(ctx context.Context) (Requests, error) {
 		out[s.Labels["verb"]+" "+res] += s.Value
 	}
 	return out, nil
+}
+
+// APIServerMetrics scrapes the API server's own /metrics.
+func (c *Cluster) APIServerMetrics(ctx context.Context) (Scrape, error) {
+	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scraping the API server's /metrics: %w", err)
+	}
+	return ParseMetrics(body)
 }
 
 // Sub is the requests made between prev and r.
