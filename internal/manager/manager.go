@@ -125,6 +125,11 @@ type Options struct {
 	// default class). It is read at start and watched; edits re-order the
 	// runs waiting in line. Empty Name: none (spec.priority alone).
 	PriorityClasses types.NamespacedName
+	// PriorityPolicy names the priority-class ValidatingAdmissionPolicy the
+	// classes in force are written into, so the API server refuses a run
+	// naming an unknown class or one above its namespace's cap
+	// (internal/prioritypolicy). Empty: none is written.
+	PriorityPolicy string
 	// EgressOptions are passed to the policy after the manager's own
 	// (tests inject a resolver).
 	EgressOptions []egress.Option

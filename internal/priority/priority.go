@@ -66,6 +66,16 @@ func (c Classes) Value(class string) (int32, bool) {
 	return v, ok
 }
 
+// Names are the class names, sorted.
+func (c Classes) Names() []string {
+	names := make([]string, 0, len(c.values))
+	for k := range c.values {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // Default is the default class's value (0 without one).
 func (c Classes) Default() int32 { return c.values[c.def] }
 
