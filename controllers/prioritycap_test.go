@@ -11,10 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -23,8 +26,10 @@ import (
 // priority 11, or for a class worth 1000, is refused by the API server
 // with the reason; priority 10, a class worth 10, and a run asking for
 // none are accepted. A class the ConfigMap does not hold is refused in
-// any namespace, naming the classes there are. No manager runs: the API
-// server alone decides (config/admission, installed by testenv).
+// any namespace, naming the classes there are. The API server decides
+// (config/admission, installed by testenv), from the classes a manager
+// wrote into the priority-class policy; when the policy is re-applied as
+// shipped (a GitOps sync), the manager writes them back.
 func TestPriorityCapRefusedAtApply(t *testing.T) {
 	ctx := context.Background()
 	capped := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "capped-", Annotations: map[string]string{arv1.AnnotationMaxPriority: "10"}}}
@@ -55,21 +60,31 @@ func TestPriorityCapRefusedAtApply(t *testing.T) {
 	if err := k8s.Update(ctx, classes); err != nil {
 		t.Fatal(err)
 	}
+	policies := kubernetes.NewForConfigOrDie(env.Config).AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	t.Cleanup(func() {
+		// As shipped again, for the tests after this one.
 		classes.Data = nil
 		_ = k8s.Update(context.Background(), classes)
+		_, _ = prioritypolicy.Sync(context.Background(), policies, "priority-class", prioritypolicy.Expressions(priority.Classes{}, ""))
 	})
-	// The API server's parameter cache follows the edit through a watch:
-	// wait until an unknown class is refused.
-	for i := 0; ; i++ {
-		if _, err := apply(open, fmt.Sprintf("probe-%d", i), "  priorityClassName: gold\n"); err != nil {
-			break
+	// A manager (driving only a namespace of its own) writes the classes
+	// into the policy; wait until an unknown class is refused.
+	startManagerWith(t, manager.Options{Namespaces: []string{newNamespace(t)},
+		PriorityClasses: types.NamespacedName{Namespace: testenv.SystemNamespace, Name: priority.DefaultConfigMapName},
+		PriorityPolicy:  "priority-class"})
+	refusesUnknown := func(what string) {
+		t.Helper()
+		for i := 0; ; i++ {
+			if _, err := apply(open, fmt.Sprintf("probe-%s-%d", what, i), "  priorityClassName: gold\n"); err != nil {
+				return
+			}
+			if i == 200 {
+				t.Fatalf("%s: the priority-class policy never refused an unknown class", what)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if i == 100 {
-			t.Fatal("the API server never applied the classes to the priority-class policy")
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	refusesUnknown("written")
 	for _, tc := range []struct {
 		ns, name, field string
 		refusal         string // empty: accepted
@@ -94,6 +109,33 @@ func TestPriorityCapRefusedAtApply(t *testing.T) {
 			t.Errorf("%s/%s refused with\n%s\nwant the reason %q", tc.ns, tc.name, out, tc.refusal)
 		}
 	}
+
+	// The policy re-applied as shipped (no classes) is written over.
+	shipped, err := policies.Get(ctx, "priority-class", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prioritypolicy.Apply(shipped, prioritypolicy.Expressions(priority.Classes{}, "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.Update(ctx, shipped, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := prioritypolicy.Expressions(mustParse(t, classes.Data), testenv.SystemNamespace+"/"+priority.DefaultConfigMapName)
+	for i := 0; ; i++ {
+		p, err := policies.Get(ctx, "priority-class", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := prioritypolicy.Apply(p, want); err == nil && !changed {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the manager never wrote the classes back into the re-applied policy (want %v)", want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	refusesUnknown("re-applied")
 
 	// A cap that is not a number refuses every run asking for a priority,
 	// saying so; a run asking for none is still accepted.
@@ -147,4 +189,13 @@ func configMapGets(t *testing.T) float64 {
 		n += v
 	}
 	return n
+}
+
+func mustParse(t *testing.T, data map[string]string) priority.Classes {
+	t.Helper()
+	c, err := priority.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
@@ -184,11 +186,13 @@ func comparePods(t *testing.T, k, c corev1.PodSpec) {
 		"--lease-retry-period=" + shards.DefaultRetryPeriod.String(),
 	}
 	want := append(slices.Clone(kc.Args), leases...)
-	// The webhook objects' names follow the release (checked by
-	// TestChartWebhooksAreConfigWebhooks); config/manager's are the flags'
-	// defaults.
+	// The webhook objects' and the priority-class policy's names follow
+	// the release (checked by TestChartWebhooksAreConfigWebhooks and
+	// TestPriorityClassesShipWithTheBinding); config/manager's are the
+	// flags' defaults.
 	args := slices.DeleteFunc(slices.Clone(cc.Args), func(a string) bool {
-		return strings.HasPrefix(a, "--webhook-secret=") || strings.HasPrefix(a, "--webhook-service=") || strings.HasPrefix(a, "--webhook-configuration=")
+		return strings.HasPrefix(a, "--webhook-secret=") || strings.HasPrefix(a, "--webhook-service=") || strings.HasPrefix(a, "--webhook-configuration=") ||
+			strings.HasPrefix(a, "--priority-class-policy=")
 	})
 	if got := slices.Sorted(slices.Values(args)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Errorf("args %v, want config/manager's %v and the default lease timings", cc.Args, kc.Args)
@@ -241,30 +245,56 @@ func selects(t *testing.T, sel *metav1.LabelSelector, pod map[string]string) boo
 	return !s.Empty() && s.Matches(labels.Set(pod))
 }
 
-// TestPriorityClassesShipWithTheBinding: both installs ship the ConfigMap
-// the priority-class binding reads, where its paramRef names it, empty by
-// default and holding the chart's priorityClasses.classes when set. Without
-// it the API server would read etcd for the missing parameter on every
-// AgentRun create.
+// TestPriorityClassesShipWithTheBinding: both installs ship the classes
+// ConfigMap the manager reads, in its namespace, empty by default and
+// holding the chart's priorityClasses.classes when set; the priority-class
+// policy has no parameter (the API server would hold every object of the
+// parameter's kind) and ships the variables the manager writes the classes
+// into, empty; and the manager is told that policy's name and may write it.
 func TestPriorityClassesShipWithTheBinding(t *testing.T) {
 	for _, install := range []struct {
 		name string
 		objs []*unstructured.Unstructured
+		ns   string
+		role string // the ClusterRole's name suffix
 	}{
-		{"config/default", kustomize(t, "default")},
-		{"the chart", renderChart(t, nil).objs},
+		{"config/default", kustomize(t, "default"), "agentrun-system", "-priority-policy-role"},
+		{"the chart", renderChart(t, nil).objs, releaseNS, "-priority-policy"},
 	} {
+		p := one[admissionPolicy](t, install.objs, "ValidatingAdmissionPolicy", "-priority-class")
 		b := one[admissionPolicy](t, install.objs, "ValidatingAdmissionPolicyBinding", "-priority-class")
-		ref, _ := b.Spec["paramRef"].(map[string]any)
-		name, _ := ref["name"].(string)
-		ns, _ := ref["namespace"].(string)
-		if name == "" {
-			t.Fatalf("%s: the priority-class binding names no parameter: %v", install.name, b.Spec)
+		if p.Spec["paramKind"] != nil || b.Spec["paramRef"] != nil {
+			t.Errorf("%s: the priority-class policy has a parameter (paramKind %v, paramRef %v)", install.name, p.Spec["paramKind"], b.Spec["paramRef"])
 		}
-		cm := one[corev1.ConfigMap](t, install.objs, "ConfigMap", name)
-		if cm.Name != name || cm.Namespace != ns || len(cm.Data) != 0 {
-			t.Errorf("%s ships ConfigMap %s/%s holding %v, want %s/%s with no classes", install.name, cm.Namespace, cm.Name, cm.Data, ns, name)
+		shipped := map[string]string{}
+		vars, _ := p.Spec["variables"].([]any)
+		for _, v := range vars {
+			m, _ := v.(map[string]any)
+			name, _ := m["name"].(string)
+			expr, _ := m["expression"].(string)
+			shipped[name] = expr
 		}
+		for name, want := range map[string]string{prioritypolicy.VarClasses: "{}", prioritypolicy.VarClassNames: "''", prioritypolicy.VarSource: "''"} {
+			if shipped[name] != want {
+				t.Errorf("%s: the priority-class policy ships variable %s as %q, want %q (no classes)", install.name, name, shipped[name], want)
+			}
+		}
+		cm := one[corev1.ConfigMap](t, install.objs, "ConfigMap", priority.DefaultConfigMapName)
+		if cm.Name != priority.DefaultConfigMapName || cm.Namespace != install.ns || len(cm.Data) != 0 {
+			t.Errorf("%s ships ConfigMap %s/%s holding %v, want %s/%s with no classes", install.name, cm.Namespace, cm.Name, cm.Data, install.ns, priority.DefaultConfigMapName)
+		}
+		role := one[rbacv1.ClusterRole](t, install.objs, "ClusterRole", install.role)
+		if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].ResourceNames, []string{p.Name}) || !slices.Equal(role.Rules[0].Resources, []string{"validatingadmissionpolicies"}) {
+			t.Errorf("%s: ClusterRole %s grants %v, want the one policy %s", install.name, role.Name, role.Rules, p.Name)
+		}
+	}
+	chart := renderChart(t, nil).objs
+	policy := one[admissionPolicy](t, chart, "ValidatingAdmissionPolicy", "-priority-class").Name
+	if args := one[appsv1.Deployment](t, chart, "Deployment", "").Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--priority-class-policy="+policy) {
+		t.Errorf("the chart's manager args %v do not name its priority-class policy %s", args, policy)
+	}
+	if prioritypolicy.DefaultPolicyName != one[admissionPolicy](t, kustomize(t, "default"), "ValidatingAdmissionPolicy", "-priority-class").Name {
+		t.Errorf("--priority-class-policy's default %s is not config/default's policy", prioritypolicy.DefaultPolicyName)
 	}
 	objs := renderChart(t, mustYAML(t, `priorityClasses: {classes: {urgent: 1000, normal: 0, _default: normal}}`)).objs
 	cm := one[corev1.ConfigMap](t, objs, "ConfigMap", "-priority-classes")

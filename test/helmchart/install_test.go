@@ -188,6 +188,10 @@ func checkGrants(t *testing.T, kubeconfig, sa string) {
 		{[]string{"update", "validatingwebhookconfigurations.admissionregistration.k8s.io/" + releaseName + "-webhook"}, "yes"},
 		{[]string{"update", "validatingwebhookconfigurations.admissionregistration.k8s.io/another"}, "no"},
 		{[]string{"list", "validatingwebhookconfigurations.admissionregistration.k8s.io"}, "no"},
+		// The priority classes at apply: its one admission policy, by name.
+		{[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/" + releaseName + "-priority-class"}, "yes"},
+		{[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/" + releaseName + "-priority-cap"}, "no"},
+		{[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, "no"},
 	} {
 		if got := canI(kubeconfig, sa, c.args...); got != c.want {
 			t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), sa, got, c.want)

@@ -98,10 +98,13 @@ func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 		}
 		// The webhook certificate's grants, by name (their names follow
 		// the release; TestChartWebhooksAreConfigWebhooks checks them).
+		// The priority-class policy's grant, by name, likewise
+		// (TestPriorityClassesShipWithTheBinding).
 		webhookConfig := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-webhook-configuration").Rules)
-		wantCluster := sorted(append(slices.Clone(reviews), webhookConfig...))
+		priorityPolicy := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-priority-policy").Rules)
+		wantCluster := sorted(append(append(slices.Clone(reviews), webhookConfig...), priorityPolicy...))
 		if !secure {
-			wantCluster = webhookConfig
+			wantCluster = sorted(append(slices.Clone(webhookConfig), priorityPolicy...))
 		}
 		want := map[string][]string{"team-a": tenant, "team-b": tenant, "default": endpoints, "": wantCluster,
 			releaseNS: sorted(append(append(slices.Clone(egress), grants(one[rbacv1.Role](t, objs, "Role", "-leader-election").Rules)...),
@@ -124,6 +127,11 @@ func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 		for _, g := range webhookConfig {
 			if !strings.HasSuffix(g, "[agentrun-operator-webhook]") {
 				t.Errorf("the webhook configuration grant %s is not for the release's configuration only", g)
+			}
+		}
+		for _, g := range priorityPolicy {
+			if !strings.HasSuffix(g, "[agentrun-operator-priority-class]") {
+				t.Errorf("the priority policy grant %s is not for the release's priority-class policy only", g)
 			}
 		}
 	}

@@ -29,6 +29,7 @@ import (
 // policy roles (admin, namespace admin, reader), the admission
 // policy and binding, the webhook configuration, its Service and the
 // webhook certificate's Role and ClusterRole with their bindings, the
+// priority-class policy's ClusterRole and binding, the
 // Deployment of config/manager's image, its
 // PodDisruptionBudget, the metrics Service selecting its pods and the
 // priority classes ConfigMap; no
@@ -36,7 +37,7 @@ import (
 // namespaced object in the release namespace.
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
-	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 9, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 10, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
 		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "ValidatingWebhookConfiguration": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "ConfigMap": 1}
 	got := map[string]int{}

@@ -76,7 +76,8 @@ type Manager struct {
 // --kubeconfig, --metrics-bind-address on a free loopback port served as
 // plain HTTP (--metrics-secure=false), --health-probe-bind-address=0 and
 // --egress-allow-cidr=127.0.0.1/32 (the harness's servers are on
-// loopback), followed by extra (flags the caller passes
+// loopback) and --priority-class-policy=priority-class (config/admission's
+// name, as testenv installs it), followed by extra (flags the caller passes
 // through, such as --max-concurrent-reconciles=32). Its stderr and stdout go
 // to a file in logDir. It returns once the AgentRun controller has started
 // its workers (its caches are synced), read from the manager's log ("Starting
@@ -105,7 +106,9 @@ func (c *Cluster) StartManager(ctx context.Context, logDir string, extra ...stri
 			// The harness's servers (the hung MCP server) listen on loopback,
 			// which the egress policy refuses by default: opted in here, as a
 			// developer would (docs/egress.md).
-			"--egress-allow-cidr=127.0.0.1/32"}, extra...),
+			"--egress-allow-cidr=127.0.0.1/32",
+			// testenv installs config/admission unprefixed.
+			"--priority-class-policy=priority-class"}, extra...),
 		log:  log,
 		done: make(chan struct{}),
 	}
