@@ -90,12 +90,13 @@ func namespacedOverlayRoles(t *testing.T) map[string]*rbacv1.Role {
 	}
 	// The cluster-wide grants allowed: creating the TokenReviews and
 	// SubjectAccessReviews that authenticate and authorize a metrics
-	// scraper (they read nothing), and the manager's own webhook
-	// configuration by name (its caBundle).
+	// scraper (they read nothing), the manager's own webhook
+	// configuration by name (its caBundle), and its own priority-class
+	// admission policy by name (the classes in force).
 	for _, b := range bindings {
 		cr := clusterRoles[b.RoleRef.Name]
-		if cr == nil || !onlyReviews(cr.Rules) && !onlyOwnWebhookConfig(cr.Rules) {
-			t.Errorf("the namespaced overlay binds ClusterRole %s cluster-wide (%s), which grants more than creating token and access reviews or its webhook configuration by name", b.RoleRef.Name, b.Name)
+		if cr == nil || !onlyReviews(cr.Rules) && !onlyOwnByName(cr.Rules, "validatingwebhookconfigurations") && !onlyOwnByName(cr.Rules, "validatingadmissionpolicies") {
+			t.Errorf("the namespaced overlay binds ClusterRole %s cluster-wide (%s), which grants more than creating token and access reviews, or its webhook configuration or priority-class policy by name", b.RoleRef.Name, b.Name)
 		}
 	}
 	return roles
@@ -116,11 +117,10 @@ func onlyReviews(rules []rbacv1.PolicyRule) bool {
 	return len(rules) > 0
 }
 
-// onlyOwnWebhookConfig: rules on ValidatingWebhookConfigurations, each
-// restricted to one name.
-func onlyOwnWebhookConfig(rules []rbacv1.PolicyRule) bool {
+// onlyOwnByName: rules on resource only, each restricted to one name.
+func onlyOwnByName(rules []rbacv1.PolicyRule, resource string) bool {
 	for _, r := range rules {
-		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) != 1 || !slices.Equal(r.Resources, []string{"validatingwebhookconfigurations"}) {
+		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) != 1 || !slices.Equal(r.Resources, []string{resource}) {
 			return false
 		}
 	}

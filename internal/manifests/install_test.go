@@ -167,13 +167,18 @@ func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
 	for _, v := range []string{"get", "list", "update", "watch"} {
 		ownWebhookConfig = append(ownWebhookConfig, "admissionregistration.k8s.io validatingwebhookconfigurations "+v+" [agentrun-validating-webhook-configuration]")
 	}
+	// The classes in force: its own priority-class policy, by name.
+	var ownPriorityPolicy []string
+	for _, v := range []string{"get", "list", "update", "watch"} {
+		ownPriorityPolicy = append(ownPriorityPolicy, "admissionregistration.k8s.io validatingadmissionpolicies "+v+" [agentrun-priority-class]")
+	}
 	tenants := 0
 	for _, u := range objs {
 		switch u.GetKind() {
 		case "ClusterRoleBinding":
 			b := convert[rbacv1.ClusterRoleBinding](t, u)
-			if cr := clusterRoles[b.RoleRef.Name]; cr == nil || !slices.Equal(grants(cr.Rules), reviewsOnly) && !slices.Equal(grants(cr.Rules), ownWebhookConfig) {
-				t.Errorf("the namespaced overlay's ClusterRoleBinding %s grants more than %v or %v: %v", b.Name, reviewsOnly, ownWebhookConfig, cr)
+			if cr := clusterRoles[b.RoleRef.Name]; cr == nil || !slices.Equal(grants(cr.Rules), reviewsOnly) && !slices.Equal(grants(cr.Rules), ownWebhookConfig) && !slices.Equal(grants(cr.Rules), ownPriorityPolicy) {
+				t.Errorf("the namespaced overlay's ClusterRoleBinding %s grants more than %v, %v or %v: %v", b.Name, reviewsOnly, ownWebhookConfig, ownPriorityPolicy, cr)
 			}
 		case "Deployment":
 			d := convert[struct {
