@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
@@ -122,20 +123,50 @@ func TestPriorityCapRefusedAtApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := prioritypolicy.Expressions(mustParse(t, classes.Data), testenv.SystemNamespace+"/"+priority.DefaultConfigMapName)
-	for i := 0; ; i++ {
+	holds := func() bool {
 		p, err := policies.Get(ctx, "priority-class", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if changed, err := prioritypolicy.Apply(p, want); err == nil && !changed {
-			break
-		}
+		changed, err := prioritypolicy.Apply(p, want)
+		return err == nil && !changed
+	}
+	for i := 0; !holds(); i++ {
 		if i == 100 {
 			t.Fatalf("the manager never wrote the classes back into the re-applied policy (want %v)", want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	refusesUnknown("re-applied")
+
+	// An edit that does not parse leaves the classes in force, in the
+	// policy as in the manager: once the manager has refused it (its
+	// Warning Event), the policy still holds them and still caps urgent.
+	bad := classes.DeepCopy()
+	bad.Data["urgent"] = "very"
+	if err := k8s.Update(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	classes.ResourceVersion = bad.ResourceVersion
+	for i := 0; ; i++ {
+		var evs corev1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(testenv.SystemNamespace), client.MatchingFields{"involvedObject.name": priority.DefaultConfigMapName, "reason": "PriorityClassesInvalid"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(evs.Items) > 0 {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the manager never reported the classes edit that does not parse")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !holds() {
+		t.Errorf("after an edit that does not parse the policy no longer holds the classes in force %v", want)
+	}
+	if out, err := apply(capped.Name, "class-too-high-after-bad-edit", "  priorityClassName: urgent\n"); err == nil || !strings.Contains(out, "has priority 1000, above 10") {
+		t.Errorf("after an edit that does not parse, urgent in %s got %v:\n%s", capped.Name, err, out)
+	}
 
 	// A cap that is not a number refuses every run asking for a priority,
 	// saying so; a run asking for none is still accepted.

@@ -9,6 +9,8 @@ package priority
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,14 +69,7 @@ func (c Classes) Value(class string) (int32, bool) {
 }
 
 // Names are the class names, sorted.
-func (c Classes) Names() []string {
-	names := make([]string, 0, len(c.values))
-	for k := range c.values {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
+func (c Classes) Names() []string { return slices.Sorted(maps.Keys(c.values)) }
 
 // Default is the default class's value (0 without one).
 func (c Classes) Default() int32 { return c.values[c.def] }

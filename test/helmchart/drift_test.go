@@ -188,7 +188,7 @@ func comparePods(t *testing.T, k, c corev1.PodSpec) {
 	want := append(slices.Clone(kc.Args), leases...)
 	// The webhook objects' and the priority-class policy's names follow
 	// the release (checked by TestChartWebhooksAreConfigWebhooks and
-	// TestPriorityClassesShipWithTheBinding); config/manager's are the
+	// TestPriorityClassesShipWithThePolicy); config/manager's are the
 	// flags' defaults.
 	args := slices.DeleteFunc(slices.Clone(cc.Args), func(a string) bool {
 		return strings.HasPrefix(a, "--webhook-secret=") || strings.HasPrefix(a, "--webhook-service=") || strings.HasPrefix(a, "--webhook-configuration=") ||
@@ -245,13 +245,13 @@ func selects(t *testing.T, sel *metav1.LabelSelector, pod map[string]string) boo
 	return !s.Empty() && s.Matches(labels.Set(pod))
 }
 
-// TestPriorityClassesShipWithTheBinding: both installs ship the classes
+// TestPriorityClassesShipWithThePolicy: both installs ship the classes
 // ConfigMap the manager reads, in its namespace, empty by default and
 // holding the chart's priorityClasses.classes when set; the priority-class
 // policy has no parameter (the API server would hold every object of the
 // parameter's kind) and ships the variables the manager writes the classes
 // into, empty; and the manager is told that policy's name and may write it.
-func TestPriorityClassesShipWithTheBinding(t *testing.T) {
+func TestPriorityClassesShipWithThePolicy(t *testing.T) {
 	for _, install := range []struct {
 		name string
 		objs []*unstructured.Unstructured

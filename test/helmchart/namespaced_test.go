@@ -99,7 +99,7 @@ func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 		// The webhook certificate's grants, by name (their names follow
 		// the release; TestChartWebhooksAreConfigWebhooks checks them).
 		// The priority-class policy's grant, by name, likewise
-		// (TestPriorityClassesShipWithTheBinding).
+		// (TestPriorityClassesShipWithThePolicy).
 		webhookConfig := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-webhook-configuration").Rules)
 		priorityPolicy := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-priority-policy").Rules)
 		wantCluster := sorted(append(append(slices.Clone(reviews), webhookConfig...), priorityPolicy...))
