@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
@@ -67,7 +68,9 @@ func TestFinishedRunsLeaveOneObject(t *testing.T) {
 	for i := range n {
 		waitFor(t, ns, fmt.Sprintf("r%d", i), 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Events may give way to the runs' writes for up to DefaultGiveWayFor:
+	// every one the runs leave must be in to be counted.
+	time.Sleep(eventsink.DefaultGiveWayFor + 500*time.Millisecond)
 	var cms corev1.ConfigMapList
 	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)

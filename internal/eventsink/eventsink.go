@@ -40,10 +40,32 @@ type Sink struct {
 	// sent again.
 	repeat time.Duration
 
-	queue chan *eventsv1.Event
+	// GiveWay, when set, reports that the manager's own writes (status,
+	// journal) are waiting on the API server: an Event then waits until
+	// none is, or for at most giveWayFor, so a burst of runs ending is not
+	// slowed by its own Events. Set it before Start.
+	GiveWay    func() bool
+	giveWayFor time.Duration
+
+	queue chan queued
 	mu    sync.Mutex
 	seen  map[string]time.Time
 }
+
+// queued is an Event waiting to be sent, and since when.
+type queued struct {
+	e  *eventsv1.Event
+	at time.Time
+}
+
+// DefaultGiveWayFor is the longest an Event waits for the manager's other
+// writes. Under a steady load one is nearly always in flight, and Events
+// then go out this late, never later; the queue holds this long's worth
+// of them at up to 512 a second.
+const DefaultGiveWayFor = 2 * time.Second
+
+// giveWayPoll is how often a waiting sender looks again.
+const giveWayPoll = 10 * time.Millisecond
 
 // queueSize bounds events waiting to be sent; past it they are dropped
 // (and counted in agentrun_events_dropped_total) rather than blocking a
@@ -64,7 +86,7 @@ const seenSize = 4096
 func New(c client.Client, scheme *runtime.Scheme, controller string) *Sink {
 	host, _ := os.Hostname()
 	return &Sink{client: c, scheme: scheme, controller: controller, instance: host, repeat: 5 * time.Minute,
-		queue: make(chan *eventsv1.Event, queueSize), seen: map[string]time.Time{}}
+		giveWayFor: DefaultGiveWayFor, queue: make(chan queued, queueSize), seen: map[string]time.Time{}}
 }
 
 // Eventf implements events.EventRecorder.
@@ -92,7 +114,7 @@ func (s *Sink) Eventf(regarding runtime.Object, related runtime.Object, eventtyp
 		}
 	}
 	select {
-	case s.queue <- e:
+	case s.queue <- queued{e: e, at: time.Now()}:
 	default:
 		// Full: the API server is far behind. Events are best effort.
 		metrics.EventsDropped.Inc()
@@ -152,12 +174,34 @@ func (s *Sink) send(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case e := <-s.queue:
+		case q := <-s.queue:
+			if !s.giveWay(ctx, q.at) {
+				return
+			}
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_ = s.client.Create(sctx, e)
+			_ = s.client.Create(sctx, q.e)
 			cancel()
 		}
 	}
+}
+
+// giveWay waits while the manager's own writes are in flight, until
+// giveWayFor after since; false when ctx ended.
+func (s *Sink) giveWay(ctx context.Context, since time.Time) bool {
+	if s.GiveWay == nil {
+		return true
+	}
+	until := since.Add(s.giveWayFor)
+	t := time.NewTicker(giveWayPoll)
+	defer t.Stop()
+	for s.GiveWay() && time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // NeedLeaderElection is false: every replica records its own runs' events.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,4 +129,65 @@ func TestRepeatsAreRecordedOnce(t *testing.T) {
 	if len(s.queue) != 3 {
 		t.Fatalf("%d Events queued, want 3", len(s.queue))
 	}
+}
+
+// sent lists the Events the client holds.
+func sent(t *testing.T, c client.Client) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitSent waits until n Events are sent, or fails.
+func waitSent(t *testing.T, c client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(sent(t, c)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Events sent", len(sent(t, c)), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// While the manager's own writes are in flight an Event waits, and it goes
+// out as soon as none is.
+func TestGivesWayToTheRunsWrites(t *testing.T) {
+	scheme := testScheme(t)
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	s := New(c, scheme, "agentrun-operator")
+	s.giveWayFor = time.Hour
+	var busy atomic.Bool
+	busy.Store(true)
+	s.GiveWay = busy.Load
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Start(ctx) }()
+	s.Eventf(run(1), nil, "Normal", "Succeeded", "Complete", "The run completed")
+	time.Sleep(300 * time.Millisecond)
+	if n := len(sent(t, c)); n != 0 {
+		t.Fatalf("%d Events sent while the run writes were in flight, want 0", n)
+	}
+	busy.Store(false)
+	waitSent(t, c, 1)
+}
+
+// Under writes that never stop, an Event still goes out once it has given
+// way for giveWayFor.
+func TestGivesWayForABoundedTime(t *testing.T) {
+	scheme := testScheme(t)
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	s := New(c, scheme, "agentrun-operator")
+	s.giveWayFor = 50 * time.Millisecond
+	s.GiveWay = func() bool { return true }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Start(ctx) }()
+	for i := range 3 {
+		s.Eventf(run(i), nil, "Normal", "Succeeded", "Complete", "The run completed")
+	}
+	waitSent(t, c, 3)
 }

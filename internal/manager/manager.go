@@ -38,6 +38,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
+	"github.com/agentrun-dev/agentrun-operator/internal/writegauge"
 )
 
 // Options are the manager's knobs, one per command-line flag.
@@ -187,6 +188,15 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
+// countingWrites is cfg with every client built from it counting its
+// writes in flight, so the manager's Events can give way to them.
+func countingWrites(cfg *rest.Config) (*rest.Config, *writegauge.Gauge) {
+	g := &writegauge.Gauge{}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(g.Wrap)
+	return cfg, g
+}
+
 // New builds a manager with the AgentRun controller registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
@@ -200,6 +210,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
 		}
 	}
+	cfg, writes := countingWrites(cfg)
 	mgr, err := ctrl.NewManager(cfg, ctrlOptions(o))
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -218,6 +229,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	sink := eventsink.New(mgr.GetClient(), mgr.GetScheme(), "agentrun-operator")
+	sink.GiveWay = writes.Busy
 	if err := mgr.Add(sink); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 )
 
 // Batch describes one batch of AgentRuns for RunBatch.
@@ -41,7 +42,8 @@ type Batch struct {
 	Timeout time.Duration
 	// Settle is how long after the last run reached Until the writes, the
 	// reconcile histogram and the objects left are still counted (default
-	// 1s), so trailing writes (events, a last status) land in the window.
+	// a second past the longest an Event gives way to the runs' writes), so
+	// trailing writes (events, a last status) land in the window.
 	Settle time.Duration
 	// Manager, if set, is scraped before and after for the reconcile
 	// histogram and read for its memory at the end.
@@ -298,7 +300,7 @@ func (b Batch) withDefaults() Batch {
 		b.Timeout = 10 * time.Minute
 	}
 	if b.Settle <= 0 {
-		b.Settle = time.Second
+		b.Settle = eventsink.DefaultGiveWayFor + time.Second
 	}
 	return b
 }
