@@ -86,3 +86,9 @@ func (r *AgentRun) OwnerReference() metav1.OwnerReference {
 		BlockOwnerDeletion: &yes,
 	}
 }
+
+// DefaultSystemNamespace is the namespace config/default installs the
+// manager in. The manager's egress and priority-class ConfigMaps and its
+// Leases are there unless it says otherwise (POD_NAMESPACE, the chart's
+// release namespace, or a flag).
+const DefaultSystemNamespace = "agentrun-system"

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/a2aserver"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
@@ -54,9 +55,9 @@ func main() {
 	bindWebhookFlags(&o.Webhook)
 	egress.BindFlags(flag.CommandLine, &o.Egress)
 	flag.StringVar(&o.EgressConfigMap.Name, "egress-configmap", egress.DefaultConfigMapName, "ConfigMap (key "+egress.DataKey+") holding the cluster admin's egress policy, merged with the --egress-* flags; read at start (one that does not parse stops the manager) and watched, so edits apply to the next connection. Empty: flags only.")
-	flag.StringVar(&o.EgressConfigMap.Namespace, "egress-configmap-namespace", envOr("POD_NAMESPACE", "agentrun-system"), "Namespace of --egress-configmap: the manager's own (the POD_NAMESPACE environment variable), which tenants must not be able to write.")
+	flag.StringVar(&o.EgressConfigMap.Namespace, "egress-configmap-namespace", envOr("POD_NAMESPACE", arv1.DefaultSystemNamespace), "Namespace of --egress-configmap: the manager's own (the POD_NAMESPACE environment variable), which tenants must not be able to write.")
 	flag.StringVar(&o.PriorityClasses.Name, "priority-classes-configmap", priority.DefaultConfigMapName, "ConfigMap of the cluster admin's priority classes (class name: integer value; key "+priority.DefaultKey+" names the default class), in --priority-classes-namespace; read at start and watched, so edits re-order the runs waiting in line. Empty: spec.priority only.")
-	flag.StringVar(&o.PriorityClasses.Namespace, "priority-classes-namespace", envOr("POD_NAMESPACE", "agentrun-system"), "Namespace of --priority-classes-configmap: the manager's own, which tenants must not be able to write.")
+	flag.StringVar(&o.PriorityClasses.Namespace, "priority-classes-namespace", envOr("POD_NAMESPACE", arv1.DefaultSystemNamespace), "Namespace of --priority-classes-configmap: the manager's own, which tenants must not be able to write.")
 	flag.StringVar(&o.PriorityPolicy, "priority-class-policy", prioritypolicy.DefaultPolicyName, "ValidatingAdmissionPolicy the manager writes the priority classes in force into (its RBAC allows this one by name), so the API server refuses a run naming an unknown class or a class above its namespace's agentrun.dev/max-priority. Empty: none is written (classes are then not checked at apply).")
 	ttl := flag.Int("ttl-seconds-after-finished", 3600, "Seconds a finished run is kept when its spec sets no ttlSecondsAfterFinished; the run is then deleted with its journal, output and children. Negative keeps finished runs forever. Runs applied by Argo CD or Flux get no default (deleting them would re-apply them).")
 	o.Tracing = tracing.FromEnv()

@@ -194,7 +194,7 @@ func (a *app) connect(cfg *rest.Config) (client.Client, string, error) {
 }
 
 // defaultLeaseNamespace is where the kustomize base runs the operator.
-const defaultLeaseNamespace = "agentrun-system"
+const defaultLeaseNamespace = arv1.DefaultSystemNamespace
 
 // readOwnership reads who holds the shards from the operator's Leases;
 // nil when they cannot be read (no access to that namespace, say): the

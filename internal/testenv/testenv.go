@@ -20,13 +20,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
 // SystemNamespace is the manager's namespace in an install
 // (config/default), where the priority classes ConfigMap lives.
-const SystemNamespace = "agentrun-system"
+const SystemNamespace = arv1.DefaultSystemNamespace
 
 // KubeVersion is the pinned control-plane version built by hack/build-controlplane.sh.
 const KubeVersion = "v1.37.2"

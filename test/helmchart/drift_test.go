@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
@@ -258,7 +259,7 @@ func TestPriorityClassesShipWithThePolicy(t *testing.T) {
 		ns   string
 		role string // the ClusterRole's name suffix
 	}{
-		{"config/default", kustomize(t, "default"), "agentrun-system", "-priority-policy-role"},
+		{"config/default", kustomize(t, "default"), arv1.DefaultSystemNamespace, "-priority-policy-role"},
 		{"the chart", renderChart(t, nil).objs, releaseNS, "-priority-policy"},
 	} {
 		p := one[admissionPolicy](t, install.objs, "ValidatingAdmissionPolicy", "-priority-class")
