@@ -167,6 +167,7 @@ type AgentRunReconciler struct {
 	onReconcile func(types.NamespacedName)
 	onWake      func(*arv1.AgentRun, []string)
 	wakes       <-chan event.GenericEvent
+	woken       *wakeTimes // when each run woken by wakes was first woken
 	identity    string
 	// runsReader reads AgentRuns: the manager's cache, or with several
 	// shards the caches of the shards this replica drives.
@@ -264,7 +265,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.steps = rt
 	r.runState = r.registerRunState()
 	r.policies = newToolPolicies(d.Client, d.Namespaces)
-	r.wakes = d.Pool.Events()
+	r.wakes, r.woken = d.Pool.Events(), newWakeTimes()
 	if d.WakeThrough != nil {
 		r.wakes = d.WakeThrough(r.wakes)
 	}
@@ -282,6 +283,9 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	if r.onReconcile != nil {
 		r.onReconcile(req.NamespacedName)
+	}
+	if at, ok := r.woken.take(req.NamespacedName); ok {
+		metrics.WakeWait.Observe(time.Since(at).Seconds())
 	}
 	run, err := r.runs.Get(ctx, req.NamespacedName)
 	if err != nil {
@@ -364,7 +368,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("Secret")), builder.WithPredicates(dependencyChanged{})).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("ConfigMap")), builder.WithPredicates(dependencyChanged{}, notOwnedByAgentRun{})).
 		Watches(&arv1.AgentRun{}, handler.EnqueueRequestsFromMapFunc(r.runsWaitingOn("AgentRun")), builder.WithPredicates(created{})).
-		WatchesRawSource(source.Channel(r.wakes, wakeHandler{})).
+		WatchesRawSource(source.Channel(r.wakes, wakeHandler{woken: r.woken})).
 		WithOptions(o).
 		Named("agentrun").
 		Build(r)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,9 @@ func TestMetricsShowTheRuns(t *testing.T) {
 				missing = append(missing, w)
 			}
 		}
+		if counted(body, "agentrun_wake_wait_seconds_count") <= 0 {
+			missing = append(missing, "agentrun_wake_wait_seconds_count above 0")
+		}
 		if len(missing) == 0 {
 			return
 		}
@@ -69,4 +73,17 @@ func TestMetricsShowTheRuns(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// counted is the value of an unlabelled counter or count in a scrape
+// (-1 when it is not there).
+func counted(body, name string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }

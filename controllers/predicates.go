@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -74,8 +75,9 @@ const wakePriority = 10
 // comes is woken at wakePriority by admission.
 const queuedPriority = -10
 
-// wakeHandler enqueues the executor's wake events at wakePriority.
-type wakeHandler struct{}
+// wakeHandler enqueues the executor's wake events at wakePriority, noting
+// when each run was first woken (woken) so its reconcile can time its wait.
+type wakeHandler struct{ woken *wakeTimes }
 
 func (wakeHandler) Create(context.Context, event.TypedCreateEvent[client.Object], workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 }
@@ -84,8 +86,9 @@ func (wakeHandler) Update(context.Context, event.TypedUpdateEvent[client.Object]
 func (wakeHandler) Delete(context.Context, event.TypedDeleteEvent[client.Object], workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 }
 
-func (wakeHandler) Generic(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (h wakeHandler) Generic(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+	h.woken.mark(req.NamespacedName, time.Now())
 	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
 		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(wakePriority)}, req)
 		return

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -150,4 +151,39 @@ func (u *unstartedIntents) EachRun(fn func(types.UID)) {
 	for k := range u.m {
 		fn(k.Run)
 	}
+}
+
+// wakeTimes holds, per run woken and not reconciled since, when it was
+// first woken. Each wake queues a reconcile, which takes its entry, so
+// nothing stays.
+type wakeTimes struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]time.Time
+}
+
+func newWakeTimes() *wakeTimes { return &wakeTimes{m: map[types.NamespacedName]time.Time{}} }
+
+// mark notes that the run was woken at, unless an earlier wake waits.
+func (w *wakeTimes) mark(key types.NamespacedName, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.m[key]; !ok {
+		w.m[key] = at
+	}
+}
+
+// take returns and forgets when the run was first woken.
+func (w *wakeTimes) take(key types.NamespacedName) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.m[key]
+	delete(w.m, key)
+	return at, ok
+}
+
+// Len is how many woken runs wait for their reconcile.
+func (w *wakeTimes) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
 
@@ -82,5 +84,21 @@ func TestWorkInProgressHasAWakeSource(t *testing.T) {
 	}
 	if got := wakeSources(&arv1.AgentRunStatus{Phase: arv1.PhasePaused}, actOutcome{}, false); len(got) != 1 || got[0] != wakeSpec {
 		t.Errorf("paused: %v, want [spec]", got)
+	}
+}
+
+// A run woken again before its reconcile keeps its first wake's time (its
+// wait is from then), and the reconcile's take leaves nothing behind.
+func TestWakeTimesKeepTheFirstWake(t *testing.T) {
+	w := newWakeTimes()
+	key := types.NamespacedName{Namespace: "team", Name: "r"}
+	first := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	w.mark(key, first)
+	w.mark(key, first.Add(time.Second))
+	if at, ok := w.take(key); !ok || !at.Equal(first) {
+		t.Fatalf("take = %v, %v; want the first wake, %v", at, ok, first)
+	}
+	if _, ok := w.take(key); ok || w.Len() != 0 {
+		t.Fatalf("%d woken runs kept after their reconcile took them", w.Len())
 	}
 }

@@ -102,6 +102,16 @@ var (
 		Name: "agentrun_tool_policy_decisions_total",
 		Help: "Tool-policy rules that matched a tool call, by policy, rule and action (Deny, RequireApproval, Audit).",
 	}, []string{"policy", "rule", "action"})
+	// WakeWait times how long a run the manager itself woke (its step
+	// ended, a timer fired, a slot or a listing it waited for is there)
+	// waits for its reconcile to start. Under a burst that is the control
+	// loop's lag; the work queue's own wait histogram does not show it, as
+	// it mixes these reconciles with new runs', which hardly wait.
+	WakeWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "agentrun_wake_wait_seconds",
+		Help:    "Time from the manager waking a run (its step ended, a timer fired, a slot freed) to the run's reconcile starting.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
 	// EventsDropped counts Events not sent because the queue of Events
 	// waiting for the API server was full: Events are best effort, and a
 	// reconcile never waits to record one.
@@ -163,7 +173,7 @@ var reconcileErrorKinds = []string{"transient", "terminal"}
 // process) and points the state collector at this manager's sources.
 func Register(src Sources) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, EventsDropped, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, EventsDropped, WakeWait, collector)
 		for _, k := range reconcileErrorKinds {
 			ReconcileErrors.WithLabelValues(k)
 		}

@@ -91,8 +91,10 @@ type BatchResult struct {
 	// end.
 	Reconcile Histogram
 	// QueueWait is how long runs waited in the work queue for a worker
-	// over the batch.
+	// over the batch, and WakeWait how long runs the manager woke waited
+	// for their reconcile to start.
 	QueueWait Histogram
+	WakeWait  Histogram
 	Memory    Memory
 	// CPU is what each process used over the window, and Requests what
 	// the API server was asked.
@@ -308,10 +310,10 @@ func (b Batch) withDefaults() Batch {
 // batchMarks are the counters read before a batch, subtracted from the
 // same read after it.
 type batchMarks struct {
-	hist, queue Histogram
-	rev         int64
-	cpu         CPUSample
-	req         Requests
+	hist, queue, wake Histogram
+	rev               int64
+	cpu               CPUSample
+	req               Requests
 }
 
 // markBatch reads the manager's histograms and the API server's revision
@@ -324,7 +326,7 @@ func (c *Cluster) markBatch(ctx context.Context, b Batch) (batchMarks, error) {
 		if err != nil {
 			return m, fmt.Errorf("scraping the manager before the batch: %w", err)
 		}
-		m.hist, m.queue = ReconcileTime(sc), QueueWait(sc)
+		m.hist, m.queue, m.wake = ReconcileTime(sc), QueueWait(sc), WakeWait(sc)
 	}
 	var err error
 	m.rev, err = c.Revision(ctx)
@@ -396,6 +398,7 @@ func (c *Cluster) measureBatch(ctx context.Context, b Batch, res *BatchResult, m
 		}
 		res.Reconcile = ReconcileTime(sc).Sub(marks.hist)
 		res.QueueWait = QueueWait(sc).Sub(marks.queue)
+		res.WakeWait = WakeWait(sc).Sub(marks.wake)
 		if res.Memory, err = b.Manager.Memory(); err != nil {
 			return err
 		}

@@ -292,7 +292,8 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		r.row("operator: manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 		h := res.Reconcile
 		q := res.QueueWait
-		r.row("operator: reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms; waited in the queue p50 %.1fms p99 %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(q.Quantile(0.5)), ms(q.Quantile(0.99)))
+		w := res.WakeWait
+		r.row("operator: reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms; waited in the queue p50 %.1fms p99 %.1fms; %.0f woken by the manager waited p50 %.1fms p99 %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(q.Quantile(0.5)), ms(q.Quantile(0.99)), w.Count, ms(w.Quantile(0.5)), ms(w.Quantile(0.99)))
 		r.row("ratio", "%.3f (mean bare wall %.2fs / operator wall %.2fs: the operator's throughput as a fraction of the bare client's)", ratio, bareWall, opWall)
 
 		var bareBusiest float64

@@ -327,6 +327,14 @@ func QueueWait(sc Scrape) Histogram {
 	return h
 }
 
+// WakeWait is the manager's agentrun_wake_wait_seconds histogram: how
+// long a run it woke (its step ended, a timer fired) waited for its
+// reconcile to start.
+func WakeWait(sc Scrape) Histogram {
+	h, _ := sc.Histogram("agentrun_wake_wait_seconds", nil)
+	return h
+}
+
 // WaitIdle waits until the manager's AgentRun work queue has been empty and
 // no worker busy in two scrapes in a row, 200ms apart: a new manager has
 // reconciled what it found at start (finished runs of earlier batches) and
