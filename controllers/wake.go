@@ -180,10 +180,3 @@ func (w *wakeTimes) take(key types.NamespacedName) (time.Time, bool) {
 	delete(w.m, key)
 	return at, ok
 }
-
-// Len is how many woken runs wait for their reconcile.
-func (w *wakeTimes) Len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.m)
-}

@@ -98,7 +98,7 @@ func TestWakeTimesKeepTheFirstWake(t *testing.T) {
 	if at, ok := w.take(key); !ok || !at.Equal(first) {
 		t.Fatalf("take = %v, %v; want the first wake, %v", at, ok, first)
 	}
-	if _, ok := w.take(key); ok || w.Len() != 0 {
-		t.Fatalf("%d woken runs kept after their reconcile took them", w.Len())
+	if _, ok := w.take(key); ok || len(w.m) != 0 {
+		t.Fatalf("%d woken runs kept after their reconcile took them", len(w.m))
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 )
 
-// Gauge counts write requests (anything but GET and HEAD) in flight through
-// the transports it wraps, leaving out Events, which are what gives way.
+// Gauge counts write requests (anything but GET, HEAD and OPTIONS) in
+// flight through the transports it wraps, leaving out Events, which are
+// what gives way.
 type Gauge struct{ n atomic.Int64 }
 
 // InFlight is how many counted writes are waiting for the API server's
