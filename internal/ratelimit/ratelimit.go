@@ -56,6 +56,15 @@ type Request struct {
 	Limits    Limits // the bucket's limits as configured now; the latest call's limits win
 	Namespace string // fairness is across namespaces within one bucket
 	Tokens    int64  // estimated tokens of the call (prompt estimate + expected completion)
+	// UnderWay says the call's run has made calls before. Within its
+	// namespace it goes ahead of runs' first calls, so when more runs
+	// want the bucket than it allows, the runs already going finish first
+	// and a new run waits for its turn once, at its start, instead of
+	// before every call (a wait long enough to be shown costs its run two
+	// status writes). Runs under way are served in arrival order among
+	// themselves, and new runs too; a new run starts as soon as the runs
+	// ahead of it leave room.
+	UnderWay bool
 	// Provider and Model name the bucket in metrics; the key may not be
 	// shown, since it stands for an account.
 	Provider, Model string
@@ -244,7 +253,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request, onWait func(until time
 		b.mu.Unlock()
 		return p, nil
 	}
-	w := &waiter{tokens: tokens, ready: make(chan struct{}), notify: make(chan struct{}, 1)}
+	w := &waiter{tokens: tokens, underWay: r.UnderWay, ready: make(chan struct{}), notify: make(chan struct{}, 1)}
 	b.enqueue(w, r.Namespace)
 	b.pump(now)
 	if w.permit != nil {
@@ -421,7 +430,8 @@ type bucket struct {
 	lastUsed    time.Time
 	learn       learner // the request rate learned from refusals
 
-	// Waiters: a FIFO per namespace, served round-robin from order[cursor].
+	// Waiters: a queue per namespace (runs under way first, see nsQueue),
+	// served round-robin from order[cursor].
 	queues  map[string]*nsQueue
 	order   []*nsQueue
 	cursor  int
@@ -439,17 +449,24 @@ type bucket struct {
 	firing *atomic.Int64
 }
 
+// nsQueue is one namespace's waiters: the calls of runs under way in
+// arrival order, then the first calls of new runs in arrival order.
 type nsQueue struct {
 	name string
 	l    list.List // of *waiter
+	// firstNew is the first new run's waiter (nil: none waits); underWay
+	// counts the waiters before it.
+	firstNew *list.Element
+	underWay int
 }
 
 type waiter struct {
-	tokens int64
-	q      *nsQueue
-	elem   *list.Element
-	ready  chan struct{} // closed when permit is set
-	permit *Permit
+	tokens   int64
+	underWay bool
+	q        *nsQueue
+	elem     *list.Element
+	ready    chan struct{} // closed when permit is set
+	permit   *Permit
 	// until is the start time last reported to onWait; notify asks the
 	// Acquire goroutine to report it again.
 	until  time.Time
@@ -598,13 +615,48 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 		b.cursor = (b.cursor + 1) % len(b.order)
 	}
 	w.q = q
-	w.elem = q.l.PushBack(w)
 	b.waiting++
+	if !w.underWay {
+		w.elem = q.l.PushBack(w)
+		if q.firstNew == nil {
+			q.firstNew = w.elem
+		}
+		return
+	}
+	q.underWay++
+	if q.firstNew == nil {
+		w.elem = q.l.PushBack(w)
+		return
+	}
+	w.elem = q.l.InsertBefore(w, q.firstNew)
+	// The new runs' waiters now start one request (and this call's
+	// tokens) later than they were told.
+	var by time.Duration
+	if b.reqInterval > 0 {
+		by = b.reqInterval
+	}
+	if b.tokPerMin > 0 {
+		by = max(by, b.tokCost(w.tokens))
+	}
+	if by <= 0 {
+		return
+	}
+	for e := q.firstNew; e != nil; e = e.Next() {
+		if nw := e.Value.(*waiter); !nw.until.IsZero() {
+			nw.later(nw.until.Add(by))
+		}
+	}
 }
 
 // remove takes a waiter out of its queue, keeping the round-robin position.
 func (b *bucket) remove(w *waiter) {
 	q := w.q
+	if w.elem == q.firstNew {
+		q.firstNew = w.elem.Next()
+	}
+	if w.underWay {
+		q.underWay--
+	}
 	q.l.Remove(w.elem)
 	b.waiting--
 	if q.l.Len() > 0 {
@@ -671,9 +723,12 @@ func (b *bucket) estimate(w *waiter, now time.Time) time.Time {
 }
 
 // ahead counts the waiters round-robin serves before w, which must be the
-// last of its namespace.
+// last of its namespace's runs under way (UnderWay) or new runs.
 func (b *bucket) ahead(w *waiter) int {
 	i := w.q.l.Len() - 1
+	if w.underWay {
+		i = w.q.underWay - 1
+	}
 	k := slices.Index(b.order, w.q)
 	n := i
 	for j, q := range b.order {

@@ -310,35 +310,9 @@ func TestFairAcrossNamespaces(t *testing.T) {
 	var order []string
 	queue := append([]*pending{b}, as...)
 	for len(order) < 5 {
-		step(l, fc, time.Second)
-		settle(l)
-		// Exactly one call is granted per second.
-		got := -1
-		deadline := time.After(patience)
-		for got < 0 {
-			for i, pd := range queue {
-				select {
-				case r := <-pd.res:
-					if r.err != nil {
-						t.Fatal(r.err)
-					}
-					got = i
-				default:
-				}
-				if got >= 0 {
-					break
-				}
-			}
-			if got < 0 {
-				select {
-				case <-deadline:
-					t.Fatalf("nothing granted at %v", fc.Since(t0))
-				case <-time.After(time.Millisecond):
-				}
-			}
-		}
-		order = append(order, queue[got].name)
-		queue = append(queue[:got], queue[got+1:]...)
+		var name string
+		name, queue = nextGranted(t, l, fc, queue)
+		order = append(order, name)
 		if s := stats(t, l, "k"); s.Waiting != 100-len(order)+1 {
 			t.Fatalf("after %v: %+v", order, s)
 		}
@@ -711,5 +685,95 @@ func TestClockWithoutAfterFunc(t *testing.T) {
 	settle(l)
 	if fc.HasWaiters() {
 		t.Fatal("cancelled waiter left its timer")
+	}
+}
+
+// nextGranted steps the clock a second (a limit of one call per second)
+// and returns the one call of queue granted then, and queue without it.
+func nextGranted(t *testing.T, l *Limiter, fc *testingclock.FakeClock, queue []*pending) (string, []*pending) {
+	t.Helper()
+	step(l, fc, time.Second)
+	settle(l)
+	deadline := time.After(patience)
+	for {
+		for i, pd := range queue {
+			select {
+			case r := <-pd.res:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				return pd.name, append(queue[:i:i], queue[i+1:]...)
+			default:
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("nothing granted at %v", fc.Since(t0))
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestRunsUnderWayGoFirst: within a namespace, a call of a run already
+// under way is served before the first calls of new runs, which are told
+// they start later; among each kind arrival order holds, a cancelled call
+// leaves the order intact, and another namespace keeps its turn.
+func TestRunsUnderWayGoFirst(t *testing.T) {
+	l, fc := newFake()
+	lim := Limits{RequestsPerMinute: 60} // one per second, burst 1
+	if _, _, ok := try(t, l, Request{Key: "k", Limits: lim, Namespace: "a"}); !ok {
+		t.Fatal("first call refused")
+	}
+	req := func(ns string, underWay bool) Request {
+		return Request{Key: "k", Limits: lim, Namespace: ns, UnderWay: underWay}
+	}
+	n0 := goAcquire(l, "n0", req("a", false))
+	if u := n0.waited(t); !u.Equal(t0.Add(time.Second)) {
+		t.Fatalf("n0 expected at %v, want 1s", u.Sub(t0))
+	}
+	n1 := goAcquire(l, "n1", req("a", false))
+	if u := n1.waited(t); !u.Equal(t0.Add(2 * time.Second)) {
+		t.Fatalf("n1 expected at %v, want 2s", u.Sub(t0))
+	}
+	u0 := goAcquire(l, "u0", req("a", true))
+	if u := u0.waited(t); !u.Equal(t0.Add(time.Second)) {
+		t.Fatalf("u0 expected at %v, want 1s: ahead of the new runs", u.Sub(t0))
+	}
+	// The new runs are told they start a request later.
+	if u := n0.waited(t); !u.Equal(t0.Add(2 * time.Second)) {
+		t.Fatalf("n0 told %v after u0 went ahead, want 2s", u.Sub(t0))
+	}
+	if u := n1.waited(t); !u.Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("n1 told %v after u0 went ahead, want 3s", u.Sub(t0))
+	}
+	u1 := goAcquire(l, "u1", req("a", true))
+	if u := u1.waited(t); !u.Equal(t0.Add(2 * time.Second)) {
+		t.Fatalf("u1 expected at %v, want 2s: after u0, ahead of the new runs", u.Sub(t0))
+	}
+	u2 := goAcquire(l, "u2", req("a", true))
+	u2.waited(t)
+	u2.cancel()
+	if r := <-u2.res; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("u2: %v", r.err)
+	}
+	b := goAcquire(l, "b", req("b", false))
+	b.waited(t)
+
+	var order []string
+	queue := []*pending{n0, n1, u0, u1, b}
+	for len(queue) > 0 {
+		var name string
+		name, queue = nextGranted(t, l, fc, queue)
+		order = append(order, name)
+	}
+	// a had the turn when b joined, so b comes second; then a's runs under
+	// way, then its new runs.
+	want := []string{"u0", "b", "u1", "n0", "n1"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("grant order %v, want %v", order, want)
+	}
+	settle(l)
+	if s := stats(t, l, "k"); s.Waiting != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -234,6 +234,7 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 	limit := ratelimit.Request{
 		Key: LimitKey(c.Provider, c.Run.Namespace, c.Request.Model, c.Request.APIKey), Limits: c.Provider.LimitsFor(c.Request.Model),
 		Namespace: c.Run.Namespace, Tokens: EstimateTokens(c.Request), Provider: c.Provider.Name, Model: c.Request.Model,
+		UnderWay: c.Intent.Seq > 0, // the run has journaled before
 	}
 	held := false
 	onWait := func(until time.Time) {
