@@ -325,6 +325,43 @@ func BenchmarkLatency1000(b *testing.B) { latencyScenario(b, 1000, 30*time.Minut
 // BenchmarkLatency5000: the same with 5,000 runs, one bare pass (before).
 func BenchmarkLatency5000(b *testing.B) { latencyScenario(b, 5000, 90*time.Minute, true) }
 
+// latencyPair runs two batches of n at once on one manager, each in its
+// own namespace against its own server, failing the benchmark if either
+// fails.
+func latencyPair(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.Manager, name1 string, srv1 *loadtest.LatencyServer, name2 string, srv2 *loadtest.LatencyServer, n int, timeout time.Duration) (*latencyRun, *latencyRun) {
+	b.Helper()
+	var pair []*latencyRun
+	for _, p := range []struct {
+		name string
+		srv  *loadtest.LatencyServer
+	}{{name1, srv1}, {name2, srv2}} {
+		lr, err := prepareLatency(ctx, c, p.name, p.srv, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		pair = append(pair, lr)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, lr := range pair {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = lr.run(ctx, c, m, n, timeout)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatalf("%v\nmanager log tail:\n%s", err, m.LogTail(3000))
+		}
+	}
+	for _, lr := range pair {
+		checkModelCalls(b, lr.res, loadtest.LatencyModelCalls)
+	}
+	return pair[0], pair[1]
+}
+
 // rateLimit is the server's limit in BenchmarkRateLimited300 (calls/s, and
 // the bucket's capacity).
 const rateLimit = 50
@@ -353,31 +390,14 @@ func BenchmarkRateLimited300(b *testing.B) {
 		alone := latencyBatch(b, ctx, c, m, "alone", newLatencyServer(b, d, 0), "", n, timeout)
 
 		// (a) and (c) at once, each against its own server.
-		la, err := prepareLatency(ctx, c, "limited", newLatencyServer(b, d, rateLimit), "")
-		if err != nil {
-			b.Fatal(err)
+		la, lc := latencyPair(b, ctx, c, m, "limited", newLatencyServer(b, d, rateLimit), "beside", newLatencyServer(b, d, 0), n, timeout)
+		// The control: (c) again beside a batch as big as (a) on an
+		// unlimited server, so what the limit costs (c) is told from what
+		// any 300 other runs on the same two cores cost it.
+		var lcc *latencyRun
+		if os.Getenv("LOADTEST_SKIP_CONTROL") != "1" {
+			_, lcc = latencyPair(b, ctx, c, m, "control", newLatencyServer(b, d, 0), "beside-control", newLatencyServer(b, d, 0), n, timeout)
 		}
-		lc, err := prepareLatency(ctx, c, "beside", newLatencyServer(b, d, 0), "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i, lr := range []*latencyRun{la, lc} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = lr.run(ctx, c, m, n, timeout)
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				b.Fatalf("%v\nmanager log tail:\n%s", err, m.LogTail(3000))
-			}
-		}
-		checkModelCalls(b, la.res, loadtest.LatencyModelCalls)
-		checkModelCalls(b, lc.res, loadtest.LatencyModelCalls)
 
 		var lb *latencyRun
 		skipRPM := os.Getenv("LOADTEST_SKIP_RPM") == "1"
@@ -408,6 +428,15 @@ func BenchmarkRateLimited300(b *testing.B) {
 			secs(durQuantile(cd, 0.5)), secs(durQuantile(cd, 0.99)), secs(durQuantile(ad, 0.5)), secs(durQuantile(ad, 0.99)),
 			perRun, secs(durQuantile(cd, 0.99))/secs(durQuantile(ad, 0.99)))
 		r.metric(perRun, "c_per_run_ratio")
+		if lcc != nil {
+			ccd := runDurations(lcc.res)
+			control := secs(durQuantile(cd, 0.5)) / secs(durQuantile(ccd, 0.5))
+			r.row("(c) beside the control", "create to Complete p50 %.2fs p99 %.2fs beside 300 runs on an unlimited server: p50 ratio to alone %.3f; (c) beside (a) against it %.3f (1: the limit itself slows (c) no more than any 300 runs do)",
+				secs(durQuantile(ccd, 0.5)), secs(durQuantile(ccd, 0.99)), secs(durQuantile(ccd, 0.5))/secs(durQuantile(ad, 0.5)), control)
+			r.metric(control, "c_vs_control_ratio")
+		} else {
+			r.row("(c) beside the control", "skipped (LOADTEST_SKIP_CONTROL=1)")
+		}
 		if lb != nil {
 			bWall := secs(lb.res.All())
 			bWithin := "within"
@@ -418,7 +447,10 @@ func BenchmarkRateLimited300(b *testing.B) {
 			r.row("(b) server", "%s", serverRow(lb.server))
 			// (b) runs alone, so its writes and CPU are its own: what waiting
 			// on a limit costs a run.
-			r.row("(b) cost", "first Complete %.2fs; etcd writes %.2f/run; CPU %s; API requests %s per run", secs(lb.res.First()), lb.res.WritesPerRun(), lb.res.CPU.PerRun(n), lb.res.Requests.PerRun(n))
+			bd := runDurations(lb.res)
+			r.row("(b) cost", "first Complete %.2fs, runs' create to Complete p50 %.2fs p99 %.2fs; etcd writes %.2f/run; CPU %s; API requests %s per run",
+				secs(lb.res.First()), secs(durQuantile(bd, 0.5)), secs(durQuantile(bd, 0.99)), lb.res.WritesPerRun(), lb.res.CPU.PerRun(n), lb.res.Requests.PerRun(n))
+			r.metric(secs(durQuantile(bd, 0.5)), "b_run_p50_s")
 			r.metric(lb.res.WritesPerRun(), "b_writes/run")
 			r.metric(secs(lb.res.First()), "b_first_s")
 			r.metric(bWall, "b_wall_s")
