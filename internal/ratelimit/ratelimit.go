@@ -33,6 +33,10 @@ const (
 	idleAfter = 10 * time.Minute
 	// sweepEvery rate-limits the idle sweep, which walks every bucket.
 	sweepEvery = time.Minute
+	// displacedStep is how far calls of runs under way must have pushed
+	// back the new runs waiting behind them before those are told their
+	// later start.
+	displacedStep = time.Second
 	// maxCharge caps one reservation so huge estimates cannot overflow
 	// time arithmetic.
 	maxCharge = 24 * time.Hour
@@ -458,6 +462,9 @@ type nsQueue struct {
 	// counts the waiters before it.
 	firstNew *list.Element
 	underWay int
+	// displaced is how much later than they were told the new runs'
+	// waiters start, not yet told (see enqueue).
+	displaced time.Duration
 }
 
 type waiter struct {
@@ -630,7 +637,9 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 	}
 	w.elem = q.l.InsertBefore(w, q.firstNew)
 	// The new runs' waiters now start one request (and this call's
-	// tokens) later than they were told.
+	// tokens) later than they were told. They are told once the delay
+	// adds up to displacedStep, so a long queue of new runs is walked
+	// about once a second, not on every call that goes ahead of it.
 	var by time.Duration
 	if b.reqInterval > 0 {
 		by = b.reqInterval
@@ -638,14 +647,16 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 	if b.tokPerMin > 0 {
 		by = max(by, b.tokCost(w.tokens))
 	}
-	if by <= 0 {
+	q.displaced += by
+	if q.displaced < displacedStep {
 		return
 	}
 	for e := q.firstNew; e != nil; e = e.Next() {
 		if nw := e.Value.(*waiter); !nw.until.IsZero() {
-			nw.later(nw.until.Add(by))
+			nw.later(nw.until.Add(q.displaced))
 		}
 	}
+	q.displaced = 0
 }
 
 // remove takes a waiter out of its queue, keeping the round-robin position.

@@ -777,3 +777,37 @@ func TestRunsUnderWayGoFirst(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// TestNewRunsAreToldTheirDelayOnceASecond: calls of runs under way that go
+// ahead of a new run push its start back; it is told once the delay adds
+// up to a second, not on every call, so a long queue of new runs is not
+// walked on every call.
+func TestNewRunsAreToldTheirDelayOnceASecond(t *testing.T) {
+	l, _ := newFake()
+	lim := Limits{RequestsPerMinute: 120} // one per 500 ms
+	if _, _, ok := try(t, l, Request{Key: "k", Limits: lim, Namespace: "a"}); !ok {
+		t.Fatal("first call refused")
+	}
+	n0 := goAcquire(l, "n0", Request{Key: "k", Limits: lim, Namespace: "a"})
+	told := n0.waited(t)
+	under := func(name string) *pending {
+		pd := goAcquire(l, name, Request{Key: "k", Limits: lim, Namespace: "a", UnderWay: true})
+		pd.waited(t)
+		return pd
+	}
+	u0 := under("u0")
+	settle(l)
+	select {
+	case u := <-n0.waits:
+		t.Fatalf("n0 told %v after half a second of delay", u.Sub(t0))
+	case <-time.After(50 * time.Millisecond):
+	}
+	u1 := under("u1")
+	if u := n0.waited(t); !u.Equal(told.Add(time.Second)) {
+		t.Fatalf("n0 told %v after a second of delay, want %v", u.Sub(t0), told.Add(time.Second).Sub(t0))
+	}
+	for _, pd := range []*pending{n0, u0, u1} {
+		pd.cancel()
+		<-pd.res
+	}
+}
