@@ -393,7 +393,7 @@ func BenchmarkRateLimited300(b *testing.B) {
 		la, lc := latencyPair(b, ctx, c, m, "limited", newLatencyServer(b, d, rateLimit), "beside", newLatencyServer(b, d, 0), n, timeout)
 		// The control: (c) again beside a batch as big as (a) on an
 		// unlimited server, so what the limit costs (c) is told from what
-		// any 300 other runs on the same two cores cost it.
+		// as many other runs on the same cores cost it.
 		var lcc *latencyRun
 		if os.Getenv("LOADTEST_SKIP_CONTROL") != "1" {
 			_, lcc = latencyPair(b, ctx, c, m, "control", newLatencyServer(b, d, 0), "beside-control", newLatencyServer(b, d, 0), n, timeout)
@@ -431,8 +431,8 @@ func BenchmarkRateLimited300(b *testing.B) {
 		if lcc != nil {
 			ccd := runDurations(lcc.res)
 			control := secs(durQuantile(cd, 0.5)) / secs(durQuantile(ccd, 0.5))
-			r.row("(c) beside the control", "create to Complete p50 %.2fs p99 %.2fs beside 300 runs on an unlimited server: p50 ratio to alone %.3f; (c) beside (a) against it %.3f (1: the limit itself slows (c) no more than any 300 runs do)",
-				secs(durQuantile(ccd, 0.5)), secs(durQuantile(ccd, 0.99)), secs(durQuantile(ccd, 0.5))/secs(durQuantile(ad, 0.5)), control)
+			r.row("(c) beside the control", "create to Complete p50 %.2fs p99 %.2fs beside %d runs on an unlimited server: p50 ratio to alone %.3f; (c) beside (a) against it %.3f (1: the limit itself slows (c) no more than any %d runs do)",
+				secs(durQuantile(ccd, 0.5)), secs(durQuantile(ccd, 0.99)), n, secs(durQuantile(ccd, 0.5))/secs(durQuantile(ad, 0.5)), control, n)
 			r.metric(control, "c_vs_control_ratio")
 		} else {
 			r.row("(c) beside the control", "skipped (LOADTEST_SKIP_CONTROL=1)")

@@ -200,7 +200,8 @@ func checkNoSetupWaits(t *testing.T, part string, w *waitRecorder) {
 //   - (b) Then 40 runs against a fresh server with the same limit, whose
 //     providers.toml says requests_per_minute = 600 (10/s): all complete,
 //     and the server answered no 429 at all (the operator kept to the
-//     limit on its own side).
+//     limit on its own side); the first run's last call is answered
+//     within a third of the batch (runs under way go first).
 func TestRateLimitsAreAHealthyWait(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and a manager process")
@@ -412,6 +413,18 @@ func TestRateLimitsAreAHealthyWait(t *testing.T) {
 	}
 	if stB.Accepted != int64(nB*loadtest.LatencyModelCalls) {
 		t.Errorf("(b) the server accepted %d calls, want %d", stB.Accepted, nB*loadtest.LatencyModelCalls)
+	}
+	// Runs under way go first: the first run's last call is answered early
+	// in the batch, not behind every other run's calls as in arrival order.
+	firstDone := tookB
+	for _, calls := range stB.Runs {
+		if len(calls) == loadtest.LatencyModelCalls {
+			firstDone = min(firstDone, calls[len(calls)-1].End.Sub(startB))
+		}
+	}
+	t.Logf("(b) the first run's last call was answered %v after creation", firstDone.Round(time.Millisecond))
+	if firstDone > tookB/3 {
+		t.Errorf("(b) the first run's last call was answered %v after creation, over a third of the batch's %v: runs under way did not go ahead of new runs", firstDone.Round(time.Millisecond), tookB.Round(time.Millisecond))
 	}
 	checkNoSetupWaits(t, "(b)", recB)
 	for _, o := range recB.rateObservations() {
