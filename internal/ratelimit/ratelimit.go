@@ -37,6 +37,11 @@ const (
 	// back the new runs waiting behind them before those are told their
 	// later start.
 	displacedStep = time.Second
+	// lastRunsWindow caps how long the last new runs may go ahead of runs
+	// under way (see bucket.lastRunsFirst): a call of a run under way is
+	// held back by them at most this long, well under the five seconds
+	// after which a wait is shown in the run's status.
+	lastRunsWindow = 3 * time.Second
 	// maxCharge caps one reservation so huge estimates cannot overflow
 	// time arithmetic.
 	maxCharge = 24 * time.Hour
@@ -67,7 +72,8 @@ type Request struct {
 	// before every call (a wait long enough to be shown costs its run two
 	// status writes). Runs under way are served in arrival order among
 	// themselves, and new runs too; a new run starts as soon as the runs
-	// ahead of it leave room.
+	// ahead of it leave room. The last new runs of a backlog go first
+	// again (bucket.lastRunsFirst), so the batch's end is not drawn out.
 	UnderWay bool
 	// Provider and Model name the bucket in metrics; the key may not be
 	// shown, since it stands for an account.
@@ -257,7 +263,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request, onWait func(until time
 		b.mu.Unlock()
 		return p, nil
 	}
-	w := &waiter{tokens: tokens, underWay: r.UnderWay, ready: make(chan struct{}), notify: make(chan struct{}, 1)}
+	w := &waiter{tokens: tokens, underWay: r.UnderWay, since: now, ready: make(chan struct{}), notify: make(chan struct{}, 1)}
 	b.enqueue(w, r.Namespace)
 	b.pump(now)
 	if w.permit != nil {
@@ -320,6 +326,7 @@ func (p *Permit) Done(actualTokens int64) {
 	now := b.clk.Now()
 	b.lastUsed = now
 	b.inFlight--
+	b.timeCall(now.Sub(p.at))
 	if actualTokens > 0 && b.tokPerMin > 0 {
 		b.tokTAT = shift(b.tokTAT, b.tokCost(actualTokens)-p.tokCharge, now)
 	}
@@ -433,6 +440,9 @@ type bucket struct {
 	pausedUntil time.Time
 	lastUsed    time.Time
 	learn       learner // the request rate learned from refusals
+	// callTime is how long the bucket's calls take, a moving average of
+	// the calls that ended (Done); zero until one has.
+	callTime time.Duration
 
 	// Waiters: a queue per namespace (runs under way first, see nsQueue),
 	// served round-robin from order[cursor].
@@ -440,6 +450,9 @@ type bucket struct {
 	order   []*nsQueue
 	cursor  int
 	waiting int
+	// newWaiting counts the waiters of new runs (not UnderWay), in
+	// every namespace.
+	newWaiting int
 
 	// The armed timer, if any: it fires at timerAt and pumps. timerGen
 	// tells a current firing from a replaced timer's; timerStop ends the
@@ -463,13 +476,16 @@ type nsQueue struct {
 	firstNew *list.Element
 	underWay int
 	// displaced is how much later than they were told the new runs'
-	// waiters start, not yet told (see enqueue).
-	displaced time.Duration
+	// waiters start, not yet told (see enqueue); displacedUnderWay the
+	// same for the waiters of runs under way, which the last new runs
+	// go ahead of (see pump).
+	displaced, displacedUnderWay time.Duration
 }
 
 type waiter struct {
 	tokens   int64
 	underWay bool
+	since    time.Time // when it was queued
 	q        *nsQueue
 	elem     *list.Element
 	ready    chan struct{} // closed when permit is set
@@ -624,6 +640,7 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 	w.q = q
 	b.waiting++
 	if !w.underWay {
+		b.newWaiting++
 		w.elem = q.l.PushBack(w)
 		if q.firstNew == nil {
 			q.firstNew = w.elem
@@ -637,9 +654,13 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 	}
 	w.elem = q.l.InsertBefore(w, q.firstNew)
 	// The new runs' waiters now start one request (and this call's
-	// tokens) later than they were told. They are told once the delay
-	// adds up to displacedStep, so a long queue of new runs is walked
-	// about once a second, not on every call that goes ahead of it.
+	// tokens) later than they were told.
+	q.displaced = b.pushBack(q.firstNew, nil, q.displaced+b.slotOf(w))
+}
+
+// slotOf is how much schedule time w's start takes from the waiters it
+// goes ahead of: one request, or its tokens if those take longer.
+func (b *bucket) slotOf(w *waiter) time.Duration {
 	var by time.Duration
 	if b.reqInterval > 0 {
 		by = b.reqInterval
@@ -647,16 +668,53 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 	if b.tokPerMin > 0 {
 		by = max(by, b.tokCost(w.tokens))
 	}
-	q.displaced += by
-	if q.displaced < displacedStep {
-		return
+	return by
+}
+
+// pushBack tells the waiters from `from` up to (not including) `to` that
+// they start `by` later than they were told, once by adds up to
+// displacedStep (so a long queue is walked about once a second, not on
+// every call that goes ahead of it), and returns what is left untold.
+func (b *bucket) pushBack(from, to *list.Element, by time.Duration) time.Duration {
+	if by < displacedStep {
+		return by
 	}
-	for e := q.firstNew; e != nil; e = e.Next() {
-		if nw := e.Value.(*waiter); !nw.until.IsZero() {
-			nw.later(nw.until.Add(q.displaced))
+	for e := from; e != nil && e != to; e = e.Next() {
+		if w := e.Value.(*waiter); !w.until.IsZero() {
+			w.later(w.until.Add(by))
 		}
 	}
-	q.displaced = 0
+	return 0
+}
+
+// timeCall folds one call's duration into callTime, a moving average
+// weighting the latest call an eighth.
+func (b *bucket) timeCall(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if b.callTime == 0 {
+		b.callTime = d
+		return
+	}
+	b.callTime += (d - b.callTime) / 8
+}
+
+// lastRunsFirst reports whether the new runs waiting go ahead of head, a
+// run under way that waits: when every new run still waiting could start
+// within one call's time, they do. Runs under way going first keeps a
+// backlog's runs finishing early, but at its end it would leave fewer runs
+// going than the limit serves while each makes its remaining calls one
+// after another, drawing the batch out by up to that many calls' time; the
+// last new runs starting first keep enough runs going to the end. head
+// waits at most one call's time for them (lastRunsWindow at most), so
+// there is no starvation while new runs keep coming.
+func (b *bucket) lastRunsFirst(head *waiter, now time.Time) bool {
+	window := min(b.callTime, lastRunsWindow)
+	if window <= 0 || b.reqInterval <= 0 || now.Sub(head.since) >= window {
+		return false
+	}
+	return time.Duration(b.newWaiting)*b.reqInterval <= window
 }
 
 // remove takes a waiter out of its queue, keeping the round-robin position.
@@ -667,6 +725,8 @@ func (b *bucket) remove(w *waiter) {
 	}
 	if w.underWay {
 		q.underWay--
+	} else {
+		b.newWaiting--
 	}
 	q.l.Remove(w.elem)
 	b.waiting--
@@ -697,6 +757,10 @@ func (b *bucket) pump(now time.Time) {
 		}
 		q := b.order[b.cursor]
 		w := q.l.Front().Value.(*waiter)
+		lastRun := w.underWay && q.firstNew != nil && b.lastRunsFirst(w, now)
+		if lastRun {
+			w = q.firstNew.Value.(*waiter)
+		}
 		if at := b.readyAt(w.tokens); now.Before(at) {
 			b.arm(at, now)
 			w.later(at)
@@ -708,6 +772,10 @@ func (b *bucket) pump(now time.Time) {
 			b.cursor = (b.cursor + 1) % len(b.order)
 		}
 		b.remove(w)
+		if lastRun {
+			// The runs under way it went ahead of start one slot later.
+			q.displacedUnderWay = b.pushBack(q.l.Front(), q.firstNew, q.displacedUnderWay+b.slotOf(w))
+		}
 		w.permit = b.start(w.tokens, now)
 		close(w.ready)
 	}

@@ -811,3 +811,72 @@ func TestNewRunsAreToldTheirDelayOnceASecond(t *testing.T) {
 		<-pd.res
 	}
 }
+
+// TestLastNewRunsGoFirst: once the bucket knows how long its calls take,
+// the new runs waiting go ahead of runs under way when all of them could
+// start within one call's time (so the end of a backlog keeps enough runs
+// going), and a run under way is held back at most that long; with more
+// new runs waiting than that, runs under way go first.
+func TestLastNewRunsGoFirst(t *testing.T) {
+	lim := Limits{RequestsPerMinute: 60} // one per second, burst 1
+	req := func(underWay bool) Request {
+		return Request{Key: "k", Limits: lim, Namespace: "a", UnderWay: underWay}
+	}
+	for _, tc := range []struct {
+		name  string
+		news  int
+		want  string
+		told  []time.Duration // what u0 is told, in order
+		timed bool            // a call has ended: the bucket knows their time
+	}{
+		{"three new runs fit in a call's time", 3, "[n0 n1 u0 n2]", []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}, true},
+		{"four new runs do not", 4, "[u0 n0 n1 n2 n3]", []time.Duration{time.Second}, true},
+		{"no call has ended yet", 2, "[u0 n0 n1]", []time.Duration{time.Second}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, fc := newFake()
+			p, _, ok := try(t, l, req(false))
+			if !ok {
+				t.Fatal("first call refused")
+			}
+			step(l, fc, 3*time.Second)
+			if tc.timed {
+				p.Done(0) // the bucket's calls take 3 s: at most three new runs go first
+			}
+			if _, _, ok := try(t, l, req(true)); !ok {
+				t.Fatal("second call refused")
+			}
+			u0 := goAcquire(l, "u0", req(true))
+			queue := []*pending{u0}
+			var told []time.Duration
+			told = append(told, u0.waited(t).Sub(fc.Now()))
+			for i := range tc.news {
+				n := goAcquire(l, fmt.Sprintf("n%d", i), req(false))
+				n.waited(t)
+				queue = append(queue, n)
+			}
+			var order []string
+			start := fc.Now()
+			for len(queue) > 0 {
+				var name string
+				name, queue = nextGranted(t, l, fc, queue)
+				order = append(order, name)
+			drain:
+				for {
+					select {
+					case u := <-u0.waits:
+						told = append(told, u.Sub(start))
+					default:
+						break drain
+					}
+				}
+			}
+			if got := fmt.Sprint(order); got != tc.want {
+				t.Fatalf("grant order %s, want %s", got, tc.want)
+			}
+			if fmt.Sprint(told) != fmt.Sprint(tc.told) {
+				t.Fatalf("u0 told it starts after %v, want %v (it goes later by a second for each new run ahead of it)", told, tc.told)
+			}
+		})
+	}
+}
