@@ -451,8 +451,9 @@ type bucket struct {
 	cursor  int
 	waiting int
 	// newWaiting counts the waiters of new runs (not UnderWay), in
-	// every namespace.
+	// every namespace, and newTokens sums their estimated tokens.
 	newWaiting int
+	newTokens  int64
 
 	// The armed timer, if any: it fires at timerAt and pumps. timerGen
 	// tells a current firing from a replaced timer's; timerStop ends the
@@ -641,6 +642,7 @@ func (b *bucket) enqueue(w *waiter, ns string) {
 	b.waiting++
 	if !w.underWay {
 		b.newWaiting++
+		b.newTokens += w.tokens
 		w.elem = q.l.PushBack(w)
 		if q.firstNew == nil {
 			q.firstNew = w.elem
@@ -702,19 +704,25 @@ func (b *bucket) timeCall(d time.Duration) {
 
 // lastRunsFirst reports whether the new runs waiting go ahead of head, a
 // run under way that waits: when every new run still waiting could start
-// within one call's time, they do. Runs under way going first keeps a
-// backlog's runs finishing early, but at its end it would leave fewer runs
-// going than the limit serves while each makes its remaining calls one
-// after another, drawing the batch out by up to that many calls' time; the
-// last new runs starting first keep enough runs going to the end. head
-// waits at most one call's time for them (lastRunsWindow at most), so
-// there is no starvation while new runs keep coming.
+// within one call's time (by the request rate and the token rate), they
+// do. Runs under way going first keeps a backlog's runs finishing early,
+// but at its end it would leave fewer runs going than the limit serves
+// while each makes its remaining calls one after another, drawing the
+// batch out by up to that many calls' time; the last new runs starting
+// first keep enough runs going to the end. head waits at most one call's
+// time for them (lastRunsWindow at most), so there is no starvation while
+// new runs keep coming.
 func (b *bucket) lastRunsFirst(head *waiter, now time.Time) bool {
 	window := min(b.callTime, lastRunsWindow)
-	if window <= 0 || b.reqInterval <= 0 || now.Sub(head.since) >= window {
+	if window <= 0 || (b.reqInterval <= 0 && b.tokPerMin <= 0) || now.Sub(head.since) >= window {
 		return false
 	}
-	return time.Duration(b.newWaiting)*b.reqInterval <= window
+	// The schedule time the new runs' starts take: their requests, and
+	// their tokens.
+	if b.reqInterval > 0 && b.newWaiting > int(window/b.reqInterval) {
+		return false
+	}
+	return b.tokCost(b.newTokens) <= window
 }
 
 // remove takes a waiter out of its queue, keeping the round-robin position.
@@ -727,6 +735,7 @@ func (b *bucket) remove(w *waiter) {
 		q.underWay--
 	} else {
 		b.newWaiting--
+		b.newTokens -= w.tokens
 	}
 	q.l.Remove(w.elem)
 	b.waiting--

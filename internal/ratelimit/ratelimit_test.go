@@ -814,13 +814,25 @@ func TestNewRunsAreToldTheirDelayOnceASecond(t *testing.T) {
 
 // TestLastNewRunsGoFirst: once the bucket knows how long its calls take,
 // the new runs waiting go ahead of runs under way when all of them could
-// start within one call's time (so the end of a backlog keeps enough runs
+// start within one call's time (by a request rate or a token rate) (so the end of a backlog keeps enough runs
 // going), and a run under way is held back at most that long; with more
 // new runs waiting than that, runs under way go first.
 func TestLastNewRunsGoFirst(t *testing.T) {
-	lim := Limits{RequestsPerMinute: 60} // one per second, burst 1
+	for _, limit := range []struct {
+		name   string
+		lim    Limits
+		tokens int64
+	}{
+		{"requests", Limits{RequestsPerMinute: 60}, 0}, // one per second, burst 1
+		{"tokens", Limits{TokensPerMinute: 600}, 10},   // a call's 10 tokens take a second
+	} {
+		t.Run(limit.name, func(t *testing.T) { lastNewRunsGoFirst(t, limit.lim, limit.tokens) })
+	}
+}
+
+func lastNewRunsGoFirst(t *testing.T, lim Limits, tokens int64) {
 	req := func(underWay bool) Request {
-		return Request{Key: "k", Limits: lim, Namespace: "a", UnderWay: underWay}
+		return Request{Key: "k", Limits: lim, Namespace: "a", UnderWay: underWay, Tokens: tokens}
 	}
 	for _, tc := range []struct {
 		name  string
