@@ -276,7 +276,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile moves one AgentRun forward.

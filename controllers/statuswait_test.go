@@ -37,7 +37,7 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 		t.Fatalf("the run left Complete: %s", done.Status.Phase)
 	}
 	statusWrites := after["PUT agentruns/status"] - before["PUT agentruns/status"]
-	journalWrites := after["PATCH configmaps"] - before["PATCH configmaps"] + after["POST configmaps"] - before["POST configmaps"]
+	journalWrites := after["PUT configmaps"] - before["PUT configmaps"] + after["POST configmaps"] - before["POST configmaps"]
 	t.Logf("status writes %d, journal writes %d (%v)", statusWrites, journalWrites, after)
 	if statusWrites != 1 {
 		t.Errorf("%d status writes, want 1: the last", statusWrites)

@@ -1,7 +1,7 @@
 // Package store keeps runs' journals in the API server. A run's journal is
 // a few ConfigMaps ("chunks", usually one), each holding many entries under
 // their zero-padded seq, so a run costs one object, not one per entry.
-// Entries are added by merge patches that carry the chunk's
+// Entries are added by updates of the whole chunk that carry its
 // resourceVersion: a writer that no longer owns the run (another replica
 // took it over) fails on the conflict instead of overwriting. An in-memory
 // copy per active run means a reconcile never reads its journal back.
@@ -113,8 +113,11 @@ type runLog struct {
 
 type chunk struct {
 	name  string
-	rv    string
 	bytes int
+	// obj is the chunk as last stored, without its managed fields (the API
+	// server keeps them when an update carries none): an append sends it
+	// whole with the new keys (put).
+	obj *corev1.ConfigMap
 }
 
 // New makes a store writing with w and reading uncached with r.
@@ -272,12 +275,9 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, add ma
 		limit = DefaultChunkBytes
 	}
 	if n := len(l.chunks); n > 0 && (l.chunks[n-1].bytes+size <= limit || l.chunks[n-1].bytes == 0) {
-		c := &l.chunks[n-1]
-		rv, err := s.patch(ctx, run.Namespace, c.name, c.rv, add)
-		if err != nil {
+		if err := s.put(ctx, &l.chunks[n-1], add); err != nil {
 			return 0, err
 		}
-		c.rv = rv
 		return n - 1, nil
 	}
 	i := len(l.chunks)
@@ -295,36 +295,47 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, add ma
 			return 0, ErrSeqTaken
 		}
 	}
-	l.chunks = append(l.chunks, chunk{name: cm.Name, rv: cm.ResourceVersion})
+	l.chunks = append(l.chunks, chunk{name: cm.Name, obj: keptChunk(cm)})
 	return i, nil
 }
 
-// patch adds keys to a chunk under its resourceVersion. On a conflict the
-// chunk is read back: if it already holds exactly these keys an earlier
-// attempt was stored; otherwise somebody else wrote the journal.
-func (s *Store) patch(ctx context.Context, ns, name, rv string, add map[string]string) (string, error) {
-	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": rv},
-		"data":     add,
-	})
-	if err != nil {
-		return "", err
+// put adds keys to a chunk by an update of the whole chunk under its
+// resourceVersion. An update, not a merge patch: the API server applies a
+// patch by encoding the stored object as JSON, merging and decoding it
+// again, about 0.6 ms of its CPU per append that an update (sent as
+// protobuf) does not cost; the resourceVersion fences both alike. On a
+// conflict the chunk is read back: if it already holds exactly these keys
+// an earlier attempt was stored; otherwise somebody else wrote the journal.
+func (s *Store) put(ctx context.Context, c *chunk, add map[string]string) error {
+	cm := c.obj.DeepCopy()
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	err = s.writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, body))
+	for k, v := range add {
+		cm.Data[k] = v
+	}
+	err := s.writer.Update(ctx, cm)
 	if err == nil {
-		return cm.ResourceVersion, nil
+		c.obj = keptChunk(cm)
+		return nil
 	}
 	if !apierrors.IsConflict(err) {
-		return "", fmt.Errorf("appending to journal chunk %s: %w", name, err)
+		return fmt.Errorf("appending to journal chunk %s: %w", c.name, err)
 	}
 	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
-		return "", err
+		return err
 	}
 	if holds(cm.Data, add) {
-		return cm.ResourceVersion, nil
+		c.obj = keptChunk(cm)
+		return nil
 	}
-	return "", ErrSeqTaken
+	return ErrSeqTaken
+}
+
+// keptChunk is cm as a chunk keeps it: without its managed fields.
+func keptChunk(cm *corev1.ConfigMap) *corev1.ConfigMap {
+	cm.ManagedFields = nil
+	return cm
 }
 
 func holds(data, add map[string]string) bool {
@@ -363,11 +374,9 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 		i = l.outputChunk // one output per journal
 	}
 	c := &l.chunks[i]
-	rv, err := s.patch(ctx, run.Namespace, c.name, c.rv, add)
-	if err != nil {
+	if err := s.put(ctx, c, add); err != nil {
 		return "", fmt.Errorf("storing the final output: %w", err)
 	}
-	c.rv = rv
 	l.output, l.outputChunk, l.hasOutput = text, i, true
 	return c.name, nil
 }
@@ -532,7 +541,7 @@ func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]
 		if err != nil || idx < 0 {
 			return nil, nil, nil, out, &CorruptError{Object: cm.Name, Problem: fmt.Sprintf("the chunk has no valid %s label", LabelChunk)}
 		}
-		c := chunk{name: cm.Name, rv: cm.ResourceVersion}
+		c := chunk{name: cm.Name, obj: keptChunk(cm)}
 		for _, k := range sortedKeys(cm.Data) {
 			v := cm.Data[k]
 			if k == OutputKey {
