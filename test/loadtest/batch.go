@@ -53,6 +53,12 @@ type Batch struct {
 	// /debug/pprof (AGENTRUN_TESTENV_PROFILING=1).
 	ProfileTo  string
 	ProfileFor time.Duration
+	// ProfileAfter delays the profile's start from the first create (to
+	// profile a batch's end alone).
+	ProfileAfter time.Duration
+	// Observe, if set, is given every run of the namespace the batch's
+	// watch sees, as it sees it.
+	Observe func(*arv1.AgentRun)
 }
 
 // BatchResult is what RunBatch measured.
@@ -219,6 +225,8 @@ type runWatch struct {
 	failed  *arv1.AgentRun
 	// firstPhase is each run's phase when the watch first showed it.
 	firstPhase map[string]arv1.Phase
+	// also is Batch.Observe.
+	also func(*arv1.AgentRun)
 }
 
 // RunBatch creates the batch's runs and follows them through a watch of
@@ -231,7 +239,7 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	defer cancel()
 	res := &BatchResult{Batch: b}
 
-	w := &runWatch{want: map[string]bool{}, until: b.Until, reached: map[string]time.Time{}, last: map[string]*arv1.AgentRun{}, firstPhase: map[string]arv1.Phase{}}
+	w := &runWatch{want: map[string]bool{}, until: b.Until, reached: map[string]time.Time{}, last: map[string]*arv1.AgentRun{}, firstPhase: map[string]arv1.Phase{}, also: b.Observe}
 	for i := range b.N {
 		w.want[RunName(b.Prefix, i)] = true
 	}
@@ -254,7 +262,10 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	if b.ProfileTo != "" {
 		// Not cancelled with the batch: a profile longer than the batch
 		// still arrives.
-		go c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
+		go func() {
+			time.Sleep(b.ProfileAfter)
+			c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
+		}()
 	}
 	if marks.req, err = c.APIRequests(ctx); err != nil {
 		return nil, err
@@ -447,6 +458,9 @@ func (w *runWatch) observe(ev watch.Event, at time.Time) error {
 	r, ok := ev.Object.(*arv1.AgentRun)
 	if !ok {
 		return fmt.Errorf("the AgentRun watch sent a %T", ev.Object)
+	}
+	if w.also != nil {
+		w.also(r)
 	}
 	if !w.want[r.Name] {
 		return nil

@@ -191,7 +191,8 @@ func batch(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.M
 // profileAPIServer asks for a CPU profile of the API server over the batch
 // when LOADTEST_APISERVER_PROFILE_DIR names a directory (the cluster must
 // serve /debug/pprof: AGENTRUN_TESTENV_PROFILING=1), written there as
-// NAME.pprof; LOADTEST_APISERVER_PROFILE_FOR sets its length.
+// NAME.pprof; LOADTEST_APISERVER_PROFILE_FOR sets its length and
+// LOADTEST_APISERVER_PROFILE_AFTER its start after the batch's first create.
 func profileAPIServer(spec *loadtest.Batch, name string) {
 	dir := os.Getenv("LOADTEST_APISERVER_PROFILE_DIR")
 	if dir == "" {
@@ -200,6 +201,9 @@ func profileAPIServer(spec *loadtest.Batch, name string) {
 	spec.ProfileTo = filepath.Join(dir, name+".pprof")
 	if s, err := time.ParseDuration(os.Getenv("LOADTEST_APISERVER_PROFILE_FOR")); err == nil {
 		spec.ProfileFor = s
+	}
+	if s, err := time.ParseDuration(os.Getenv("LOADTEST_APISERVER_PROFILE_AFTER")); err == nil {
+		spec.ProfileAfter = s
 	}
 }
 

@@ -43,7 +43,8 @@ type Cluster struct {
 	Kube   kubernetes.Interface
 	Dyn    dynamic.Interface
 	// Kubeconfig is a kubeconfig file for the API server, for the manager
-	// process.
+	// process: it authenticates by bearer token, as in a pod
+	// (testenv.Env.ManagerKubeconfig).
 	Kubeconfig string
 
 	dir string
@@ -82,7 +83,7 @@ func newCluster(env *testenv.Env) (*Cluster, error) {
 	if c.Dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
-	if c.Kubeconfig, err = env.Kubeconfig(dir); err != nil {
+	if c.Kubeconfig, err = env.ManagerKubeconfig(dir); err != nil {
 		return nil, fmt.Errorf("writing a kubeconfig: %w", err)
 	}
 	return c, nil

@@ -2,7 +2,10 @@ package loadtest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"maps"
 	"os"
 	"slices"
@@ -70,7 +73,7 @@ var setupBlockers = []arv1.SetupBlocker{
 }
 
 // latencyRun is one operator batch of LatencyBlueprint against a server, in
-// a namespace of its own, with a watch of every wait its runs showed.
+// a namespace of its own, with every wait its runs showed.
 type latencyRun struct {
 	name   string
 	srv    *loadtest.LatencyServer
@@ -81,26 +84,19 @@ type latencyRun struct {
 }
 
 // prepareLatency makes the namespace (blueprint, providers.toml naming srv
-// with extra in its table, the key's Secret) and starts the wait watch.
+// with extra in its table, the key's Secret).
 func prepareLatency(ctx context.Context, c *loadtest.Cluster, name string, srv *loadtest.LatencyServer, extra string) (*latencyRun, error) {
 	ns, err := c.SetupLatencyNamespace(ctx, name, "bench", loadtest.LatencyBlueprint, loadtest.LatencyProvidersTOML(srv.BaseURL(), extra))
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.WatchBlockers(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	return &latencyRun{name: name, srv: srv, ns: ns, waits: w}, nil
+	return &latencyRun{name: name, srv: srv, ns: ns, waits: loadtest.NewBlockerWatch()}, nil
 }
 
 // run runs the batch of n, failing early when a run waits on a blocker
 // that never clears. The server's counters are taken before and after, so
 // lr.server is this batch's (when nothing else calls the server meanwhile).
 func (lr *latencyRun) run(ctx context.Context, c *loadtest.Cluster, m *loadtest.Manager, n int, timeout time.Duration) error {
-	// The watch only serves the early failure below; an error of its own
-	// does not decide the batch.
-	defer func() { _ = lr.waits.Stop() }()
 	lr.srv.Take()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -127,7 +123,7 @@ func (lr *latencyRun) run(ctx context.Context, c *loadtest.Cluster, m *loadtest.
 			}
 		}
 	}()
-	spec := loadtest.Batch{Namespace: lr.ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m}
+	spec := loadtest.Batch{Namespace: lr.ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m, Observe: lr.waits.Observe}
 	profileAPIServer(&spec, lr.name)
 	res, err := c.RunBatch(ctx, spec)
 	lr.server = lr.srv.Take()
@@ -270,6 +266,20 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 			r.row("bare client, pass 2", "skipped (set LOADTEST_BARE_TWICE=1 to run it): the mean is pass 1 alone")
 		}
 		res := op.res
+		if os.Getenv("LOADTEST_DUMP_RUN") == "1" {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(arv1.GroupVersion.WithKind("AgentRun"))
+			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: op.ns, Name: "r-00001"}, u); err == nil {
+				j, _ := json.MarshalIndent(u.Object, "", " ")
+				_ = os.WriteFile("/tmp/run.json", j, 0o644)
+			}
+			cm := &unstructured.Unstructured{}
+			cm.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: op.ns, Name: "r-00001-journal"}, cm); err == nil {
+				j, _ := json.MarshalIndent(cm.Object, "", " ")
+				_ = os.WriteFile("/tmp/journal.json", j, 0o644)
+			}
+		}
 		opWall := secs(res.All())
 		ratio := bareWall / opWall
 		incomplete := res.N - len(res.Reached)

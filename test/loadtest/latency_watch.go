@@ -37,64 +37,38 @@ func (c *Cluster) CreateRunsWith(ctx context.Context, ns, agent, prefix string, 
 	})
 }
 
-// BlockerWatch follows every AgentRun of a namespace and remembers each
-// wait any run ever showed (status.waitingOn's reason, and its blocker for
-// NeedsSetup), not only the last: a run that parked on ProviderFailed for a
-// moment and went on is still counted.
+// BlockerWatch remembers each wait any run of a batch ever showed
+// (status.waitingOn's reason, and its blocker for NeedsSetup), not only the
+// last: a run that parked on ProviderFailed for a moment and went on is
+// still counted. The batch's own watch feeds it (Batch.Observe =
+// w.Observe): a watch of its own would cost the API server and the harness
+// as much again per event, charged to the operator's figures.
 type BlockerWatch struct {
-	stop func()
-	done chan struct{}
-
 	mu   sync.Mutex
 	seen map[string]map[string]bool // run -> "Reason" or "NeedsSetup/Blocker"
-	err  error
 }
 
-// WatchBlockers starts a BlockerWatch of ns from now; Stop ends it.
-func (c *Cluster) WatchBlockers(ctx context.Context, ns string) (*BlockerWatch, error) {
-	events, stop, err := c.watchRuns(ctx, ns)
-	if err != nil {
-		return nil, err
+// NewBlockerWatch is an empty BlockerWatch.
+func NewBlockerWatch() *BlockerWatch {
+	return &BlockerWatch{seen: map[string]map[string]bool{}}
+}
+
+// Observe records the wait r shows, if any.
+func (w *BlockerWatch) Observe(r *arv1.AgentRun) {
+	wo := r.Status.WaitingOn
+	if wo == nil {
+		return
 	}
-	w := &BlockerWatch{stop: stop, done: make(chan struct{}), seen: map[string]map[string]bool{}}
-	go func() {
-		defer close(w.done)
-		for ev := range events {
-			r, ok := ev.Object.(*arv1.AgentRun)
-			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
-				if ev.Type == watch.Error {
-					w.mu.Lock()
-					w.err = fmt.Errorf("the AgentRun watch of %s failed: %v", ns, ev.Object)
-					w.mu.Unlock()
-				}
-				continue
-			}
-			wo := r.Status.WaitingOn
-			if wo == nil {
-				continue
-			}
-			key := string(wo.Reason)
-			if wo.Blocker != "" {
-				key += "/" + string(wo.Blocker)
-			}
-			w.mu.Lock()
-			if w.seen[r.Name] == nil {
-				w.seen[r.Name] = map[string]bool{}
-			}
-			w.seen[r.Name][key] = true
-			w.mu.Unlock()
-		}
-	}()
-	return w, nil
-}
-
-// Stop ends the watch (idempotent) and returns its error, if it had one.
-func (w *BlockerWatch) Stop() error {
-	w.stop()
-	<-w.done
+	key := string(wo.Reason)
+	if wo.Blocker != "" {
+		key += "/" + string(wo.Blocker)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.err
+	if w.seen[r.Name] == nil {
+		w.seen[r.Name] = map[string]bool{}
+	}
+	w.seen[r.Name][key] = true
 }
 
 // Ever is how many runs ever waited on NeedsSetup with blocker b.
