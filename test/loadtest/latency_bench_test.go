@@ -2,10 +2,7 @@ package loadtest_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"maps"
 	"os"
 	"slices"
@@ -266,20 +263,6 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 			r.row("bare client, pass 2", "skipped (set LOADTEST_BARE_TWICE=1 to run it): the mean is pass 1 alone")
 		}
 		res := op.res
-		if os.Getenv("LOADTEST_DUMP_RUN") == "1" {
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(arv1.GroupVersion.WithKind("AgentRun"))
-			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: op.ns, Name: "r-00001"}, u); err == nil {
-				j, _ := json.MarshalIndent(u.Object, "", " ")
-				_ = os.WriteFile("/tmp/run.json", j, 0o644)
-			}
-			cm := &unstructured.Unstructured{}
-			cm.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
-			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: op.ns, Name: "r-00001-journal"}, cm); err == nil {
-				j, _ := json.MarshalIndent(cm.Object, "", " ")
-				_ = os.WriteFile("/tmp/journal.json", j, 0o644)
-			}
-		}
 		opWall := secs(res.All())
 		ratio := bareWall / opWall
 		incomplete := res.N - len(res.Reached)
