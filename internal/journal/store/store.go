@@ -314,8 +314,12 @@ func (s *Store) put(ctx context.Context, c *chunk, add map[string]string) error 
 	for k, v := range add {
 		cm.Data[k] = v
 	}
+	sent := cm.Data
 	err := s.writer.Update(ctx, cm)
 	if err == nil {
+		// The answer decodes into fresh strings: keep the ones sent, which
+		// the run's raw entries share, so a journal is held once.
+		cm.Data = sent
 		c.obj = keptChunk(cm)
 		return nil
 	}

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
+)
+
+// TestAppendsAreFencedUpdates: against a real API server, appends after
+// the first are updates of the whole chunk under its resourceVersion. A
+// second writer's appends make the first one's stale: its append of other
+// content is ErrSeqTaken and writes nothing, its retried append of what is
+// stored succeeds; a reload then sees every entry. What others put on the
+// chunk (a label) and the field managers' records are kept.
+func TestAppendsAreFencedUpdates(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := arv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "journal"}}); err != nil {
+		t.Fatal(err)
+	}
+	run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "journal", Name: "r"}, Spec: arv1.AgentRunSpec{Agent: "a", Task: "t"}}
+	if err := c.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(seq int64, stage string) journal.Entry {
+		e := journal.Entry{Seq: seq, Kind: journal.ModelCallRequested, At: time.Unix(1000, 0).UTC(), Stage: stage}
+		if seq%2 == 1 {
+			e.Kind, e.Call = journal.ModelCallCompleted, seq-1
+		}
+		return e
+	}
+
+	first := New(c, c)
+	if _, err := first.Load(ctx, run, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Append(ctx, run, entry(0, "s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Append(ctx, run, entry(1, "s"), entry(2, "s")); err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	key := client.ObjectKey{Namespace: "journal", Name: ChunkName(run, 0)}
+	if err := c.Get(ctx, key, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Labels["team"] = "a" // someone else's label, before the next append
+	if err := c.Update(ctx, &cm); err != nil {
+		t.Fatal(err)
+	}
+
+	// The second writer reads the journal (with the label) and appends.
+	second := New(c, c)
+	if _, err := second.Load(ctx, run, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Append(ctx, run, entry(3, "s"), entry(4, "s")); err != nil {
+		t.Fatal(err)
+	}
+	// The first writer's view is stale: other content at seq 3 is refused.
+	if err := first.Append(ctx, run, entry(3, "other")); !errors.Is(err, ErrSeqTaken) {
+		t.Fatalf("a stale writer's append: %v, want ErrSeqTaken", err)
+	}
+	// Reloaded, it appends after the second writer's entries.
+	if err := first.Append(ctx, run, entry(5, "s")); err != nil {
+		t.Fatalf("the append after a reload: %v", err)
+	}
+	// The second writer is stale now; its retry of what is stored (seq 5,
+	// as if its own write's answer was lost) is recognised.
+	if err := second.Append(ctx, run, entry(5, "s")); err != nil {
+		t.Fatalf("a retried append of stored content: %v", err)
+	}
+
+	got, err := Read(ctx, c, "journal", run.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 6 {
+		t.Fatalf("%d entries stored, want 6: %+v", len(got), got)
+	}
+	for i, e := range got {
+		if e.Seq != int64(i) || e.Stage != "s" {
+			t.Errorf("entry %d: seq %d stage %q, want seq %d stage s", i, e.Seq, e.Stage, i)
+		}
+	}
+	if err := c.Get(ctx, key, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Labels["team"] != "a" || cm.Labels[LabelRunUID] != string(run.UID) {
+		t.Errorf("labels after the appends: %v, want team=a and the run's UID kept", cm.Labels)
+	}
+	if len(cm.ManagedFields) == 0 {
+		t.Error("the chunk lost its managed fields")
+	}
+}
