@@ -189,12 +189,8 @@ func (e *Env) Stop() error {
 // CPU under the load benchmarks) and a token once per 10 s (its token
 // cache).
 func (e *Env) ManagerKubeconfig(dir string) (string, error) {
-	server := e.Config.Host
-	if !strings.Contains(server, "://") {
-		server = "https://" + server
-	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: e.Config.CAData}
+	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
 	cfg.AuthInfos["agentrun-manager"] = &clientcmdapi.AuthInfo{Token: e.managerToken}
 	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "agentrun-manager"}
 	cfg.CurrentContext = "envtest"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -47,22 +45,15 @@ func TestAppendsAreFencedUpdates(t *testing.T) {
 	if err := c.Create(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	entry := func(seq int64, stage string) journal.Entry {
-		e := journal.Entry{Seq: seq, Kind: journal.ModelCallRequested, At: time.Unix(1000, 0).UTC(), Stage: stage}
-		if seq%2 == 1 {
-			e.Kind, e.Call = journal.ModelCallCompleted, seq-1
-		}
-		return e
-	}
 
 	first := New(c, c)
 	if _, err := first.Load(ctx, run, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Append(ctx, run, entry(0, "s")); err != nil {
+	if err := first.Append(ctx, run, testEntry(0, "s")); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Append(ctx, run, entry(1, "s"), entry(2, "s")); err != nil {
+	if err := first.Append(ctx, run, testEntry(1, "s"), testEntry(2, "s")); err != nil {
 		t.Fatal(err)
 	}
 	var cm corev1.ConfigMap
@@ -80,20 +71,20 @@ func TestAppendsAreFencedUpdates(t *testing.T) {
 	if _, err := second.Load(ctx, run, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := second.Append(ctx, run, entry(3, "s"), entry(4, "s")); err != nil {
+	if err := second.Append(ctx, run, testEntry(3, "s"), testEntry(4, "s")); err != nil {
 		t.Fatal(err)
 	}
 	// The first writer's view is stale: other content at seq 3 is refused.
-	if err := first.Append(ctx, run, entry(3, "other")); !errors.Is(err, ErrSeqTaken) {
+	if err := first.Append(ctx, run, testEntry(3, "other")); !errors.Is(err, ErrSeqTaken) {
 		t.Fatalf("a stale writer's append: %v, want ErrSeqTaken", err)
 	}
 	// Reloaded, it appends after the second writer's entries.
-	if err := first.Append(ctx, run, entry(5, "s")); err != nil {
+	if err := first.Append(ctx, run, testEntry(5, "s")); err != nil {
 		t.Fatalf("the append after a reload: %v", err)
 	}
 	// The second writer is stale now; its retry of what is stored (seq 5,
 	// as if its own write's answer was lost) is recognised.
-	if err := second.Append(ctx, run, entry(5, "s")); err != nil {
+	if err := second.Append(ctx, run, testEntry(5, "s")); err != nil {
 		t.Fatalf("a retried append of stored content: %v", err)
 	}
 

@@ -112,13 +112,14 @@ type runLog struct {
 }
 
 type chunk struct {
-	name  string
 	bytes int
 	// obj is the chunk as last stored, without its managed fields (the API
 	// server keeps them when an update carries none): an append sends it
 	// whole with the new keys (put).
 	obj *corev1.ConfigMap
 }
+
+func (c chunk) name() string { return c.obj.Name }
 
 // New makes a store writing with w and reading uncached with r.
 func New(w client.Client, r client.Reader) *Store {
@@ -295,7 +296,7 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, add ma
 			return 0, ErrSeqTaken
 		}
 	}
-	l.chunks = append(l.chunks, chunk{name: cm.Name, obj: keptChunk(cm)})
+	l.chunks = append(l.chunks, chunk{obj: keptChunk(cm)})
 	return i, nil
 }
 
@@ -324,7 +325,7 @@ func (s *Store) put(ctx context.Context, c *chunk, add map[string]string) error 
 		return nil
 	}
 	if !apierrors.IsConflict(err) {
-		return fmt.Errorf("appending to journal chunk %s: %w", c.name, err)
+		return fmt.Errorf("appending to journal chunk %s: %w", c.name(), err)
 	}
 	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
 		return err
@@ -362,7 +363,7 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 		return "", err
 	}
 	if l.hasOutput && l.output == text {
-		return l.chunks[l.outputChunk].name, nil // stored with the answer
+		return l.chunks[l.outputChunk].name(), nil // stored with the answer
 	}
 	add := map[string]string{OutputKey: text}
 	if len(l.chunks) == 0 {
@@ -382,7 +383,7 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 		return "", fmt.Errorf("storing the final output: %w", err)
 	}
 	l.output, l.outputChunk, l.hasOutput = text, i, true
-	return c.name, nil
+	return c.name(), nil
 }
 
 // Forget drops the in-memory copy of a run (finished, deleted, or stale).
@@ -545,7 +546,7 @@ func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]
 		if err != nil || idx < 0 {
 			return nil, nil, nil, out, &CorruptError{Object: cm.Name, Problem: fmt.Sprintf("the chunk has no valid %s label", LabelChunk)}
 		}
-		c := chunk{name: cm.Name, obj: keptChunk(cm)}
+		c := chunk{obj: keptChunk(cm)}
 		for _, k := range sortedKeys(cm.Data) {
 			v := cm.Data[k]
 			if k == OutputKey {
@@ -586,7 +587,7 @@ func inOrder(byIndex map[int]chunk) ([]chunk, error) {
 	for i := range chunks {
 		c, ok := byIndex[i]
 		if !ok {
-			return nil, &CorruptError{Object: siblingName(byIndex[last].name, last, i), Problem: fmt.Sprintf("chunk %d is missing while chunk %d (%s) exists", i, last, byIndex[last].name)}
+			return nil, &CorruptError{Object: siblingName(byIndex[last].name(), last, i), Problem: fmt.Sprintf("chunk %d is missing while chunk %d (%s) exists", i, last, byIndex[last].name())}
 		}
 		chunks[i] = c
 	}
@@ -621,7 +622,7 @@ func dense(entries []journal.Entry, chunks []chunk) error {
 		case e.Seq == next-1:
 			// issued again (in a later chunk)
 		case e.Seq != next:
-			return &CorruptError{Object: chunks[0].name, Key: key(next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
+			return &CorruptError{Object: chunks[0].name(), Key: key(next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
 		default:
 			next++
 		}

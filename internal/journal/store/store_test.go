@@ -39,17 +39,23 @@ func entries(t *testing.T, from, to int64) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for seq := from; seq < to; seq++ {
-		e := journal.Entry{Seq: seq, Kind: journal.ModelCallRequested, At: time.Unix(1000, 0).UTC(), Stage: "s"}
-		if seq%2 == 1 {
-			e.Kind, e.Call = journal.ModelCallCompleted, seq-1
-		}
-		b, err := json.Marshal(e)
+		b, err := json.Marshal(testEntry(seq, "s"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		out[key(seq)] = string(b)
 	}
 	return out
+}
+
+// testEntry is seq of a run alternating model-call intents (even seq) and
+// their completions (odd), in stage.
+func testEntry(seq int64, stage string) journal.Entry {
+	e := journal.Entry{Seq: seq, Kind: journal.ModelCallRequested, At: time.Unix(1000, 0).UTC(), Stage: stage}
+	if seq%2 == 1 {
+		e.Kind, e.Call = journal.ModelCallCompleted, seq-1
+	}
+	return e
 }
 
 func chunkOf(run *arv1.AgentRun, i int, data map[string]string) *corev1.ConfigMap {
