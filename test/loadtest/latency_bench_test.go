@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,6 +219,13 @@ func slowest(res *loadtest.BatchResult, st loadtest.LatencyStats, k int) []strin
 	return out
 }
 
+// cpuFloor is the shortest wall this machine allows the batch: the CPU
+// the API server, etcd, the manager and the harness (with its model
+// server) used over it, if every core had been busy throughout.
+func cpuFloor(res *loadtest.BatchResult) float64 {
+	return secs(res.CPU.Total()) / float64(runtime.NumCPU())
+}
+
 func apiServerMsPerRun(res *loadtest.BatchResult) float64 {
 	return float64(res.CPU["kube-apiserver"].Microseconds()) / 1000 / float64(res.N)
 }
@@ -281,6 +289,8 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		r.row("operator: runs not Complete", "%d", incomplete)
 		r.row("operator: etcd writes", "%d = %.2f/run", res.Writes, res.WritesPerRun())
 		r.row("operator: CPU", "%s", res.CPU.PerRun(res.N))
+		floor := cpuFloor(res)
+		r.row("operator: CPU floor", "%.2fs: the four processes' %.1fs of CPU over the batch, spread over %d cores (%.0f%% of the operator's wall; a wall near it is bound by this machine's cores)", floor, secs(res.CPU.Total()), runtime.NumCPU(), 100*floor/opWall)
 		r.row("operator: API requests", "%s per run", res.Requests.PerRun(res.N))
 		r.row("operator: manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 		h := res.Reconcile
@@ -302,6 +312,7 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		r.metric(float64(op.server.MaxInFlight), "max_in_flight")
 		r.metric(res.WritesPerRun(), "writes/run")
 		r.metric(apiServerMsPerRun(res), "apiserver_ms/run")
+		r.metric(floor, "cpu_floor_s")
 		r.metric(loadtest.MiB(res.Memory.HWM), "hwm_MiB")
 		r.metric(float64(incomplete), "incomplete")
 	})
