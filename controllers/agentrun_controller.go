@@ -125,6 +125,9 @@ type Deps struct {
 	// status write a second, not one a step. Zero: DefaultStatusInterval;
 	// negative: every change is written at once.
 	StatusInterval time.Duration
+	// JournalChunkBytes bounds each journal chunk's data
+	// (store.DefaultChunkBytes when 0).
+	JournalChunkBytes int
 	// Priorities are the cluster's priority classes, kept current by the
 	// manager's watch on their ConfigMap (nil: none; spec.priority only).
 	Priorities *priority.Store
@@ -230,6 +233,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 		priorities: d.Priorities,
 	}
+	r.journals.ChunkBytes = d.JournalChunkBytes
 	switch {
 	case d.StatusInterval == 0:
 		r.statusInterval = DefaultStatusInterval

@@ -2,11 +2,14 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -146,4 +149,65 @@ func intentAt(t *testing.T, ns string, run *arv1.AgentRun, seq int64) *journal.E
 		}
 	}
 	return nil
+}
+
+// TestALongRunsJournalGoesOnInChunks: with --journal-chunk-bytes at its
+// least (16 KiB), an 8-stage run whose model answers are 4 KB each
+// journals into several chunks, none holding more than that, at one
+// journal write per call as before (a chunk's first write is its create),
+// and completes with every call counted once.
+func TestALongRunsJournalGoesOnInChunks(t *testing.T) {
+	ns := newNamespace(t)
+	wc, scripted := countingManager(t, ns, manager.Options{MaxConcurrentSteps: 16, StatusInterval: time.Hour, JournalChunkBytes: store.MinChunkBytes})
+	const n = 8
+	var bp strings.Builder
+	bp.WriteString("[agent]\nname = \"long\"\n[agent.title]\nenabled = false\n")
+	answer := strings.Repeat("a long answer. ", 4000/15)
+	for i := range n {
+		fmt.Fprintf(&bp, "[stages.s%d]\n[stages.s%d.model]\nmodels = [{provider = \"demo\", model = \"scripted-1\"}]\n", i, i)
+		if i < n-1 {
+			fmt.Fprintf(&bp, "[stages.s%d.transitions.s%d]\ncondition = \"always\"\n[[stages.s%d.script]]\ntext = %q\n", i, i+1, i, answer)
+		} else {
+			fmt.Fprintf(&bp, "[[stages.s%d.script]]\ntext = %q\ncomplete = true\noutput = \"all done\"\n", i, answer)
+		}
+	}
+	createConfigMap(t, ns, "long", map[string]string{"agent.toml": bp.String()})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	createRun(t, ns, "warm", "long") // snapshots the blueprint
+	waitFor(t, ns, "warm", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	wc.settle(t, settleQuiet, settleTimeout)
+	before := wc.snapshot()
+	run := createRun(t, ns, "r", "long")
+	done := waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	wc.settle(t, settleQuiet, settleTimeout)
+	after := wc.snapshot()
+	journalWrites := after["PUT configmaps"] - before["PUT configmaps"] + after["POST configmaps"] - before["POST configmaps"]
+	if journalWrites != n+1 {
+		t.Errorf("%d journal writes, want %d: the first intent, then one per call (%v)", journalWrites, n+1, after)
+	}
+	if u := done.Status.Usage; u.ModelCalls != n || u.LostCalls != 0 || scripted.Calls(string(run.UID)) != n {
+		t.Errorf("usage %+v, the provider served %d calls; want %d, none lost", u, scripted.Calls(string(run.UID)), n)
+	}
+	var chunks corev1.ConfigMapList
+	if err := k8s.List(context.Background(), &chunks, client.InNamespace(ns), client.MatchingLabels{store.LabelRunUID: string(run.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks.Items) < 2 {
+		t.Fatalf("%d journal chunks; want the %d KB of answers in several 16 KiB ones", len(chunks.Items), n*len(answer)/1000)
+	}
+	for _, cm := range chunks.Items {
+		entries, bytes := 0, 0
+		for k, v := range cm.Data {
+			if k != store.OutputKey {
+				entries, bytes = entries+1, bytes+len(v)
+			}
+		}
+		if entries > 1 && bytes > store.MinChunkBytes {
+			t.Errorf("chunk %s holds %d entries of %d bytes, more than the chunk's %d", cm.Name, entries, bytes, store.MinChunkBytes)
+		}
+	}
+	entries, err := store.Read(context.Background(), k8s, ns, run.UID)
+	if err != nil || len(entries) < 2*n {
+		t.Fatalf("read back %d entries, %v; want every call's intent and completion", len(entries), err)
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
@@ -80,6 +81,9 @@ type Options struct {
 	// while it only progresses (controllers.DefaultStatusInterval when 0;
 	// negative: every change is written at once).
 	StatusInterval time.Duration
+	// JournalChunkBytes bounds each journal chunk's data
+	// (store.DefaultChunkBytes when 0).
+	JournalChunkBytes int
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
 	SnapshotSweep snapshotgc.Sweep
@@ -197,8 +201,9 @@ func countingWrites(cfg *rest.Config) (*rest.Config, *writegauge.Gauge) {
 	return cfg, g
 }
 
-// New builds a manager with the AgentRun controller registered.
-func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+// complete fills in the defaults New needs before it builds anything, and
+// refuses options no manager can run with.
+func (o *Options) complete() error {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -207,8 +212,19 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if (o.LeaderElection || o.Shards > 1) && o.Lease.Namespace == "" {
 		if o.Lease.Namespace = podNamespace(); o.Lease.Namespace == "" {
-			return nil, fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
+			return fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
 		}
+	}
+	if b := o.JournalChunkBytes; b != 0 && (b < store.MinChunkBytes || b > store.MaxChunkBytes) {
+		return fmt.Errorf("--journal-chunk-bytes=%d is outside %d..%d (16 KiB to 512 KiB)", b, store.MinChunkBytes, store.MaxChunkBytes)
+	}
+	return nil
+}
+
+// New builds a manager with the AgentRun controller registered.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if err := o.complete(); err != nil {
+		return nil, err
 	}
 	cfg, writes := countingWrites(cfg)
 	mgr, err := ctrl.NewManager(cfg, ctrlOptions(o))
@@ -339,6 +355,7 @@ func reconcilerDeps(mgr ctrl.Manager, cfg *rest.Config, o Options, eg *egressPol
 		Sweep:                     o.SnapshotSweep,
 		ToolListingRetry:          o.ToolListingRetry,
 		StatusInterval:            o.StatusInterval,
+		JournalChunkBytes:         o.JournalChunkBytes,
 		OnReconcile:               o.OnReconcile,
 		OnWake:                    o.OnWake,
 		WakeThrough:               o.WakeThrough,

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -21,31 +23,8 @@ import (
 // stored succeeds; a reload then sees every entry. What others put on the
 // chunk (a label) and the field managers' records are kept.
 func TestAppendsAreFencedUpdates(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := arv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, run := apiServerRun(t)
 	ctx := context.Background()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "journal"}}); err != nil {
-		t.Fatal(err)
-	}
-	run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "journal", Name: "r"}, Spec: arv1.AgentRunSpec{Agent: "a", Task: "t"}}
-	if err := c.Create(ctx, run); err != nil {
-		t.Fatal(err)
-	}
-
 	first := New(c, c)
 	if _, err := first.Load(ctx, run, true); err != nil {
 		t.Fatal(err)
@@ -109,4 +88,99 @@ func TestAppendsAreFencedUpdates(t *testing.T) {
 	if len(cm.ManagedFields) == 0 {
 		t.Error("the chunk lost its managed fields")
 	}
+}
+
+// TestALongJournalGoesOnInChunks: against a real API server, a long run's
+// entries fill chunks of at most DefaultChunkBytes (so no append rewrites
+// more than that), an entry larger than a chunk gets one of its own, and a
+// restarted manager reads every entry back in order.
+func TestALongJournalGoesOnInChunks(t *testing.T) {
+	c, run := apiServerRun(t)
+	ctx := context.Background()
+	s := New(c, c)
+	if _, err := s.Load(ctx, run, true); err != nil {
+		t.Fatal(err)
+	}
+	answer := strings.Repeat("a long answer of a model. ", 200) // about 5 KB
+	const steps = 60
+	var want []journal.Entry
+	for seq := int64(0); seq < steps; seq++ {
+		e := testEntry(seq, "s")
+		if e.Kind == journal.ModelCallCompleted {
+			e.Text = answer
+		}
+		if seq == steps-1 {
+			e.Text = strings.Repeat("x", DefaultChunkBytes+(64<<10)) // larger than a chunk
+		}
+		if err := s.Append(ctx, run, e); err != nil {
+			t.Fatalf("appending #%d: %v", seq, err)
+		}
+		want = append(want, e)
+	}
+
+	var chunks corev1.ConfigMapList
+	if err := c.List(ctx, &chunks, client.InNamespace(run.Namespace), client.MatchingLabels{LabelRunUID: string(run.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	// About 150 KB of entries fill two chunks; the large entry is a third.
+	if len(chunks.Items) != 3 {
+		t.Fatalf("%d chunks, want 3", len(chunks.Items))
+	}
+	for _, cm := range chunks.Items {
+		n, bytes := 0, 0
+		for _, v := range cm.Data {
+			n, bytes = n+1, bytes+len(v)
+		}
+		if n > 1 && bytes > DefaultChunkBytes {
+			t.Errorf("chunk %s holds %d entries, %d bytes: more than a chunk's %d", cm.Name, n, bytes, DefaultChunkBytes)
+		}
+	}
+	var large corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ChunkName(run, 2)}, &large); err != nil || len(large.Data) != 1 {
+		t.Fatalf("the large entry's chunk: %d entries, %v; want it alone", len(large.Data), err)
+	}
+
+	got, err := New(c, c).Load(ctx, run, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("reloaded %d entries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Seq != want[i].Seq || got[i].Kind != want[i].Kind || got[i].Text != want[i].Text {
+			t.Fatalf("reloaded entry %d is #%d %s (%d bytes of text), want #%d %s (%d)", i, got[i].Seq, got[i].Kind, len(got[i].Text), want[i].Seq, want[i].Kind, len(want[i].Text))
+		}
+	}
+}
+
+// apiServerRun starts a control plane and creates one AgentRun in it,
+// returning a client and the run.
+func apiServerRun(t *testing.T) (client.Client, *arv1.AgentRun) {
+	t.Helper()
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := arv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "journal"}}); err != nil {
+		t.Fatal(err)
+	}
+	run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "journal", Name: "r"}, Spec: arv1.AgentRunSpec{Agent: "a", Task: "t"}}
+	if err := c.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	return c, run
 }

@@ -44,10 +44,24 @@ const (
 	OutputKey = "output"
 )
 
-// DefaultChunkBytes bounds a chunk's data. A ConfigMap holds at most 1 MiB;
-// keeping chunks at half that bounds what one append rewrites in etcd and
-// leaves room for one large entry.
-const DefaultChunkBytes = 512 << 10
+// DefaultChunkBytes bounds a chunk's data. Every append rewrites its whole
+// chunk (the API server and etcd store the object, not the change), so a
+// long run pays for its last chunk's size on every step: appending one
+// entry to a nearly full 512 KiB chunk cost the API server, etcd and the
+// writer 50-60 ms of CPU and put half a megabyte into etcd's history,
+// against about 17 ms and 128 KB for a full chunk of this size
+// (BenchmarkWriteCosts). A short run's journal fits one chunk either way;
+// a longer one leaves a chunk per 128 KiB. An entry larger than a chunk
+// gets one of its own (a ConfigMap holds up to 1 MiB).
+const DefaultChunkBytes = 128 << 10
+
+// MinChunkBytes and MaxChunkBytes bound Store.ChunkBytes: smaller chunks
+// would multiply a long run's objects, larger ones leave too little of a
+// ConfigMap's 1 MiB for a large entry and the final output beside them.
+const (
+	MinChunkBytes = 16 << 10
+	MaxChunkBytes = 512 << 10
+)
 
 // ErrSeqTaken is returned when an entry's seq is already journaled with
 // other content: the caller's view of the run is stale (or another writer
