@@ -184,3 +184,98 @@ func apiServerRun(t *testing.T) (client.Client, *arv1.AgentRun) {
 	}
 	return c, run
 }
+
+// TestANewChunkIsFencedToo: against a real API server, the append that
+// opens a run's next chunk (a create, not an update) keeps exactly-once.
+// A create stored whose answer was lost is retried and recognised as
+// ours; a stale writer whose append would open a chunk another writer
+// already opened with other entries gets ErrSeqTaken and writes nothing,
+// and after a reload appends after them.
+func TestANewChunkIsFencedToo(t *testing.T) {
+	c, run := apiServerRun(t)
+	ctx := context.Background()
+	answer := strings.Repeat("a long answer of a model. ", 200) // about 5 KB
+	entry := func(seq int64, stage string) journal.Entry {
+		e := testEntry(seq, stage)
+		e.Text = answer
+		return e
+	}
+	// Fill chunk 0 of a 16 KiB store with three entries: the fourth opens
+	// chunk 1.
+	lossy := &losesCreateAnswers{Client: c}
+	first := New(lossy, c)
+	first.ChunkBytes = MinChunkBytes
+	if _, err := first.Load(ctx, run, true); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range int64(3) {
+		if err := first.Append(ctx, run, entry(seq, "s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := New(c, c)
+	second.ChunkBytes = MinChunkBytes
+	if _, err := second.Load(ctx, run, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// The create of chunk 1 is stored but its answer lost: the retry
+	// finds it holding exactly this entry.
+	lossy.loseNext = true
+	if err := first.Append(ctx, run, entry(3, "s")); err == nil {
+		t.Fatal("the append whose create answer was lost reported success")
+	}
+	if err := first.Append(ctx, run, entry(3, "s")); err != nil {
+		t.Fatalf("retrying the append whose create was stored: %v", err)
+	}
+	// The second writer still sees three entries: its append of other
+	// content at seq 3 would open chunk 1 too, which is taken.
+	if err := second.Append(ctx, run, entry(3, "other")); !errors.Is(err, ErrSeqTaken) {
+		t.Fatalf("a stale writer opening a taken chunk: %v, want ErrSeqTaken", err)
+	}
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ChunkName(run, 1)}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.Data) != 1 || !strings.Contains(cm.Data[key(3)], `"stage":"s"`) {
+		t.Fatalf("chunk 1 holds %v; want the first writer's entry 3 alone", cm.Data)
+	}
+	// Reloaded, the second writer appends after the first one's entries.
+	if _, err := second.Load(ctx, run, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Append(ctx, run, entry(4, "s")); err != nil {
+		t.Fatalf("appending after a reload: %v", err)
+	}
+	got, err := New(c, c).Load(ctx, run, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 {
+		t.Fatalf("reloaded %d entries, want 5", len(got))
+	}
+	for i, e := range got {
+		if e.Seq != int64(i) || e.Stage != "s" {
+			t.Fatalf("entry %d is #%d of stage %q, want #%d of s", i, e.Seq, e.Stage, i)
+		}
+	}
+}
+
+// losesCreateAnswers is a client whose next create, once loseNext is set,
+// is stored and then reported failed, as when the answer is lost on the
+// way back.
+type losesCreateAnswers struct {
+	client.Client
+	loseNext bool
+}
+
+func (l *losesCreateAnswers) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := l.Client.Create(ctx, obj, opts...); err != nil {
+		return err
+	}
+	if l.loseNext {
+		l.loseNext = false
+		return context.DeadlineExceeded
+	}
+	return nil
+}
