@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,18 +159,8 @@ func TestALongRunsJournalGoesOnInChunks(t *testing.T) {
 	ns := newNamespace(t)
 	wc, scripted := countingManager(t, ns, manager.Options{MaxConcurrentSteps: 16, StatusInterval: time.Hour, JournalChunkBytes: store.MinChunkBytes})
 	const n = 8
-	var bp strings.Builder
-	bp.WriteString("[agent]\nname = \"long\"\n[agent.title]\nenabled = false\n")
 	answer := strings.Repeat("a long answer. ", 4000/15)
-	for i := range n {
-		fmt.Fprintf(&bp, "[stages.s%d]\n[stages.s%d.model]\nmodels = [{provider = \"demo\", model = \"scripted-1\"}]\n", i, i)
-		if i < n-1 {
-			fmt.Fprintf(&bp, "[stages.s%d.transitions.s%d]\ncondition = \"always\"\n[[stages.s%d.script]]\ntext = %q\n", i, i+1, i, answer)
-		} else {
-			fmt.Fprintf(&bp, "[[stages.s%d.script]]\ntext = %q\ncomplete = true\noutput = \"all done\"\n", i, answer)
-		}
-	}
-	createConfigMap(t, ns, "long", map[string]string{"agent.toml": bp.String()})
+	createConfigMap(t, ns, "long", map[string]string{"agent.toml": stagesAnswering(n, func(int) string { return answer })})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createRun(t, ns, "warm", "long") // snapshots the blueprint
 	waitFor(t, ns, "warm", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))

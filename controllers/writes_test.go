@@ -151,14 +151,25 @@ func etcdRevision(t testing.TB) int64 {
 // stages is a blueprint of n stages with one scripted model call each,
 // titles off: n model steps and nothing else.
 func stages(n int) string {
+	return stagesAnswering(n, func(i int) string {
+		if i == n-1 {
+			return "done"
+		}
+		return fmt.Sprintf("step %d", i)
+	})
+}
+
+// stagesAnswering is stages(n) whose stage i's scripted model answers
+// text(i).
+func stagesAnswering(n int, text func(i int) string) string {
 	var b strings.Builder
 	b.WriteString("[agent]\nname = \"steps\"\n[agent.title]\nenabled = false\n")
 	for i := range n {
 		fmt.Fprintf(&b, "[stages.s%d]\n[stages.s%d.model]\nmodels = [{provider = \"demo\", model = \"scripted-1\"}]\n", i, i)
 		if i < n-1 {
-			fmt.Fprintf(&b, "[stages.s%d.transitions.s%d]\ncondition = \"always\"\n[[stages.s%d.script]]\ntext = \"step %d\"\n", i, i+1, i, i)
+			fmt.Fprintf(&b, "[stages.s%d.transitions.s%d]\ncondition = \"always\"\n[[stages.s%d.script]]\ntext = %q\n", i, i+1, i, text(i))
 		} else {
-			fmt.Fprintf(&b, "[[stages.s%d.script]]\ntext = \"done\"\ncomplete = true\noutput = \"all done\"\n", i)
+			fmt.Fprintf(&b, "[[stages.s%d.script]]\ntext = %q\ncomplete = true\noutput = \"all done\"\n", i, text(i))
 		}
 	}
 	return b.String()

@@ -26,8 +26,8 @@ import (
 const writeCostOps = 300
 
 // bigChunkOps is how many writes of a kind landing on a nearly full
-// journal chunk are timed (after 10 untimed ones): each is half a
-// megabyte in etcd.
+// journal chunk are timed (after 10 untimed ones): each puts up to half a
+// megabyte into etcd.
 const bigChunkOps = 50
 
 // A long run's last chunk, nearly full: fullChunkEntries entries of

@@ -101,13 +101,12 @@ func TestALongJournalGoesOnInChunks(t *testing.T) {
 	if _, err := s.Load(ctx, run, true); err != nil {
 		t.Fatal(err)
 	}
-	answer := strings.Repeat("a long answer of a model. ", 200) // about 5 KB
 	const steps = 60
 	var want []journal.Entry
 	for seq := int64(0); seq < steps; seq++ {
 		e := testEntry(seq, "s")
 		if e.Kind == journal.ModelCallCompleted {
-			e.Text = answer
+			e.Text = longAnswer
 		}
 		if seq == steps-1 {
 			e.Text = strings.Repeat("x", DefaultChunkBytes+(64<<10)) // larger than a chunk
@@ -154,6 +153,10 @@ func TestALongJournalGoesOnInChunks(t *testing.T) {
 	}
 }
 
+// longAnswer is a model's answer of about 5 KB: a few of them fill a
+// small chunk.
+var longAnswer = strings.Repeat("a long answer of a model. ", 200)
+
 // apiServerRun starts a control plane and creates one AgentRun in it,
 // returning a client and the run.
 func apiServerRun(t *testing.T) (client.Client, *arv1.AgentRun) {
@@ -194,10 +197,9 @@ func apiServerRun(t *testing.T) (client.Client, *arv1.AgentRun) {
 func TestANewChunkIsFencedToo(t *testing.T) {
 	c, run := apiServerRun(t)
 	ctx := context.Background()
-	answer := strings.Repeat("a long answer of a model. ", 200) // about 5 KB
 	entry := func(seq int64, stage string) journal.Entry {
 		e := testEntry(seq, stage)
-		e.Text = answer
+		e.Text = longAnswer
 		return e
 	}
 	// Fill chunk 0 of a 16 KiB store with three entries: the fourth opens
