@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 )
 
 // oneStage completes on its first call.
@@ -217,10 +218,11 @@ func TestNeedsSetupBlockersResumeWhenFixed(t *testing.T) {
 }
 
 // waitForEvent waits for an Event on the run with the given reason whose
-// note contains text.
+// note contains text. A Normal Event may give way to the shared manager's
+// writes for up to eventsink.DefaultGiveWayFor before it is sent.
 func waitForEvent(t *testing.T, ns, run, reason, text string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(eventsink.DefaultGiveWayFor + 20*time.Second)
 	for {
 		var list corev1.EventList
 		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {

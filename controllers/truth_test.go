@@ -81,6 +81,8 @@ func TestModelIsTheOneThatAnswered(t *testing.T) {
 			t.Errorf("MODEL column in %q, want good/gpt-x", line)
 		}
 	}
+	// The failover Event is Normal: it may give way to the runs' writes.
+	waitForEvent(t, ns, "r0", arv1.ReasonModelFailover, "good/gpt-x")
 	var failover string
 	for _, e := range eventsOf(t, ns, "r0") {
 		if e.Reason == arv1.ReasonModelFailover {

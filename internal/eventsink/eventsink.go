@@ -42,10 +42,12 @@ type Sink struct {
 
 	// GiveWay, when set, reports that the manager's own writes (status,
 	// journal) are waiting on the API server: an Event then waits until
-	// none is, or for at most giveWayFor, so a burst of runs ending is not
-	// slowed by its own Events. Set it before Start.
-	GiveWay    func() bool
-	giveWayFor time.Duration
+	// none is, or for at most giveWayFor (a Warning: warningGiveWayFor),
+	// so a burst of runs ending is not slowed by its own Events. Set it
+	// before Start.
+	GiveWay           func() bool
+	giveWayFor        time.Duration
+	warningGiveWayFor time.Duration
 
 	queue chan queued
 	mu    sync.Mutex
@@ -58,19 +60,28 @@ type queued struct {
 	at time.Time
 }
 
-// DefaultGiveWayFor is the longest an Event waits for the manager's other
-// writes. Under a steady load one is nearly always in flight, and Events
-// then go out this late, never later; the queue holds this long's worth
-// of them at up to 512 a second.
-const DefaultGiveWayFor = 2 * time.Second
+// DefaultGiveWayFor is the longest a Normal Event waits for the
+// manager's other writes. It outlasts a burst: a thousand runs ending
+// together take several seconds of a small API server's CPU, and an Event
+// sent inside them (2 ms of the control plane's CPU, a tenth of what a run
+// costs) delays the runs still ending; held this long, a burst's Events go
+// out after it. Under a steady load one write is nearly always in flight,
+// and Events then go out this late, never later; the queue holds this
+// long's worth of them at up to 409 a second.
+const DefaultGiveWayFor = 10 * time.Second
+
+// DefaultWarningGiveWayFor is the longest a Warning Event waits: it may
+// ask a person to act (a missing Secret, a call to settle), so it is held
+// only briefly. The run's status says the same at once.
+const DefaultWarningGiveWayFor = 2 * time.Second
 
 // giveWayPoll is how often a waiting sender looks again.
 const giveWayPoll = 10 * time.Millisecond
 
 // queueSize bounds events waiting to be sent; past it they are dropped
 // (and counted in agentrun_events_dropped_total) rather than blocking a
-// reconcile.
-const queueSize = 1024
+// reconcile. About 4 MiB when full.
+const queueSize = 4096
 
 // senders is how many events are sent at once. Each create waits on the
 // API server, so one sender alone sends as fast as the API server answers
@@ -86,7 +97,7 @@ const seenSize = 4096
 func New(c client.Client, scheme *runtime.Scheme, controller string) *Sink {
 	host, _ := os.Hostname()
 	return &Sink{client: c, scheme: scheme, controller: controller, instance: host, repeat: 5 * time.Minute,
-		giveWayFor: DefaultGiveWayFor, queue: make(chan queued, queueSize), seen: map[string]time.Time{}}
+		giveWayFor: DefaultGiveWayFor, warningGiveWayFor: DefaultWarningGiveWayFor, queue: make(chan queued, queueSize), seen: map[string]time.Time{}}
 }
 
 // Eventf implements events.EventRecorder.
@@ -175,7 +186,11 @@ func (s *Sink) send(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case q := <-s.queue:
-			if !s.giveWay(ctx, q.at) {
+			hold := s.giveWayFor
+			if q.e.Type == corev1.EventTypeWarning {
+				hold = s.warningGiveWayFor
+			}
+			if !s.giveWay(ctx, q.at.Add(hold)) {
 				return
 			}
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -186,12 +201,11 @@ func (s *Sink) send(ctx context.Context) {
 }
 
 // giveWay waits while the manager's own writes are in flight, until
-// giveWayFor after since; false when ctx ended.
-func (s *Sink) giveWay(ctx context.Context, since time.Time) bool {
+// until at the latest; false when ctx ended.
+func (s *Sink) giveWay(ctx context.Context, until time.Time) bool {
 	if s.GiveWay == nil || !s.GiveWay() {
 		return true // the usual case: no timer made
 	}
-	until := since.Add(s.giveWayFor)
 	t := time.NewTicker(giveWayPoll)
 	defer t.Stop()
 	for s.GiveWay() && time.Now().Before(until) {

@@ -191,3 +191,26 @@ func TestGivesWayForABoundedTime(t *testing.T) {
 	}
 	waitSent(t, c, 3)
 }
+
+// A Warning may ask a person to act: under writes that never stop it goes
+// out after warningGiveWayFor, while a Normal Event recorded before it
+// still waits out giveWayFor.
+func TestWarningsGiveWayBriefly(t *testing.T) {
+	scheme := testScheme(t)
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	s := New(c, scheme, "agentrun-operator")
+	s.giveWayFor = time.Hour
+	s.warningGiveWayFor = 50 * time.Millisecond
+	s.GiveWay = func() bool { return true }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Start(ctx) }()
+	s.Eventf(run(1), nil, "Normal", "Succeeded", "Complete", "The run completed")
+	s.Eventf(run(2), nil, "Warning", "NeedsSetup", "Park", "Secret s is missing")
+	waitSent(t, c, 1)
+	time.Sleep(300 * time.Millisecond)
+	got := sent(t, c)
+	if len(got) != 1 || got[0].Type != "Warning" {
+		t.Fatalf("sent %+v, want the Warning alone while the Normal Event gives way", got)
+	}
+}
