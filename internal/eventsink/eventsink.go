@@ -49,9 +49,12 @@ type Sink struct {
 	giveWayFor        time.Duration
 	warningGiveWayFor time.Duration
 
-	queue chan queued
-	mu    sync.Mutex
-	seen  map[string]time.Time
+	// queue holds Normal Events and warnings Warnings, each with its own
+	// senders, so a Warning never waits behind Normal Events giving way.
+	queue    chan queued
+	warnings chan queued
+	mu       sync.Mutex
+	seen     map[string]time.Time
 }
 
 // queued is an Event waiting to be sent, and since when.
@@ -78,9 +81,10 @@ const DefaultWarningGiveWayFor = 2 * time.Second
 // giveWayPoll is how often a waiting sender looks again.
 const giveWayPoll = 10 * time.Millisecond
 
-// queueSize bounds events waiting to be sent; past it they are dropped
-// (and counted in agentrun_events_dropped_total) rather than blocking a
-// reconcile. About 4 MiB when full.
+// queueSize bounds events of each type (Normal, Warning) waiting to be
+// sent; past it they are dropped (and counted in
+// agentrun_events_dropped_total) rather than blocking a reconcile. About
+// 4 MiB when full.
 const queueSize = 4096
 
 // senders is how many events are sent at once. Each create waits on the
@@ -97,7 +101,8 @@ const seenSize = 4096
 func New(c client.Client, scheme *runtime.Scheme, controller string) *Sink {
 	host, _ := os.Hostname()
 	return &Sink{client: c, scheme: scheme, controller: controller, instance: host, repeat: 5 * time.Minute,
-		giveWayFor: DefaultGiveWayFor, warningGiveWayFor: DefaultWarningGiveWayFor, queue: make(chan queued, queueSize), seen: map[string]time.Time{}}
+		giveWayFor: DefaultGiveWayFor, warningGiveWayFor: DefaultWarningGiveWayFor,
+		queue: make(chan queued, queueSize), warnings: make(chan queued, queueSize), seen: map[string]time.Time{}}
 }
 
 // Eventf implements events.EventRecorder.
@@ -124,8 +129,12 @@ func (s *Sink) Eventf(regarding runtime.Object, related runtime.Object, eventtyp
 			e.Related = &r
 		}
 	}
+	queue := s.queue
+	if eventtype == corev1.EventTypeWarning {
+		queue = s.warnings
+	}
 	select {
-	case s.queue <- queued{e: e, at: time.Now()}:
+	case queue <- queued{e: e, at: time.Now()}:
 	default:
 		// Full: the API server is far behind. Events are best effort.
 		metrics.EventsDropped.Inc()
@@ -169,27 +178,26 @@ func (s *Sink) reference(obj runtime.Object) (corev1.ObjectReference, bool) {
 	}, true
 }
 
-// Start sends queued events, several at once, until ctx ends.
+// Start sends queued events, several of each type at once, until ctx
+// ends.
 func (s *Sink) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range senders {
-		wg.Go(func() { s.send(ctx) })
+		wg.Go(func() { s.send(ctx, s.queue, s.giveWayFor) })
+		wg.Go(func() { s.send(ctx, s.warnings, s.warningGiveWayFor) })
 	}
 	wg.Wait()
 	return nil
 }
 
-// send sends queued events one after another until ctx ends.
-func (s *Sink) send(ctx context.Context) {
+// send sends the events of queue one after another until ctx ends, each
+// giving way for at most hold after it was recorded.
+func (s *Sink) send(ctx context.Context, queue <-chan queued, hold time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case q := <-s.queue:
-			hold := s.giveWayFor
-			if q.e.Type == corev1.EventTypeWarning {
-				hold = s.warningGiveWayFor
-			}
+		case q := <-queue:
 			if !s.giveWay(ctx, q.at.Add(hold)) {
 				return
 			}
