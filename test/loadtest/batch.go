@@ -103,9 +103,13 @@ type BatchResult struct {
 	WakeWait  Histogram
 	Memory    Memory
 	// CPU is what each process used over the window, and Requests what
-	// the API server was asked.
-	CPU      CPUSample
-	Requests Requests
+	// the API server was asked. CPUToLast is what each process used from
+	// the first create until the last run was seen at Until: the work
+	// inside the wall, without what Settle adds after it (held Events,
+	// idle processes).
+	CPU       CPUSample
+	CPUToLast CPUSample
+	Requests  Requests
 	// Size is the first run's size once it reached Until.
 	Size RunSize
 }
@@ -280,6 +284,7 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	if err := w.follow(ctx, b, events, created); err != nil {
 		return nil, err
 	}
+	res.CPUToLast = CPUNow(b.Manager).Sub(marks.cpu)
 	lastAt := res.reached(w)
 	select {
 	case <-time.After(time.Until(lastAt.Add(b.Settle))):
