@@ -49,8 +49,9 @@ type Sink struct {
 	giveWayFor        time.Duration
 	warningGiveWayFor time.Duration
 
-	// queue holds Normal Events and warnings Warnings, each with its own
-	// senders, so a Warning never waits behind Normal Events giving way.
+	// queue holds Normal Events and warnings holds Warnings, each with its
+	// own senders, so a Warning never waits behind Normal Events giving
+	// way.
 	queue    chan queued
 	warnings chan queued
 	mu       sync.Mutex
@@ -84,10 +85,10 @@ const giveWayPoll = 10 * time.Millisecond
 // queueSize bounds events of each type (Normal, Warning) waiting to be
 // sent; past it they are dropped (and counted in
 // agentrun_events_dropped_total) rather than blocking a reconcile. About
-// 4 MiB when full.
+// 4 MiB a queue when full.
 const queueSize = 4096
 
-// senders is how many events are sent at once. Each create waits on the
+// senders is how many events of each type are sent at once. Each create waits on the
 // API server, so one sender alone sends as fast as the API server answers
 // one request: under a burst (a thousand runs ending or parking together)
 // the Events lagged their runs by seconds and the queue filled.
