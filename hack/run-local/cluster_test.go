@@ -8,14 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
 // TestMakeRunAgainstAReachableCluster: with KUBECONFIG pointing at a running
 // API server (here a real kube-apiserver standing in for a cluster), `make
-// run` installs the CRD and admission policy there and runs the manager
-// against it, leaves the demo out, drives a run to completion, and on Ctrl-C
-// stops only itself: the cluster stays up.
+// run` installs the CRD, the admission policies and the priority classes
+// ConfigMap there and runs the manager against it, leaves the demo out,
+// drives a run to completion, and on Ctrl-C stops only itself: the cluster
+// stays up.
 func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own control plane")
@@ -29,6 +31,12 @@ func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 	kubeconfig, err := cluster.Kubeconfig(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A cluster has no priority classes ConfigMap until something installs
+	// it; the test control plane ships one, so take it away first.
+	if out, err := exec.Command(testenv.KubectlPath(), "--kubeconfig", kubeconfig, "-n", testenv.SystemNamespace,
+		"delete", "configmap", priority.DefaultConfigMapName).CombinedOutput(); err != nil {
+		t.Fatalf("deleting the shipped priority classes ConfigMap: %v\n%s", err, out)
 	}
 	buildInto(t, dir, [2]string{"run-local", "./hack/run-local"})
 	runLocal := startRunLocal(t, filepath.Join(dir, "run-local"), append(os.Environ(), "KUBECONFIG="+kubeconfig),
@@ -58,6 +66,9 @@ func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 	}
 	if out, err := kubectl("", "get", "validatingadmissionpolicy", "answer-identity"); err != nil {
 		t.Errorf("the answer admission policy is not installed: %v\n%s\nrun-local said:\n%s", err, out, runLocal.Logs())
+	}
+	if out, err := kubectl("", "-n", testenv.SystemNamespace, "get", "configmap", priority.DefaultConfigMapName); err != nil {
+		t.Errorf("the priority classes ConfigMap is not installed: %v\n%s\nrun-local said:\n%s", err, out, runLocal.Logs())
 	}
 	manifest := `apiVersion: v1
 kind: Namespace

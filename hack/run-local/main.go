@@ -72,14 +72,17 @@ func main() {
 func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLocal, demo bool) error {
 	if !forceLocal {
 		if cfg, ok := reachableCluster(); ok {
-			fmt.Printf(">> Using the cluster at %s (from KUBECONFIG); installing the CRDs and the answer admission policy there.\n", cfg.Host)
+			fmt.Printf(">> Using the cluster at %s (from KUBECONFIG); installing the CRDs, the admission policies and the priority classes ConfigMap there.\n", cfg.Host)
 			if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
 				Paths: []string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")}, ErrorIfPathMissing: true,
 			}); err != nil {
 				return fmt.Errorf("installing the CRD: %w", err)
 			}
 			if err := manifests.CreateDir(ctx, cfg, filepath.Join(testenv.RepoRoot(), "config", "admission")); err != nil {
-				return fmt.Errorf("installing the answer admission policy: %w", err)
+				return fmt.Errorf("installing the admission policies: %w", err)
+			}
+			if err := manifests.CreatePriorityClasses(ctx, cfg); err != nil {
+				return fmt.Errorf("installing the priority classes ConfigMap: %w", err)
 			}
 			if demo {
 				if err := applyDemo(ctx, cfg); err != nil {

@@ -25,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -356,5 +358,54 @@ func TestMonitoringScrapesWithAMetricsReaderToken(t *testing.T) {
 	}
 	if got := canI("system:serviceaccount:" + monitor.GetNamespace() + ":default"); got != "no" {
 		t.Errorf("a ServiceAccount bound to nothing may get /metrics: %q", got)
+	}
+}
+
+// TestPriorityClassesAsInstalled: CreatePriorityClasses (the test control
+// plane, and hack/run-local against a cluster) makes the ConfigMap an
+// install ships, by name and namespace, and never replaces one a cluster
+// admin filled in.
+func TestPriorityClassesAsInstalled(t *testing.T) {
+	shipped := false
+	for _, u := range render(t, "default") {
+		if u.GetKind() == "ConfigMap" && u.GetName() == priority.DefaultConfigMapName && u.GetNamespace() == testenv.SystemNamespace {
+			shipped = true
+		}
+	}
+	if !shipped {
+		t.Fatalf("config/default ships no ConfigMap %s/%s: CreatePriorityClasses makes one an install does not", testenv.SystemNamespace, priority.DefaultConfigMapName)
+	}
+
+	ctx := context.Background()
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: testenv.SystemNamespace, Name: priority.DefaultConfigMapName}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, key, cm); err != nil {
+		t.Fatalf("the test control plane has no priority classes ConfigMap: %v", err)
+	}
+	before := cm.DeepCopy()
+	cm.Data = map[string]string{"high": "100"}
+	if err := c.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		now := &corev1.ConfigMap{}
+		if err := c.Get(ctx, key, now); err == nil {
+			now.Data = before.Data
+			_ = c.Update(ctx, now)
+		}
+	})
+	if err := manifests.CreatePriorityClasses(ctx, env.Config); err != nil {
+		t.Fatal(err)
+	}
+	after := &corev1.ConfigMap{}
+	if err := c.Get(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Data["high"] != "100" || len(after.Data) != 1 {
+		t.Errorf("CreatePriorityClasses replaced the admin's classes: data %v, want {high: 100}", after.Data)
 	}
 }

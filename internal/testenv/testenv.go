@@ -16,17 +16,13 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
-	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
 // SystemNamespace is the manager's namespace in an install
@@ -122,31 +118,11 @@ func StartWith(o Options) (*Env, error) {
 		_ = e.Stop()
 		return nil, fmt.Errorf("installing the admission policies: %w", err)
 	}
-	if err := env.shipPriorityClasses(); err != nil {
+	if err := manifests.CreatePriorityClasses(context.Background(), cfg); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}
 	return env, nil
-}
-
-// shipPriorityClasses creates what an install ships beside the admission
-// policies: the manager's namespace and its priority classes ConfigMap,
-// with no classes (config/manager/priority_classes.yaml).
-func (e *Env) shipPriorityClasses() error {
-	c, err := client.New(e.Config, client.Options{})
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: SystemNamespace, Name: priority.DefaultConfigMapName}},
-	} {
-		if err := c.Create(ctx, obj); err != nil {
-			return fmt.Errorf("creating %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
-		}
-	}
-	return nil
 }
 
 // tokenFile is the API server's static token file (--token-auth-file) in
