@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -49,8 +50,12 @@ func TestConsoleSteersAsTheSignedInUser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#resume`))); err != nil {
 		t.Fatalf("the page offers no Resume once the run is paused: %v", err)
 	}
-	if phase, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#phase`))); err != nil || phase != string(arv1.PhasePaused) {
-		t.Errorf("the page's phase badge says %q (err %v), want %s", phase, err, arv1.PhasePaused)
+	// The spec's pause and the status's phase reach the page as two
+	// updates: the badge follows the second.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("phase").textContent === "Paused"`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		phase, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#phase`)))
+		t.Errorf("the page's phase badge says %q (%v), want %s", phase, err, arv1.PhasePaused)
 	}
 	screenshot(t, ctx, "paused")
 
