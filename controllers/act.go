@@ -266,8 +266,12 @@ func (r *AgentRunReconciler) storeOutput(ctx context.Context, run *arv1.AgentRun
 	if err != nil {
 		return nil, err
 	}
+	size := len(o.Text)
+	if o.Bytes > size { // cut to fit the journal when it was answered
+		size, truncated = o.Bytes, true
+	}
 	d := &arv1.FinalOutputDescriptor{
-		Stage: o.Stage, SubmittedAt: ptr.To(metav1.NewTime(r.clock.Now())), Bytes: int64(len(o.Text)),
+		Stage: o.Stage, SubmittedAt: ptr.To(metav1.NewTime(r.clock.Now())), Bytes: int64(size),
 		Truncated: truncated, ObjectName: name,
 	}
 	format := run.Spec.Output

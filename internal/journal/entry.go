@@ -213,6 +213,10 @@ type Response struct {
 	// Complete: the model finished the run.
 	Complete bool   `json:"complete,omitempty"`
 	Output   string `json:"output,omitempty"`
+	// OutputBytes is the submitted output's length when Output was cut to
+	// the stored output's cap (output.MaxBytes) to fit the journal; zero
+	// when Output is whole.
+	OutputBytes int `json:"outputBytes,omitempty"`
 	// Items are fan-out items (fan_out stages).
 	Items []string `json:"items,omitempty"`
 	// Spawns are sub-agents the model started.

@@ -222,6 +222,9 @@ type SubmittedOutput struct {
 	Text  string
 	Stage string
 	Seq   int64
+	// Bytes is the output's length as submitted, when Text was cut to fit
+	// the journal (Response.OutputBytes); zero when Text is whole.
+	Bytes int
 }
 
 // Fold replays entries over the blueprint. Entries must be in seq order; an
@@ -597,7 +600,7 @@ func (st *State) advance(bp *blueprint.Blueprint, e *Entry) {
 		return
 	}
 	if r.Output != "" {
-		st.Output = &SubmittedOutput{Text: r.Output, Stage: stage.Name, Seq: e.Seq}
+		st.Output = &SubmittedOutput{Text: r.Output, Stage: stage.Name, Seq: e.Seq, Bytes: r.OutputBytes}
 	}
 	if stays(stage, r) && st.stuck(bp, stage, e.At) {
 		return

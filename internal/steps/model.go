@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -385,6 +386,13 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 	if len(r.Text) > MaxAnswerText {
 		r.Text = clip(r.Text, MaxAnswerText)
 	}
+	if n := len(r.Output); n > output.MaxBytes {
+		// Checked whole above; kept as it is stored, with its length, so
+		// the entry fits a chunk (a larger one could never be journaled,
+		// and the run would wait on it for ever).
+		r.Output, _ = output.Stored(r.Output)
+		r.OutputBytes = n
+	}
 	for i, call := range r.Calls {
 		if len(call.Arguments) > MaxToolArguments {
 			// The call is kept, its arguments replaced by a note the tool
@@ -392,6 +400,7 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 			r.Calls[i].Arguments = fmt.Sprintf(`{"_dropped":"the arguments were %d bytes, over the %d-byte limit"}`, len(call.Arguments), MaxToolArguments)
 		}
 	}
+	fitJournal(r)
 	done.Response, done.Usage = r, &result.Usage
 	if result.CostNanoUSD != nil {
 		done.CostNanoUSD, done.CostExact = result.CostNanoUSD, true
@@ -400,6 +409,28 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 	u := result.Usage
 	if cost, priced := c.Provider.Price(c.Request.Model, providerconfig.Usage{Prompt: u.Prompt, Completion: u.Completion, Cached: u.Cached, CacheWrite: u.CacheWrite}); priced {
 		done.CostNanoUSD = ptr.To(int64(cost))
+	}
+}
+
+// MaxAnswerEntry bounds a model answer as journaled (its JSON). The caps
+// above bound each part, but not how many tool calls an answer makes, nor
+// JSON's escaping (a control character takes six bytes): an answer over
+// this could not be stored beside the final output in one ConfigMap (1
+// MiB), and a completion that can never be journaled would have the call
+// made again and again.
+const MaxAnswerEntry = 640 << 10
+
+// fitJournal replaces an answer too large to journal by a note saying so,
+// which the model reads on its next turn: nothing it asked for (tool
+// calls, a transition, the completion) is acted on.
+func fitJournal(r *journal.Response) {
+	b, err := json.Marshal(r)
+	if err == nil && len(b) <= MaxAnswerEntry {
+		return
+	}
+	*r = journal.Response{
+		Text:      fmt.Sprintf("[the answer was dropped: %d bytes as journaled, over the %d-byte limit; answer again, shorter or with fewer tool calls]", len(b), MaxAnswerEntry),
+		ToolCalls: r.ToolCalls,
 	}
 }
 
