@@ -96,11 +96,7 @@ func viewerCannotAnswer(t *testing.T, ns string) {
 	ctx := browser(t)
 	bob, addr := serveConsole(t, console.Options{Mode: console.Local, Config: userConfig(t, "bob"), Namespace: ns})
 	if err := chromedp.Do(ctx, chromedp.Navigate(bob.LocalURL(addr)), chromedp.WaitVisible(chromedp.CSS(`#runs`)),
-		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Evaluate[string](`location.hash = "#/run?namespace=`+ns+`&name=bob-sees"`)(ctx, tg)
-			return err
-		}),
-		chromedp.WaitVisible(chromedp.CSS(`#no-answer`))); err != nil {
+		openRun(ns, "bob-sees"), chromedp.WaitVisible(chromedp.CSS(`#no-answer`))); err != nil {
 		t.Fatalf("bob opening bob-sees: %v", err)
 	}
 	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#approve, #deny, #pause, #cancel").length`))
@@ -111,14 +107,7 @@ func viewerCannotAnswer(t *testing.T, ns string) {
 		t.Errorf("bob sees %d answer or steering buttons, want none", buttons)
 	}
 	run := waitRun(t, ns, "bob-sees", "ToolApproval", waitingOn(arv1.WaitToolApproval))
-	type reply struct {
-		Status int               `json:"status"`
-		Body   map[string]string `json:"body"`
-	}
-	crafted := fmt.Sprintf(`fetch("/api/answer", {method: "POST", headers: {"Content-Type": "application/json", "X-Agentrun-Console": "1"},
-		body: JSON.stringify({namespace: %q, name: "bob-sees", point: %q, command: "approve"})}).then(async r => ({status: r.status, body: await r.json()}))`,
-		ns, run.Status.WaitingOn.Point)
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[reply](crafted, chromedp.EvalAwaitPromise))
+	got, err := postFromPage(ctx, "/api/answer", map[string]any{"namespace": ns, "name": "bob-sees", "point": run.Status.WaitingOn.Point, "command": "approve"})
 	if err != nil {
 		t.Fatal(err)
 	}

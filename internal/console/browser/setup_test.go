@@ -3,6 +3,7 @@ package browser_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -348,3 +349,30 @@ func rowsInOrder(ctx context.Context) ([]string, error) {
 }
 
 func joined(rows []string) string { return strings.Join(rows, ", ") }
+
+// openRun opens a run's page by its address, as a link to it does.
+func openRun(ns, name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[string](`location.hash = "#/run?namespace=`+ns+`&name=`+name+`"`)(ctx, tg)
+		return err
+	})
+}
+
+// pageReply is what the console answered a request made from its page.
+type pageReply struct {
+	Status int               `json:"status"`
+	Body   map[string]string `json:"body"`
+}
+
+// postFromPage posts body to the console's path from the open page, as
+// its own script does (same origin, its header), bypassing what the page
+// offers: a request crafted by hand.
+func postFromPage(ctx context.Context, path string, body map[string]any) (pageReply, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return pageReply{}, err
+	}
+	js := fmt.Sprintf(`fetch(%q, {method: "POST", headers: {"Content-Type": "application/json", "X-Agentrun-Console": "1"}, body: %q})
+		.then(async r => ({status: r.status, body: await r.json()}))`, path, b)
+	return chromedp.Run(ctx, chromedp.Evaluate[pageReply](js, chromedp.EvalAwaitPromise))
+}

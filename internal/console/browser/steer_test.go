@@ -1,7 +1,6 @@
 package browser_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -99,13 +98,7 @@ func viewerCannotSteer(t *testing.T, ns string) {
 	if buttons != 0 {
 		t.Errorf("erin sees %d steering buttons, want none", buttons)
 	}
-	type reply struct {
-		Status int               `json:"status"`
-		Body   map[string]string `json:"body"`
-	}
-	crafted := fmt.Sprintf(`fetch("/api/steer", {method: "POST", headers: {"Content-Type": "application/json", "X-Agentrun-Console": "1"},
-		body: JSON.stringify({namespace: %q, name: "steer-me", action: "pause"})}).then(async r => ({status: r.status, body: await r.json()}))`, ns)
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[reply](crafted, chromedp.EvalAwaitPromise))
+	got, err := postFromPage(ctx, "/api/steer", map[string]any{"namespace": ns, "name": "steer-me", "action": "pause"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +109,4 @@ func viewerCannotSteer(t *testing.T, ns string) {
 	if run.Spec.Paused {
 		t.Error("steer-me is paused after erin's refused pause")
 	}
-}
-
-// openRun opens a run's page by its address, as a link to it does.
-func openRun(ns, name string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := chromedp.Evaluate[string](`location.hash = "#/run?namespace=`+ns+`&name=`+name+`"`)(ctx, tg)
-		return err
-	})
 }
