@@ -88,10 +88,11 @@ const giveWayPoll = 10 * time.Millisecond
 // 4 MiB a queue when full.
 const queueSize = 4096
 
-// senders is how many events of each type are sent at once. Each create waits on the
-// API server, so one sender alone sends as fast as the API server answers
-// one request: under a burst (a thousand runs ending or parking together)
-// the Events lagged their runs by seconds and the queue filled.
+// senders is how many events of each type are sent at once. Each create
+// waits on the API server, so one sender alone sends as fast as the API
+// server answers one request: under a burst (a thousand runs ending or
+// parking together) the Events lagged their runs by seconds and the queue
+// filled.
 const senders = 8
 
 // seenSize bounds the repeats remembered.
