@@ -72,6 +72,14 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 		}
 		return true, nil
 	}
+	if a.Kind == runstate.ActToolCall || a.Kind == runstate.ActDispatch {
+		if err, refused := r.steps.Refusals.Take(s.run.UID); refused {
+			// A step's journal write was refused for good: the run stalls
+			// (terminal) instead of making the call again, which would be
+			// refused again after it was paid for.
+			return false, err
+		}
+	}
 	switch a.Kind {
 	case runstate.ActToolCall:
 		return r.callTool(ctx, s)

@@ -45,6 +45,7 @@ func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g.Register("born", r.first.born)
 	g.Register("held first status", r.first.held)
 	g.Register("webhook reports", r.steps.Deliveries)
+	g.Register("journal refusals", r.steps.Refusals)
 	g.Register("executor", r.pool)
 	g.Register("circuit probes", probes{r.breakers})
 	g.Register("written status", r.runs)

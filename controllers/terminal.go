@@ -13,7 +13,8 @@ import (
 
 // Terminal errors are what retrying cannot fix: the run's own records are
 // damaged (a journal chunk missing or not decoding, a blueprint snapshot
-// missing or not parsing). Such a reconcile shows Stalled with reason
+// missing or not parsing), or the API server refuses a journal write for
+// what it is (store.ErrRefused: an admission policy, RBAC, its size). Such a reconcile shows Stalled with reason
 // ReconcileFailed and the cause, emits a Warning Event, gives back the
 // run's active-run slot and is not retried: the controller looks at the run
 // again when it changes (spec, labels, annotations: see
@@ -38,6 +39,10 @@ func (e *snapshotError) Unwrap() error { return e.err }
 type stalledError struct{ terminal, cause error }
 
 func (e *stalledError) Error() string {
+	if errors.Is(e.cause, store.ErrRefused) {
+		return e.cause.Error() + "; sending the same write again cannot change that (an answer it held was not kept)" +
+			": fix the cause, then annotate the run (agentrun.dev/retry) to go on"
+	}
 	return "the run's own records are damaged, and retrying cannot repair them: " + e.cause.Error() +
 		"; restore the object, then annotate the run (agentrun.dev/retry) to go on"
 }
@@ -51,7 +56,7 @@ func terminal(err error) error {
 	switch {
 	case err == nil, errors.Is(err, reconcile.TerminalError(nil)):
 		return err
-	case errors.Is(err, store.ErrCorrupt), errors.As(err, &snap):
+	case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrRefused), errors.As(err, &snap):
 		return &stalledError{terminal: reconcile.TerminalError(err), cause: err}
 	}
 	return err

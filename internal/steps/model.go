@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
@@ -179,7 +181,10 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 	// A manager that dies before this write leaves the intent pending; the
 	// call is issued again once, counted as lost.
 	err := rt.record(ctx, c.Run, finalOutput(done.Response), entries...)
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrRefused):
+		log.Error(err, "The API server refuses to journal the step's completion; the answer is not kept and the run stalls until the cause is fixed")
+	case err != nil:
 		log.Error(err, "Journaling the step's completion failed; the call will be issued again")
 	}
 	if rt.Tracer.On() {

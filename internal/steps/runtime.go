@@ -23,6 +23,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
@@ -40,6 +41,11 @@ type Runtime struct {
 	Options
 	// Deliveries hold webhook outcomes for the reconcile to record.
 	Deliveries *Deliveries
+	// Refusals hold, by run, a journal write of a step that the API server
+	// refused for good (store.ErrRefused): the reconcile takes it instead of
+	// issuing the call again, which would only be refused again after a
+	// paid call.
+	Refusals *perrun.Box[error]
 	// ListTimeout bounds one listing of a tool server.
 	ListTimeout time.Duration
 }
@@ -81,7 +87,7 @@ func New(o Options) (*Runtime, error) {
 	if o.Journal == nil || o.Reader == nil || o.Wake == nil {
 		return nil, errors.New("steps: a Journal, a Reader and a Wake function are required")
 	}
-	rt := &Runtime{Options: o, Deliveries: NewDeliveries(), ListTimeout: 20 * time.Second}
+	rt := &Runtime{Options: o, Deliveries: NewDeliveries(), Refusals: perrun.New[error](), ListTimeout: 20 * time.Second}
 	if rt.Catalog == nil {
 		rt.Catalog = toolcatalog.New(0, 0)
 	}
@@ -119,7 +125,9 @@ func New(o Options) (*Runtime, error) {
 // few times so an API server blip does not cost the result. final, when
 // set, is the output the answer submits, stored in the same write. A cancelled
 // step journals nothing and returns nil: its intent stays pending by
-// design. Another writer holding the seq (the run changed hands) is final.
+// design. Another writer holding the seq (the run changed hands) is final,
+// and so is a write the API server refuses for good, which is kept in
+// Refusals for the reconcile.
 func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, final *string, es ...journal.Entry) error {
 	b := retry.Backoff{Attempts: 5, Base: 200 * time.Millisecond, Cap: 2 * time.Second, Jitter: 0.5}
 	_, err := retry.Do(ctx, b, func(int) (bool, error) {
@@ -129,10 +137,13 @@ func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, final *string
 		} else {
 			err = rt.Journal.Append(ctx, run, es...)
 		}
-		return !errors.Is(err, store.ErrSeqTaken), err
+		return !errors.Is(err, store.ErrSeqTaken) && !errors.Is(err, store.ErrRefused), err
 	})
 	if ctx.Err() != nil {
 		return nil
+	}
+	if errors.Is(err, store.ErrRefused) {
+		rt.Refusals.Put(run.UID, err)
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/a2atool"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
@@ -100,7 +101,10 @@ func (rt *Runtime) toolCallOnce(ctx context.Context, c ToolCall) *Continuation {
 		}
 	}
 	err = rt.record(ctx, c.Run, nil, entries...)
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrRefused):
+		log.Error(err, "The API server refuses to journal the tool call's completion; the result is not kept and the run stalls until the cause is fixed")
+	case err != nil:
 		log.Error(err, "Journaling the tool call's completion failed; a read or idempotent call is issued again, a write waits for a person")
 	}
 	rt.traceToolCall(c, start, outcome)

@@ -73,6 +73,22 @@ var ErrSeqTaken = errors.New("journal seq already taken")
 // change from outside (the chunk restored).
 var ErrCorrupt = errors.New("the journal is corrupt")
 
+// ErrRefused marks a journal write the API server refused for what it is
+// (invalid, too large, forbidden by RBAC or an admission policy), not for
+// when it came: sending the same write again gets the same answer, so it
+// needs a change from outside (the policy or the permission fixed).
+var ErrRefused = errors.New("the API server refuses the run's journal write")
+
+// refusal returns err marked ErrRefused when the API server refused the
+// write for good, and err itself otherwise.
+func refusal(err error) error {
+	switch {
+	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsBadRequest(err):
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
+}
+
 // CorruptError says what is wrong with a run's stored journal: an entry
 // that does not decode, a chunk missing while a later one exists, a gap in
 // the sequence, or fewer entries than the run's status records. Its text
@@ -241,7 +257,7 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 		if errors.Is(err, ErrSeqTaken) {
 			return s.stale(run.UID, fresh[0])
 		}
-		return err
+		return refusal(err)
 	}
 	if output != nil {
 		l.output, l.outputChunk, l.hasOutput = *output, c, true
@@ -383,7 +399,7 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 	if len(l.chunks) == 0 {
 		cm := chunkObject(run, 0, add)
 		if err := s.writer.Create(ctx, cm); client.IgnoreAlreadyExists(err) != nil {
-			return "", fmt.Errorf("storing the final output: %w", err)
+			return "", fmt.Errorf("storing the final output: %w", refusal(err))
 		}
 		s.Forget(run.UID) // read back whatever is there next time
 		return cm.Name, nil
@@ -394,7 +410,7 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 	}
 	c := &l.chunks[i]
 	if err := s.put(ctx, c, add); err != nil {
-		return "", fmt.Errorf("storing the final output: %w", err)
+		return "", fmt.Errorf("storing the final output: %w", refusal(err))
 	}
 	l.output, l.outputChunk, l.hasOutput = text, i, true
 	return c.name(), nil
