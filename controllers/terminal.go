@@ -14,11 +14,12 @@ import (
 // Terminal errors are what retrying cannot fix: the run's own records are
 // damaged (a journal chunk missing or not decoding, a blueprint snapshot
 // missing or not parsing), or the API server refuses a journal write for
-// what it is (store.ErrRefused: an admission policy, RBAC, its size). Such a reconcile shows Stalled with reason
-// ReconcileFailed and the cause, emits a Warning Event, gives back the
-// run's active-run slot and is not retried: the controller looks at the run
-// again when it changes (spec, labels, annotations: see
-// docs/troubleshooting.md) or the manager restarts.
+// what it is (store.ErrRefused: an admission policy, RBAC, its size). Such
+// a reconcile shows Stalled with reason ReconcileFailed and the cause,
+// emits a Warning Event, gives back the run's active-run slot and is not
+// retried: the controller looks at the run again when it changes (spec,
+// labels, annotations: see docs/troubleshooting.md) or the manager
+// restarts.
 
 // snapshotError is a spawned run's blueprint snapshot that is missing or
 // does not parse: the run was started from it, so it cannot go on until
