@@ -14,10 +14,11 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
 )
 
-// refusedMarker is text an admission policy in the test forbids in any
+// refusedMarker is text an admission policy in these tests forbids in any
 // ConfigMap of the test's namespace, the journal's chunks included.
 const refusedMarker = "journal-refusal-marker"
 
@@ -40,7 +41,7 @@ func TestRefusedJournalWriteStallsWithoutCallingAgain(t *testing.T) {
 	createConfigMap(t, ns, "one", map[string]string{"agent.toml": oneCall})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": openAIEntry("oa", oa.URL, false)})
 	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-test"})
-	unbind := forbidMarker(t, ns)
+	unbind := forbidMarker(t, ns, refusedMarker)
 
 	createRun(t, ns, "r", "one")
 	stalled := waitFor(t, ns, "r", 30*time.Second, "Stalled: ReconcileFailed naming the refusal",
@@ -70,11 +71,41 @@ func TestRefusedJournalWriteStallsWithoutCallingAgain(t *testing.T) {
 	}
 }
 
+// TestRefusedToolResultStallsWithoutCallingAgain: the same for a tool's
+// result. The model asks for a read whose result (not its arguments) the
+// policy forbids; the step that made the read cannot journal the result,
+// the run stalls, and the tool is not called again until the policy is
+// gone and the run annotated; then the read is made once more and the run
+// completes.
+func TestRefusedToolResultStallsWithoutCallingAgain(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	h := startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "tooling", map[string]string{"agent.toml": toolAgent(srv.URL(), "", "", `read_doc {"id":"`+refusedMarker+`"}`)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	unbind := forbidMarker(t, ns, "doc "+refusedMarker) // read_doc answers "doc <id>"
+
+	createRun(t, ns, "r", "tooling")
+	waitFor(t, ns, "r", 30*time.Second, "Stalled: ReconcileFailed naming the refusal",
+		stalledWith("refuses the run's journal write", "no journal marker here"))
+	notRetried(t, h, ns, "r")
+	if n := srv.Calls("read_doc"); n != 1 {
+		t.Fatalf("read_doc was called %d times, want once: a refused result must not call the tool again", n)
+	}
+
+	unbind()
+	retry(t, ns, "r", "1")
+	waitFor(t, ns, "r", 30*time.Second, "Complete once the policy is gone", phaseIs(arv1.PhaseComplete))
+	if n := srv.Calls("read_doc"); n != 2 {
+		t.Errorf("read_doc was called %d times, want twice (once refused, once kept)", n)
+	}
+}
+
 // forbidMarker binds, to namespace ns only, an admission policy refusing
-// any ConfigMap that holds refusedMarker, waits until the API server
+// any ConfigMap whose data holds marker, waits until the API server
 // enforces it, and returns a function that removes the binding and waits
 // until it no longer does.
-func forbidMarker(t *testing.T, ns string) func() {
+func forbidMarker(t *testing.T, ns, marker string) func() {
 	t.Helper()
 	ctx := context.Background()
 	name := "no-marker-" + ns
@@ -88,7 +119,7 @@ func forbidMarker(t *testing.T, ns string) func() {
 				},
 			}}},
 			Validations: []admissionv1.Validation{{
-				Expression: "!has(object.data) || !object.data.exists(k, object.data[k].contains('" + refusedMarker + "'))",
+				Expression: "!has(object.data) || !object.data.exists(k, object.data[k].contains('" + marker + "'))",
 				Message:    "no journal marker here",
 			}},
 		},
@@ -109,24 +140,24 @@ func forbidMarker(t *testing.T, ns string) func() {
 		}
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 	}
-	awaitMarkerRefused(t, ns, true)
+	awaitMarkerRefused(t, ns, marker, true)
 	return func() {
 		t.Helper()
 		if err := k8s.Delete(ctx, binding); err != nil {
 			t.Fatal(err)
 		}
-		awaitMarkerRefused(t, ns, false)
+		awaitMarkerRefused(t, ns, marker, false)
 	}
 }
 
 // awaitMarkerRefused waits until a dry-run create of a ConfigMap holding
 // the marker is refused (or, with refused false, admitted): policies take
 // effect a moment after they are stored.
-func awaitMarkerRefused(t *testing.T, ns string, refused bool) {
+func awaitMarkerRefused(t *testing.T, ns, marker string, refused bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker-probe", Namespace: ns}, Data: map[string]string{"k": refusedMarker}}
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker-probe", Namespace: ns}, Data: map[string]string{"k": marker}}
 		err := k8s.Create(context.Background(), probe, client.DryRunAll)
 		switch {
 		case refused && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) && strings.Contains(err.Error(), "no journal marker here"), !refused && err == nil:
