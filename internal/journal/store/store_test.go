@@ -26,11 +26,17 @@ func testRun() *arv1.AgentRun {
 
 func newClient(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
+	return fakeBuilder(t).WithObjects(objs...).Build()
+}
+
+// fakeBuilder is a fake client builder that knows ConfigMaps.
+func fakeBuilder(t *testing.T) *fake.ClientBuilder {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	return fake.NewClientBuilder().WithScheme(s)
 }
 
 // entries are the stored values of model-call intents and completions
