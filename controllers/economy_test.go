@@ -304,8 +304,11 @@ func TestUnusedSnapshotsAreSwept(t *testing.T) {
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createConfigMap(t, ns, "bp", map[string]string{"agent.toml": stages(1)})
 	a := waitFor(t, ns, createRun(t, ns, "a", "bp").Name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	setConfigMapData(t, ns, "bp", map[string]string{"agent.toml": stages(2)})
-	b := waitFor(t, ns, createRun(t, ns, "b", "bp").Name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	// A second ConfigMap, not an edit of the first: the manager reads
+	// blueprints from its cache, which may not have the edit yet when a
+	// run created right after it is first reconciled.
+	createConfigMap(t, ns, "bp2", map[string]string{"agent.toml": stages(2)})
+	b := waitFor(t, ns, createRun(t, ns, "b", "bp2").Name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	if a.Status.BlueprintSnapshot == b.Status.BlueprintSnapshot {
 		t.Fatalf("two blueprint texts share snapshot %s", a.Status.BlueprintSnapshot)
 	}
