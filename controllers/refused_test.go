@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -168,5 +169,42 @@ func awaitMarkerRefused(t *testing.T, ns, marker string, refused bool) {
 			t.Fatalf("the marker policy is not yet in effect=%v after 30s (last: %v)", refused, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRefusedCancellationStallsThenCancels: the reconcile's own journal
+// write refused. A run waits at a checkpoint and is cancelled, and the
+// policy forbids the journal entry that records the cancellation. The run
+// shows Stalled: ReconcileFailed with the API server's reason, is not
+// retried in a loop and does not end; with the policy gone and the run
+// annotated, it ends Cancelled.
+func TestRefusedCancellationStallsThenCancels(t *testing.T) {
+	h := startManager(t, managerOpts{})
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "gated", map[string]string{"agent.toml": withCheckpoint})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	createRun(t, ns, "r", "gated")
+	waitFor(t, ns, "r", 20*time.Second, "waiting at the checkpoint", func(r *arv1.AgentRun) bool {
+		return r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitInteractionPoint
+	})
+	unbind := forbidMarker(t, ns, string(journal.RunCancelled))
+
+	patchSpec(t, ns, "r", func(r *arv1.AgentRun) { r.Spec.Cancel = true })
+	waitFor(t, ns, "r", 30*time.Second, "Stalled: ReconcileFailed naming the refusal",
+		stalledWith("refuses the run's journal write", "no journal marker here", "agentrun.dev/retry"))
+	waitForEvent(t, ns, "r", arv1.ReasonReconcileFailed, "refuses the run's journal write")
+	notRetried(t, h, ns, "r")
+	if got := getRun(t, ns, "r"); got.Status.Phase.IsTerminal() {
+		t.Fatalf("the run ended %s though its cancellation was never recorded", got.Status.Phase)
+	}
+
+	unbind()
+	retry(t, ns, "r", "1")
+	done := waitFor(t, ns, "r", 30*time.Second, "Cancelled once the policy is gone", phaseIs(arv1.PhaseCancelled))
+	if c := meta.FindStatusCondition(done.Status.Conditions, arv1.ConditionStalled); c != nil && c.Reason == arv1.ReasonReconcileFailed {
+		t.Errorf("the cancelled run still shows the stall: %+v", c)
+	}
+	if n := len(entriesOf(t, ns, done, journal.RunCancelled)); n != 1 {
+		t.Errorf("%d cancellations journaled, want 1", n)
 	}
 }
