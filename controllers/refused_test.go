@@ -184,9 +184,7 @@ func TestRefusedCancellationStallsThenCancels(t *testing.T) {
 	createConfigMap(t, ns, "gated", map[string]string{"agent.toml": withCheckpoint})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	createRun(t, ns, "r", "gated")
-	waitFor(t, ns, "r", 20*time.Second, "waiting at the checkpoint", func(r *arv1.AgentRun) bool {
-		return r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitInteractionPoint
-	})
+	waitFor(t, ns, "r", 20*time.Second, "waiting at the checkpoint", waitingOn(arv1.WaitInteractionPoint))
 	unbind := forbidMarker(t, ns, string(journal.RunCancelled))
 
 	patchSpec(t, ns, "r", func(r *arv1.AgentRun) { r.Spec.Cancel = true })
