@@ -38,7 +38,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
@@ -47,6 +46,8 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
@@ -125,12 +126,26 @@ type Deps struct {
 	// status write a second, not one a step. Zero: DefaultStatusInterval;
 	// negative: every change is written at once.
 	StatusInterval time.Duration
+	// Journal keeps the runs' journals (nil: ConfigMaps, through Client
+	// and APIReader).
+	Journal store.Journal
 	// JournalChunkBytes bounds each journal chunk's data
-	// (store.DefaultChunkBytes when 0).
+	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
 	// Priorities are the cluster's priority classes, kept current by the
 	// manager's watch on their ConfigMap (nil: none; spec.priority only).
 	Priorities *priority.Store
+}
+
+// journal is the store of the runs' journals: Journal, or the API
+// server's ConfigMaps.
+func (d *Deps) journal() store.Journal {
+	if d.Journal != nil {
+		return d.Journal
+	}
+	cm := configmaps.New(d.Client, d.APIReader)
+	cm.ChunkBytes = d.JournalChunkBytes
+	return cm
 }
 
 // DefaultStatusInterval bounds how far a running run's status may lag its
@@ -148,7 +163,7 @@ type AgentRunReconciler struct {
 	clock       clock.PassiveClock
 	pool        *executor.Pool
 	steps       *steps.Runtime
-	journals    *store.Store
+	journals    store.Journal
 	catalog     *toolcatalog.Catalog
 	breakers    *circuit.Breakers
 	providers   map[string]providers.Provider
@@ -226,14 +241,13 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
-		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
+		journals: d.journal(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 		priorities: d.Priorities,
 	}
-	r.journals.ChunkBytes = d.JournalChunkBytes
 	switch {
 	case d.StatusInterval == 0:
 		r.statusInterval = DefaultStatusInterval

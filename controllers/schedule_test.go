@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
 	"github.com/agentrun-dev/agentrun-operator/internal/schedule"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // scheduledAgent is one stage that completes on the model's complete
@@ -246,7 +246,7 @@ func TestScheduleReplaceCancelsTheOld(t *testing.T) {
 func journalCount(t *testing.T, ns string, uid types.UID) int {
 	t.Helper()
 	var cms corev1.ConfigMapList
-	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{configmaps.LabelRunUID: string(uid)}); err != nil {
 		t.Fatal(err)
 	}
 	return len(cms.Items)

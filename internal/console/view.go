@@ -10,8 +10,8 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
@@ -167,7 +167,7 @@ func runView(ctx context.Context, c client.Client, run *arv1.AgentRun, now time.
 		Usage: usageView{Tokens: wire.NewPsRow(run, now).Tokens, Prompt: st.Usage.PromptTokens, Completion: st.Usage.CompletionTokens,
 			ModelCalls: st.Usage.ModelCalls, ToolCalls: st.Usage.ToolCalls, Cost: plugin.CostText(st.Usage)},
 		Stages: stagesOf(st), Waiting: waitOf(st.WaitingOn)}
-	entries, unreadable, err := store.ReadLenient(ctx, c, run.Namespace, run.UID)
+	entries, unreadable, err := configmaps.ReadLenient(ctx, c, run.Namespace, run.UID)
 	switch {
 	case err != nil:
 		p.TranscriptError = err.Error()

@@ -32,12 +32,12 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/writegauge"
 )
@@ -82,7 +82,7 @@ type Options struct {
 	// negative: every change is written at once).
 	StatusInterval time.Duration
 	// JournalChunkBytes bounds each journal chunk's data
-	// (store.DefaultChunkBytes when 0).
+	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
@@ -215,8 +215,8 @@ func (o *Options) complete() error {
 			return fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
 		}
 	}
-	if b := o.JournalChunkBytes; b != 0 && (b < store.MinChunkBytes || b > store.MaxChunkBytes) {
-		return fmt.Errorf("--journal-chunk-bytes=%d is outside %d..%d (16 KiB to 512 KiB)", b, store.MinChunkBytes, store.MaxChunkBytes)
+	if b := o.JournalChunkBytes; b != 0 && (b < configmaps.MinChunkBytes || b > configmaps.MaxChunkBytes) {
+		return fmt.Errorf("--journal-chunk-bytes=%d is outside %d..%d (16 KiB to 512 KiB)", b, configmaps.MinChunkBytes, configmaps.MaxChunkBytes)
 	}
 	return nil
 }
