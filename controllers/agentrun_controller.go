@@ -46,8 +46,8 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
-	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
@@ -126,9 +126,9 @@ type Deps struct {
 	// status write a second, not one a step. Zero: DefaultStatusInterval;
 	// negative: every change is written at once.
 	StatusInterval time.Duration
-	// Journal keeps the runs' journals (nil: ConfigMaps, through Client
-	// and APIReader).
-	Journal store.Journal
+	// Store keeps the runs' journals, routing each to where it began (nil:
+	// ConfigMaps, through Client and APIReader).
+	Store *router.Router
 	// JournalChunkBytes bounds each journal chunk's data
 	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
@@ -137,15 +137,15 @@ type Deps struct {
 	Priorities *priority.Store
 }
 
-// journal is the store of the runs' journals: Journal, or the API
-// server's ConfigMaps.
-func (d *Deps) journal() store.Journal {
-	if d.Journal != nil {
-		return d.Journal
+// store is the store of the runs' journals: Store, or the API server's
+// ConfigMaps.
+func (d *Deps) store() *router.Router {
+	if d.Store != nil {
+		return d.Store
 	}
 	cm := configmaps.New(d.Client, d.APIReader)
 	cm.ChunkBytes = d.JournalChunkBytes
-	return cm
+	return router.New(cm, nil)
 }
 
 // DefaultStatusInterval bounds how far a running run's status may lag its
@@ -163,7 +163,7 @@ type AgentRunReconciler struct {
 	clock       clock.PassiveClock
 	pool        *executor.Pool
 	steps       *steps.Runtime
-	journals    store.Journal
+	journals    *router.Router
 	catalog     *toolcatalog.Catalog
 	breakers    *circuit.Breakers
 	providers   map[string]providers.Provider
@@ -241,7 +241,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
-		journals: d.journal(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
+		journals: d.store(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),

@@ -14,7 +14,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
-	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // A fork (spec.forkOf) starts with a copy of its source's journal up to a
@@ -55,7 +54,7 @@ func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, 
 		f.BlueprintError = "spec.forkOf: a run cannot fork itself"
 		return nil
 	}
-	entries, err := configmaps.Read(ctx, r.reader, run.Namespace, src.UID)
+	entries, err := r.journals.Entries(ctx, store.RefOf(src))
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		f.BlueprintError = fmt.Sprintf("spec.forkOf: the journal of %s cannot be read: %v", src.Name, err)

@@ -96,7 +96,7 @@ func project(s *scope) {
 	markCallbackDue(run)
 	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued, cancelled: cancelledWhy(&state)})
 	if !caches.SameStatus(prev, st) {
-		st.UpdatedAt = &t
+		st.UpdatedAt, st.ObservedAt = &t, &t
 	}
 }
 

@@ -432,6 +432,10 @@ func (in *AgentRunStatus) DeepCopyInto(out *AgentRunStatus) {
 		in, out := &in.UpdatedAt, &out.UpdatedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.ObservedAt != nil {
+		in, out := &in.ObservedAt, &out.ObservedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.LastProgressAt != nil {
 		in, out := &in.LastProgressAt, &out.LastProgressAt
 		*out = (*in).DeepCopy()

@@ -81,6 +81,9 @@ type Options struct {
 	// while it only progresses (controllers.DefaultStatusInterval when 0;
 	// negative: every change is written at once).
 	StatusInterval time.Duration
+	// Store says where journals and finished runs are kept (the zero
+	// value: ConfigMaps, no archive).
+	Store StoreOptions
 	// JournalChunkBytes bounds each journal chunk's data
 	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
@@ -260,6 +263,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	deps := reconcilerDeps(mgr, cfg, o, eg)
 	deps.Recorder, deps.Sharding, deps.Tracer = sink, sharding, tracer
+	if deps.Store, err = newStore(mgr, o); err != nil {
+		return nil, err
+	}
 	pc := newPriorityClasses(mgr, cfg, o)
 	deps.Priorities = pc.store
 	r, err = controllers.NewAgentRunReconciler(deps)
@@ -289,6 +295,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := addProbes(mgr, o.ProbeAddr); err != nil {
 		return nil, err
+	}
+	if o.Store.DSN != "" && o.ProbeAddr != "" && o.ProbeAddr != "0" {
+		if err := mgr.AddReadyzCheck("store", storeReady(deps.Store)); err != nil {
+			return nil, err
+		}
 	}
 	if tracer.On() {
 		return tracedManager{Manager: mgr, tracer: tracer}, nil

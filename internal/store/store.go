@@ -66,11 +66,13 @@ type RunRef struct {
 	UID             types.UID
 	// OutputObject is status.finalOutput.objectName, when set.
 	OutputObject string
+	// Store is status.journalStore, when set.
+	Store arv1.JournalStore
 }
 
 // RefOf is the RunRef of run.
 func RefOf(run *arv1.AgentRun) RunRef {
-	r := RunRef{Namespace: run.Namespace, Name: run.Name, UID: run.UID}
+	r := RunRef{Namespace: run.Namespace, Name: run.Name, UID: run.UID, Store: run.Status.JournalStore}
 	if fo := run.Status.FinalOutput; fo != nil {
 		r.OutputObject = fo.ObjectName
 	}
@@ -232,3 +234,35 @@ func FenceFrom(ctx context.Context) (Fence, bool) {
 	f, ok := ctx.Value(fenceKey{}).(Fence)
 	return f, ok
 }
+
+// Unusable is a configured store that cannot be used at all until the
+// manager is restarted with another configuration (a DSN that does not
+// parse): every call returns err, so runs wait on it with its remedy and
+// readiness says why, instead of the manager failing to start or falling
+// back to another store.
+func Unusable(kind string, err *UnavailableError) Backend { return unusable{kind: kind, err: err} }
+
+type unusable struct {
+	kind string
+	err  *UnavailableError
+}
+
+func (u unusable) Load(context.Context, *arv1.AgentRun, bool) ([]journal.Entry, error) {
+	return nil, u.err
+}
+func (u unusable) Append(context.Context, *arv1.AgentRun, ...journal.Entry) error { return u.err }
+func (u unusable) AppendWithOutput(context.Context, *arv1.AgentRun, string, ...journal.Entry) error {
+	return u.err
+}
+func (u unusable) PutOutput(context.Context, *arv1.AgentRun, string) (string, error) {
+	return "", u.err
+}
+func (u unusable) Forget(types.UID)                                         {}
+func (u unusable) Has(types.UID) bool                                       { return false }
+func (u unusable) EachRun(func(types.UID))                                  {}
+func (u unusable) Cached() int                                              { return 0 }
+func (u unusable) Entries(context.Context, RunRef) ([]journal.Entry, error) { return nil, u.err }
+func (u unusable) Output(context.Context, RunRef) (string, bool, error)     { return "", false, u.err }
+func (u unusable) Kind() string                                             { return u.kind }
+func (u unusable) Check(context.Context) error                              { return u.err }
+func (u unusable) Close() error                                             { return nil }

@@ -17,7 +17,7 @@ import (
 // message naming what is wrong, never the password it holds.
 func TestBadDSNs(t *testing.T) {
 	for _, dsn := range []string{"mysql://u:hunter2@h/db", "sqlite:", "postgres://u:hunter2@h:notaport/db", "hunter2"} {
-		_, err := sqlstore.Open(context.Background(), sqlstore.Config{DSN: dsn})
+		_, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
 		if !errors.Is(err, sqlstore.ErrBadDSN) {
 			t.Errorf("Open(%s): %v, want ErrBadDSN", strings.ReplaceAll(dsn, "hunter2", "***"), err)
 			continue
@@ -50,7 +50,7 @@ func TestUnusableDatabases(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := sqlstore.Open(ctx, sqlstore.Config{DSN: tc.dsn})
+			s, err := sqlstore.Open(sqlstore.Config{DSN: tc.dsn})
 			must(t, err)
 			defer func() { _ = s.Close() }()
 			err = s.Check(ctx)
@@ -90,9 +90,12 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 		if _, err := s.DB().ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
-		_, err := sqlstore.Open(ctx, sqlstore.Config{DSN: dsn})
-		if !errors.Is(err, sqlstore.ErrSchemaNewer) || !strings.Contains(err.Error(), "9999") {
-			t.Fatalf("Open: %v, want ErrSchemaNewer naming version 9999", err)
+		err := open(t, dsn).Check(ctx)
+		if !errors.Is(err, sqlstore.ErrSchemaNewer) || !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "9999") {
+			t.Fatalf("Check: %v, want ErrSchemaNewer naming version 9999", err)
+		}
+		if err := open(t, dsn).Append(ctx, newRun(), intent(0, 0)); !errors.Is(err, sqlstore.ErrSchemaNewer) {
+			t.Fatalf("Append: %v, want ErrSchemaNewer", err)
 		}
 	})
 }
@@ -156,7 +159,7 @@ func TestDatabaseAwayAndBack(t *testing.T) {
 // TestSQLiteUnwritable: a SQLite file where nobody may create one (/proc,
 // even for root) is unavailable with a remedy naming the path.
 func TestSQLiteUnwritable(t *testing.T) {
-	s, err := sqlstore.Open(context.Background(), sqlstore.Config{DSN: "sqlite:/proc/agentrun-test.db"})
+	s, err := sqlstore.Open(sqlstore.Config{DSN: "sqlite:/proc/agentrun-test.db"})
 	must(t, err)
 	defer func() { _ = s.Close() }()
 	var ue *store.UnavailableError

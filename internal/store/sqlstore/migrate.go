@@ -66,8 +66,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		return s.migrationFailed(fmt.Errorf("reading the schema version: %w", err))
 	}
 	if newest := SchemaVersion(); current > newest {
-		return fmt.Errorf("%w: %s is at schema version %d, and this operator knows versions up to %d; run the operator version that migrated it, or a newer one (schemas are never migrated down)",
-			ErrSchemaNewer, s.target.Where, current, newest)
+		return fmt.Errorf("%w: %w", ErrSchemaNewer, &store.UnavailableError{Backend: s.dialect.name,
+			Cause:  fmt.Sprintf("%s is at schema version %d, and this operator knows versions up to %d", s.target.Where, current, newest),
+			Remedy: "a newer operator migrated the database: run that version or a newer one (schemas are never migrated down)"})
 	}
 	res, err := p.Up(ctx)
 	if err != nil {

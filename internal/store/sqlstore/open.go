@@ -13,7 +13,6 @@
 package sqlstore
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -120,12 +119,13 @@ func Redact(s, dsn string) string {
 	return s
 }
 
-// Open connects to the database the DSN names and brings its schema up to
-// date. A database that cannot be reached now is not an error here: the
-// store is returned, reports ErrUnavailable until it can be used, and
-// migrates on first contact; a DSN that does not parse, and a schema
-// newer than this binary's, are.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+// Open prepares the store for the database the DSN names without
+// connecting: the first use connects and brings the schema up to date, so
+// a manager whose database is away, refuses its login or was migrated by
+// a newer operator still starts, and says why (ErrUnavailable from Check
+// and every write) until it is fixed. Only a DSN that does not parse is an
+// error here.
+func Open(cfg Config) (*Store, error) {
 	t, err := Parse(cfg.DSN)
 	if err != nil {
 		return nil, err
@@ -169,9 +169,5 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.logs = store.NewLogs(func(mustRead bool) *runLog {
 		return &runLog{Log: store.Log{MustRead: mustRead, Raw: map[int64]string{}}}
 	})
-	if err := s.migrate(ctx); err != nil && !errors.Is(err, store.ErrUnavailable) {
-		_ = s.db.Close()
-		return nil, err
-	}
 	return s, nil
 }

@@ -68,7 +68,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, dsn string)) {
 
 func open(t *testing.T, dsn string) *sqlstore.Store {
 	t.Helper()
-	s, err := sqlstore.Open(context.Background(), sqlstore.Config{DSN: dsn})
+	s, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
 	if err != nil {
 		t.Fatal(err)
 	}
