@@ -219,6 +219,8 @@ type AgentRunReconciler struct {
 	runState *perrun.Registry
 	// policies are the tool policies evaluated before each tool call.
 	policies *toolPolicies
+	// store says whether the runs' store can be used now.
+	store *storeHealth
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -281,6 +283,8 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		return nil, err
 	}
 	r.steps = rt
+	r.store = newStoreHealth(r.journals.Check, r.wake)
+	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
 	r.policies = newToolPolicies(d.Client, d.Namespaces)
 	r.wakes, r.woken = d.Pool.Events(), newWakeTimes()
@@ -326,6 +330,10 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		// acted on (a fixed blueprint cannot be resumed into).
 		return r.reconcileFinished(ctx, run)
 	}
+	if r.sharded() {
+		// The journal writes this reconcile makes carry the shard's hold.
+		ctx = executor.WithValuesOf(ctx, r.fenceOf(run))
+	}
 	s := r.begin(run)
 	defer func() {
 		res, err = r.settle(ctx, s, err)
@@ -353,6 +361,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		return err
 	}
 	if err := mgr.Add(r.sweeper()); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.store); err != nil {
 		return err
 	}
 	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})

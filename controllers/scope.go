@@ -103,6 +103,12 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 		}
 		return nil
 	}
+	if r.storeWait(s, nil) {
+		return nil
+	}
+	if err := r.recordHeld(ctx, s.run); err != nil {
+		return err
+	}
 	for range maxRounds {
 		f, err := r.derive(ctx, s.run, s.now, s.fresh)
 		if err != nil {
@@ -124,7 +130,12 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 // shows in the Reconciling or Stalled condition), then starts what the
 // write recorded and returns when to look at the run again.
 func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
+	if err != nil && r.storeWait(s, err) {
+		err = nil
+	}
 	switch {
+	case s.out.storeDown != nil:
+		projectStoreWait(s, s.out.storeDown)
 	case err == nil && s.out.quietQueue:
 		// In line for a moment only: status unchanged.
 	case err == nil && s.out.queued:

@@ -7,6 +7,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +26,21 @@ type Router struct {
 
 	mu     sync.Mutex
 	routes map[types.UID]store.Backend
+	// unavailable is told of every ErrUnavailable a store returns.
+	unavailable func(error)
+}
+
+// OnUnavailable has fn told of every error a store returns that says it
+// cannot be used now (store.ErrUnavailable), whoever called it: the
+// controller's health of the store follows the steps' writes too.
+func (r *Router) OnUnavailable(fn func(error)) { r.unavailable = fn }
+
+// note tells OnUnavailable's fn of err, and returns it.
+func (r *Router) note(err error) error {
+	if err != nil && r.unavailable != nil && errors.Is(err, store.ErrUnavailable) {
+		r.unavailable(err)
+	}
+	return err
 }
 
 // New routes new runs to primary, and runs begun on legacy (the ConfigMap
@@ -119,36 +135,38 @@ func driven(run *arv1.AgentRun) bool {
 func (r *Router) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
 	b, err := r.route(ctx, run, empty)
 	if err != nil {
-		return nil, err
+		return nil, r.note(err)
 	}
-	return b.Load(ctx, run, empty)
+	es, err := b.Load(ctx, run, empty)
+	return es, r.note(err)
 }
 
 // Append journals entries in the run's store.
 func (r *Router) Append(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
 	b, err := r.route(ctx, run, false)
 	if err != nil {
-		return err
+		return r.note(err)
 	}
-	return b.Append(ctx, run, es...)
+	return r.note(b.Append(ctx, run, es...))
 }
 
 // AppendWithOutput journals entries and the final output in the run's store.
 func (r *Router) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output string, es ...journal.Entry) error {
 	b, err := r.route(ctx, run, false)
 	if err != nil {
-		return err
+		return r.note(err)
 	}
-	return b.AppendWithOutput(ctx, run, output, es...)
+	return r.note(b.AppendWithOutput(ctx, run, output, es...))
 }
 
 // PutOutput stores the final output in the run's store.
 func (r *Router) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
 	b, err := r.route(ctx, run, false)
 	if err != nil {
-		return "", err
+		return "", r.note(err)
 	}
-	return b.PutOutput(ctx, run, text)
+	name, err := b.PutOutput(ctx, run, text)
+	return name, r.note(err)
 }
 
 // Forget drops what any store and the router keep of the run.
@@ -190,12 +208,13 @@ func (r *Router) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry
 	if err == nil && len(es) == 0 && run.Store == "" && b == r.primary && r.legacy != nil {
 		return r.legacy.Entries(ctx, run)
 	}
-	return es, err
+	return es, r.note(err)
 }
 
 // Output reads any run's final output from where it is kept.
 func (r *Router) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
-	return r.reading(run).Output(ctx, run)
+	text, ok, err := r.reading(run).Output(ctx, run)
+	return text, ok, r.note(err)
 }
 
 // reading is the store a reader finds a run's journal in: what the run's
