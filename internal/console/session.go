@@ -130,7 +130,6 @@ func (s *Server) localSignIn(w http.ResponseWriter, r *http.Request) bool {
 		http.Error(w, "this sign-in URL was already used: its key opens the console for one browser only. "+
 			"Stop kubectl agentrun console and start it again for a new URL", http.StatusForbidden)
 		return true
-	case keyTaken:
 	}
 	id, _, err := s.signIn(r.Context(), s.o.Config)
 	if err != nil {
