@@ -76,8 +76,8 @@ func checkParams(req *rpcRequest) error {
 	return nil
 }
 
-// rpcCodes are the JSON-RPC error codes of the A2A errors this file
-// answers with (A2A specification, section 8).
+// rpcCodes are the JSON-RPC codes the A2A specification gives the errors
+// this file answers with.
 var rpcCodes = []struct {
 	err  error
 	code int
