@@ -4,6 +4,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -266,6 +267,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if deps.Store, err = newStore(mgr, o); err != nil {
 		return nil, err
 	}
+	deps.ArchiveRetention = cmp.Or(o.Store.ArchiveRetention, DefaultArchiveRetention)
 	pc := newPriorityClasses(mgr, cfg, o)
 	deps.Priorities = pc.store
 	r, err = controllers.NewAgentRunReconciler(deps)
