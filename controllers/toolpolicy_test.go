@@ -152,6 +152,33 @@ func TestToolPolicyDeniesP0TicketsOutsideOps(t *testing.T) {
 	waitForEvent(t, "ops", "r", "ToolPolicyAudited", "rule audit-tickets")
 }
 
+// TestFailClosedDenialShowsItsCause: a Deny rule with a message whose
+// match fails on the call (args.severity on a call without it) denies it,
+// failing closed, and the model, the Event and the transcript show both
+// the rule's message and why its match failed, not only the message.
+func TestFailClosedDenialShowsItsCause(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	ns := newNamespace(t)
+	const msg = "tickets need a severity the on-call can act on"
+	createPolicy(t, "", "severity-"+ns, arv1.ToolPolicyRule{Name: "high-severity", Action: arv1.ToolPolicyDeny, Message: msg,
+		Match: fmt.Sprintf(`tool.name == "create_ticket" && run.namespace == %q && args.severity == "high"`, ns)})
+	startManager(t, managerOpts{})
+	oa, run := ticketRun(t, ns, srv.URL(), `{"title":"db down"}`)
+	waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if srv.Calls("create_ticket") != 0 {
+		t.Fatalf("the MCP server received create_ticket %d times; the rule fails closed", srv.Calls("create_ticket"))
+	}
+	const cause = "no such key: severity"
+	rule := "ClusterAgentToolPolicy severity-" + ns + ", rule high-severity"
+	if told := toolMessage(oa.Last(), "c1"); !strings.Contains(told, msg) || !strings.Contains(told, cause) || !strings.Contains(told, rule) {
+		t.Errorf("the model was told %q, want the rule, its message and why its match failed", told)
+	}
+	waitForEvent(t, ns, "r", "ToolPolicyDenied", rule+" (its match could not be evaluated: "+cause+"; policies fail closed): "+msg)
+	if tr := transcriptOf(t, ns, run); !strings.Contains(tr, cause) || !strings.Contains(tr, msg) {
+		t.Errorf("the transcript does not show both the message and the cause:\n%s", tr)
+	}
+}
+
 // grantTenant lets user edit ConfigMaps and AgentRuns in ns, as a tenant
 // who writes blueprints and runs may.
 func grantTenant(t *testing.T, ns, user string) client.Client {
