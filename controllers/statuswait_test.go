@@ -47,7 +47,7 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 	// The first intent, then six completions, five of them with the next
 	// call's intent: one journal write per call, and one to start; none
 	// with a database store.
-	want := int64(7)
+	want := 7
 	if suiteStore != "" {
 		want = 0
 	}
