@@ -6,6 +6,7 @@ package controllers
 // on a child.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -76,9 +78,10 @@ func (r *AgentRunReconciler) agentCall(ctx context.Context, s *scope) error {
 	case child == nil:
 		e.Result, e.IsError = fmt.Sprintf("Sub-agent %q has not been created yet; try again.", fact.Name), true
 	case h.Name == builtin.CheckAgent:
-		e.Result = r.agentReport(ctx, child, false)
+		e.Result, err = r.agentReport(ctx, child, false)
 	case h.Name == builtin.WaitForAgent:
-		e.Result, e.Child = r.agentReport(ctx, child, true), child.Name
+		e.Result, err = r.agentReport(ctx, child, true)
+		e.Child = child.Name
 	case h.Name == builtin.SendToAgent:
 		e.Result, e.IsError, err = r.sendToAgent(ctx, child, f.State.CallPoint(), args.Message)
 	case h.Name == builtin.KillAgent:
@@ -114,11 +117,15 @@ func (r *AgentRunReconciler) childNamed(ctx context.Context, run *arv1.AgentRun,
 
 // agentReport is a child's phase, wait, error and (once complete) output:
 // check_agent's peek, and the result wait_for_agent delivers once the
-// child is final.
-func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, final bool) string {
+// child is final, which also says whether it succeeded and lists
+// the messages it never took in.
+func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, final bool) (string, error) {
 	res := map[string]any{"name": c.Name, "phase": c.Status.Phase}
 	if w := c.Status.WaitingOn; w != nil && !final {
 		res["waitingOn"] = w.Summary
+	}
+	if c.Status.Phase.IsTerminal() {
+		res["success"] = c.Status.Phase == arv1.PhaseComplete || c.Status.Phase == arv1.PhaseCompleteInteractive
 	}
 	switch {
 	case c.Status.Phase == arv1.PhaseCancelled:
@@ -131,15 +138,67 @@ func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, 
 			res["output"] = clipTo(text, 16<<10)
 		}
 	}
+	if final {
+		left, err := r.messagesNotTakenIn(ctx, c)
+		if err != nil {
+			return "", err
+		}
+		if len(left) > 0 {
+			res["messagesNotTakenIn"] = left
+		}
+	}
 	b, _ := json.Marshal(res)
-	return string(b)
+	return string(b), nil
 }
 
-// sendToAgent writes a message on a running child whose current stage
-// accepts messages, under the parent call's point (a retry writes the
-// same key). Anything else is refused, with the reason, to the model.
+// messagesNotTakenIn are the messages left on a finished child that it
+// never took in (it ended before reaching a stage that accepts messages),
+// so the parent learns of them instead of losing them silently. The cache
+// keeps a finished run without its annotations, so they are read from the
+// API server, once per delivered result.
+func (r *AgentRunReconciler) messagesNotTakenIn(ctx context.Context, c *arv1.AgentRun) ([]string, error) {
+	full := &arv1.AgentRun{}
+	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(c), full); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading sub-agent %s: %w", c.Name, err)
+	}
+	sent := pendingMessages(full)
+	if len(sent) == 0 {
+		return nil, nil
+	}
+	entries, err := r.journals.Entries(ctx, store.RefOf(c))
+	if err != nil {
+		return nil, fmt.Errorf("reading the journal of sub-agent %s: %w", c.Name, err)
+	}
+	taken := map[string]bool{}
+	for i := range entries {
+		if entries[i].Kind == journal.MessageReceived {
+			taken[entries[i].MessageID] = true
+		}
+	}
+	var left []string
+	for _, m := range sent {
+		if !taken[m.ID] {
+			left = append(left, clipTo(m.Text, 512))
+		}
+	}
+	return left, nil
+}
+
+// sendToAgent leaves a message on a child that has not finished, under
+// the parent call's point (a retry writes the same key). The child takes
+// it in where it is about to call its model in a stage that accepts
+// messages: at once when its current stage does, else once it reaches
+// one, a child that has not started yet included. So whether a message
+// arrives never depends on how far the child had got when it was sent;
+// the model is told when it waits. A finished child, one whose blueprint
+// has no stage that accepts messages, and one sent the most messages are
+// refused, with the reason, to the model.
 func (r *AgentRunReconciler) sendToAgent(ctx context.Context, c *arv1.AgentRun, id, msg string) (string, bool, error) {
-	if refusal, err := r.refuseMessage(ctx, c, id); err != nil || refusal != "" {
+	bp, refusal, err := r.refuseMessage(ctx, c, id)
+	if err != nil || refusal != "" {
 		return refusal, true, err
 	}
 	orig := c.DeepCopy()
@@ -153,32 +212,87 @@ func (r *AgentRunReconciler) sendToAgent(ctx context.Context, c *arv1.AgentRun, 
 		}
 		return "", false, fmt.Errorf("sending a message to sub-agent %s: %w", c.Name, err)
 	}
-	b, _ := json.Marshal(map[string]any{"name": c.Name, "sent": true, "stage": c.Status.CurrentStage})
+	res := map[string]any{"name": c.Name, "sent": true}
+	if note := messageWait(c, bp); note != "" {
+		res["queued"], res["note"] = true, note
+	} else {
+		res["stage"] = c.Status.CurrentStage
+	}
+	b, _ := json.Marshal(res)
 	return string(b), false, nil
 }
 
-// refuseMessage says why a child cannot take a message now, or "".
-func (r *AgentRunReconciler) refuseMessage(ctx context.Context, c *arv1.AgentRun, id string) (string, error) {
-	switch {
-	case c.Status.Phase.IsTerminal():
-		return fmt.Sprintf("Sub-agent %q has finished (%s); it takes no more messages.", c.Name, c.Status.Phase), nil
-	case c.Status.BlueprintSnapshot == "" || c.Status.CurrentStage == "":
-		return fmt.Sprintf("Sub-agent %q has not started yet; it takes messages once it is in a stage that accepts them.", c.Name), nil
+// refuseMessage says why a child cannot be sent a message, or "", with
+// the child's blueprint (nil when it cannot be read yet: the child itself
+// will say why it does not start).
+func (r *AgentRunReconciler) refuseMessage(ctx context.Context, c *arv1.AgentRun, id string) (*blueprint.Blueprint, string, error) {
+	if c.Status.Phase.IsTerminal() {
+		return nil, fmt.Sprintf("Sub-agent %q has finished (%s); it takes no more messages.", c.Name, c.Status.Phase), nil
+	}
+	bp, err := r.childBlueprint(ctx, c)
+	if err != nil {
+		return nil, "", err
 	}
 	if _, sent := c.Annotations[messageAnnotationPrefix+id]; sent {
-		return "", nil // this very call, retried
+		return bp, "", nil // this very call, retried
 	}
 	if len(pendingMessages(c)) >= maxMessagesPerChild {
-		return fmt.Sprintf("Sub-agent %q has been sent %d messages, the most one sub-agent takes.", c.Name, maxMessagesPerChild), nil
+		return nil, fmt.Sprintf("Sub-agent %q has been sent %d messages, the most one sub-agent takes.", c.Name, maxMessagesPerChild), nil
 	}
-	bp, perr, err := r.snapshotBlueprint(ctx, c.Namespace, c.Status.BlueprintSnapshot)
-	if err != nil || perr != nil {
-		return fmt.Sprintf("Sub-agent %q's blueprint cannot be read, so whether it accepts messages is not known.", c.Name), err
+	if bp != nil && len(acceptingStages(bp)) == 0 {
+		return nil, fmt.Sprintf("Sub-agent %q's blueprint has no stage that accepts messages (none sets accepts_messages = true), so it would never see one.", c.Name), nil
+	}
+	return bp, "", nil
+}
+
+// childBlueprint is the blueprint a child runs: its snapshot once it has
+// one, else the blueprint it will start from (the snapshot its spec names,
+// or the ConfigMap spec.agent names as it reads now). Nil when that cannot
+// be read or does not parse.
+func (r *AgentRunReconciler) childBlueprint(ctx context.Context, c *arv1.AgentRun) (*blueprint.Blueprint, error) {
+	if name := cmp.Or(c.Status.BlueprintSnapshot, c.Spec.BlueprintSnapshot); name != "" {
+		bp, perr, err := r.snapshotBlueprint(ctx, c.Namespace, name)
+		if perr != nil {
+			return nil, nil
+		}
+		return bp, err
+	}
+	data, rv, found, err := r.refs.ConfigMap(ctx, c.Namespace, c.Spec.Agent)
+	if err != nil || !found {
+		return nil, err
+	}
+	if src := r.parseSource(c.Namespace, c.Spec.Agent, rv, data); src.err == nil {
+		return src.bp, nil
+	}
+	return nil, nil
+}
+
+// acceptingStages names the blueprint's stages that accept messages.
+func acceptingStages(bp *blueprint.Blueprint) []string {
+	var out []string
+	for i := range bp.Stages {
+		if bp.Stages[i].AcceptsMessages {
+			out = append(out, bp.Stages[i].Name)
+		}
+	}
+	return out
+}
+
+// messageWait says why a message just left on a child waits, or "" when
+// the child's current stage takes it in at its next model call.
+func messageWait(c *arv1.AgentRun, bp *blueprint.Blueprint) string {
+	where := "a stage that accepts messages"
+	if bp != nil {
+		where = fmt.Sprintf("a stage that accepts messages (%s)", strings.Join(acceptingStages(bp), ", "))
+	}
+	after := fmt.Sprintf("; the message waits, and it sees it once it is in %s. If it finishes first, its result lists the message as not taken in.", where)
+	if c.Status.BlueprintSnapshot == "" || c.Status.CurrentStage == "" || bp == nil {
+		return fmt.Sprintf("Sub-agent %q has not started yet", c.Name) + after
 	}
 	if st, _, ok := bp.Stage(c.Status.CurrentStage); !ok || !st.AcceptsMessages {
-		return fmt.Sprintf("Sub-agent %q is in stage %q, which does not accept messages (its blueprint does not set accepts_messages = true there).", c.Name, c.Status.CurrentStage), nil
+		return fmt.Sprintf("Sub-agent %q is in stage %q, which does not accept messages", c.Name, c.Status.CurrentStage) + after
 	}
-	return "", nil
+	return ""
 }
 
 // killAgent cancels a child through its spec.cancel, the way a person
@@ -202,3 +316,4 @@ func (r *AgentRunReconciler) killAgent(ctx context.Context, c *arv1.AgentRun) (s
 	b, _ := json.Marshal(res)
 	return string(b), nil
 }
+
