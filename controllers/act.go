@@ -88,6 +88,8 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 		return r.callTool(ctx, s)
 	case runstate.ActWaitCatalog:
 		r.listTools(s)
+	case runstate.ActDeliverResults:
+		return true, r.deliverResults(ctx, s)
 	case runstate.ActSpawn:
 		if err := r.ensureSnapshot(ctx, s.run, f); err != nil {
 			return false, err

@@ -2,8 +2,9 @@ package controllers
 
 // Child calls: the agent tools a run uses on its own children
 // (wait_for_agent, check_agent, send_to_agent, kill_agent), carried out in the
-// reconcile against the child AgentRuns, and the messages a parent leaves
-// on a child.
+// reconcile against the child AgentRuns, the messages a parent leaves on a
+// child, and the drain that hands the parent's model the results of
+// children that finished.
 
 import (
 	"cmp"
@@ -116,8 +117,8 @@ func (r *AgentRunReconciler) childNamed(ctx context.Context, run *arv1.AgentRun,
 }
 
 // agentReport is a child's phase, wait, error and (once complete) output:
-// check_agent's peek, and the result wait_for_agent delivers once the
-// child is final, which also says whether it succeeded and lists
+// check_agent's peek, and the result wait_for_agent and the drain deliver
+// once the child is final, which also says whether it succeeded and lists
 // the messages it never took in.
 func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, final bool) (string, error) {
 	res := map[string]any{"name": c.Name, "phase": c.Status.Phase}
@@ -317,3 +318,34 @@ func (r *AgentRunReconciler) killAgent(ctx context.Context, c *arv1.AgentRun) (s
 	return string(b), nil
 }
 
+// deliverResults is the drain: before the model call Decide is about to
+// make, it journals the results of the run's sub-agents that finished and
+// were not delivered yet, one SubagentResultDelivered each in one write,
+// each holding the exact user message the call shows. The journal is the
+// record of what the model was sent, so a restart neither loses nor
+// repeats one, and wait_for_agent on a drained sub-agent is told it was
+// already delivered.
+func (r *AgentRunReconciler) deliverResults(ctx context.Context, s *scope) error {
+	es := make([]journal.Entry, 0, len(s.action.Deliver))
+	for _, name := range s.action.Deliver {
+		c, err := r.childNamed(ctx, s.run, s.facts, name)
+		if err != nil {
+			return err
+		}
+		report := fmt.Sprintf(`{"name":%q,"success":false,"error":"the sub-agent is gone"}`, name)
+		if c != nil {
+			if report, err = r.agentReport(ctx, c, true); err != nil {
+				return err
+			}
+		}
+		es = append(es, journal.Entry{Kind: journal.SubagentResultDelivered, Child: name, Text: drainedResult(name, report)})
+	}
+	return r.record(ctx, s, es...)
+}
+
+// drainedResult is the user message that hands the model a finished
+// sub-agent's result: plainly the operator's, naming the sub-agent, then
+// the report wait_for_agent would have given.
+func drainedResult(name, report string) string {
+	return fmt.Sprintf("[agentrun: sub-agent %q finished. Its result, delivered once (wait_for_agent on it will not deliver it again):]\n%s", name, report)
+}

@@ -36,7 +36,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	req := providers.Request{
 		RunUID: string(run.UID), Seq: intent.Seq, Stage: st.Stage, Iteration: st.Iteration,
 		Attempt: st.FailedAttempts, Model: res.model, Task: run.Spec.Task, APIKey: res.apiKey,
-		OutputInstructions: spec.instructions, Messages: st.Inbox,
+		OutputInstructions: spec.instructions, Messages: st.Inbox, Notices: st.Notices,
 	}
 	if stage != nil {
 		req.Script, req.SystemPrompt = stage.Script, stage.Prompt()
@@ -106,9 +106,20 @@ func history(turns []journal.Turn) []providers.Turn {
 		case t.Refused != "":
 			turn.Feedback = "That was refused: " + t.Refused + "."
 		}
+		turn.Feedback = withNotices(turn.Feedback, t.Notices)
 		out = append(out, turn)
 	}
 	return out
+}
+
+// withNotices adds the operator's notices that followed an answer (the
+// sub-agent results the drain delivered) to what the model is told after
+// it, so each reaches the model as a user message on every wire.
+func withNotices(feedback string, notices []string) string {
+	if len(notices) == 0 {
+		return feedback
+	}
+	return strings.TrimSpace(feedback + "\n\n" + strings.Join(notices, "\n\n"))
 }
 
 // compactRequest is the summarization a compact (or summarize) edge asks

@@ -43,10 +43,12 @@ const (
 	// CheckAgent reports a sub-agent's phase and output.
 	CheckAgent = "check_agent"
 	// WaitForAgent blocks the turn until a sub-agent finishes, then
-	// delivers its result, once (the seeds' Koda rule).
+	// delivers its result, once (the seeds' Koda rule): a result the drain
+	// delivered before is not delivered again.
 	WaitForAgent = "wait_for_agent"
-	// SendToAgent sends a message to a running sub-agent whose stage
-	// accepts_messages; it sees it in its next model turn.
+	// SendToAgent leaves a message for a sub-agent, which it sees in its
+	// next model turn in a stage that accepts_messages (at once, or once it
+	// reaches one).
 	SendToAgent = "send_to_agent"
 	// KillAgent cancels a sub-agent and, through it, its own children.
 	KillAgent = "kill_agent"
@@ -84,9 +86,9 @@ var RunTools = []Spec{
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"reason":{"type":"string"},"input_schema":{"type":"object"}},"required":["reason"]}`)},
 	{Name: CheckAgent, Description: "Report a sub-agent's phase, what it waits on, and its output once complete.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)},
-	{Name: WaitForAgent, Description: "Wait until one of this run's sub-agents finishes and return its result (phase, output or error). A result is delivered once; waiting again on the same sub-agent says it was already delivered.",
+	{Name: WaitForAgent, Description: "Wait until one of this run's sub-agents finishes and return its result (phase, success, output or error). A result is delivered once: a sub-agent that finished while you were not waiting for it has its result given to you in a message before your next turn, and waiting on it then, or again, says it was already delivered.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."}},"required":["name"]}`)},
-	{Name: SendToAgent, Description: "Send a message to one of this run's running sub-agents; it sees the message in its next turn. Only a sub-agent whose current stage accepts messages takes one.",
+	{Name: SendToAgent, Description: "Send a message to one of this run's sub-agents; it sees the message in its next turn in a stage that accepts messages. A sub-agent not in such a stage yet (or not started yet) gets it once it is; the result says whether the message waits.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."},"message":{"type":"string"}},"required":["name","message"]}`)},
 	{Name: KillAgent, Description: "Cancel one of this run's sub-agents, and with it every run it started.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"The sub-agent's name."}},"required":["name"]}`)},

@@ -111,3 +111,45 @@ func TestFoldSpawnAlongside(t *testing.T) {
 		t.Errorf("stage %s subagents %v sleep %v", st.Stage, st.Subagents, st.SleepUntil)
 	}
 }
+
+// TestFoldDrainedResults: a sub-agent result the drain delivered before
+// the stage's first answer is shown with the task, one after it rides on
+// that answer's turn; each marks its sub-agent delivered; a second entry
+// for the same sub-agent, or one for a sub-agent wait_for_agent already
+// delivered, shows nothing more; a move to another stage empties them.
+func TestFoldDrainedResults(t *testing.T) {
+	bp, err := blueprint.Parse(map[string]string{"agent.toml": agentStage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	wait := ToolCall{Name: "wait_for_agent", Arguments: `{"name":"run-c2"}`}
+	entries := []Entry{
+		{Seq: 0, Kind: SubagentResultDelivered, At: t0, Child: "run-c0", Text: "c0 result"},
+		{Seq: 1, Kind: ModelCallRequested, At: t0, Stage: "work"},
+		{Seq: 2, Kind: ModelCallCompleted, At: t0, Call: 1, Response: &Response{Calls: []ToolCall{wait}}},
+		{Seq: 3, Kind: ToolCallCompleted, At: t0, Index: 0, Tool: "wait_for_agent", Result: `{"phase":"Complete"}`, Child: "run-c2"},
+		{Seq: 4, Kind: SubagentResultDelivered, At: t0, Child: "run-c1", Text: "c1 result"},
+		{Seq: 5, Kind: SubagentResultDelivered, At: t0, Child: "run-c1", Text: "c1 result"},
+		{Seq: 6, Kind: SubagentResultDelivered, At: t0, Child: "run-c0", Text: "c0 result"},
+		{Seq: 7, Kind: SubagentResultDelivered, At: t0, Child: "run-c2", Text: "c2 result"},
+	}
+	st := Fold(bp, entries)
+	if !reflect.DeepEqual(st.Notices, []string{"c0 result"}) {
+		t.Errorf("notices %v, want c0's result", st.Notices)
+	}
+	if len(st.Turns) != 1 || !reflect.DeepEqual(st.Turns[0].Notices, []string{"c1 result"}) {
+		t.Errorf("turns %+v, want c1's result once after the answer", st.Turns)
+	}
+	if want := map[string]bool{"run-c0": true, "run-c1": true, "run-c2": true}; !reflect.DeepEqual(st.Delivered, want) {
+		t.Errorf("delivered %v, want %v", st.Delivered, want)
+	}
+	moved := append(slices.Clone(entries),
+		Entry{Seq: 8, Kind: ModelCallRequested, At: t0, Stage: "work"},
+		Entry{Seq: 9, Kind: ModelCallCompleted, At: t0, Call: 8, Response: &Response{Next: "done"}},
+	)
+	st = Fold(bp, moved)
+	if st.Stage != "done" || st.Notices != nil || st.Turns != nil || !st.Delivered["run-c0"] {
+		t.Errorf("after the move: stage %s notices %v turns %v delivered %v", st.Stage, st.Notices, st.Turns, st.Delivered)
+	}
+}

@@ -66,6 +66,14 @@ const (
 	// in a stage that accepts_messages; that call and the stage's later
 	// ones show it.
 	MessageReceived Kind = "MessageReceived"
+	// SubagentResultDelivered records the result of a finished sub-agent
+	// (Child) handed to the model by the drain, the seeds' Koda rule: before
+	// a model call, each sub-agent that finished and whose result no
+	// wait_for_agent and no earlier drain delivered is journaled with the
+	// exact user message the model is shown (Text), and that call and the
+	// stage's later ones show it. A result is delivered once, by this or
+	// by wait_for_agent, whatever restarts.
+	SubagentResultDelivered Kind = "SubagentResultDelivered"
 	// RegionWritten records a region's new content: seeded from the run's
 	// spec.regions, written by the model (write_region), by a fan-out's
 	// merge (results_region) or by a person's edit at a checkpoint.
@@ -167,10 +175,12 @@ type Entry struct {
 	Result  string `json:"result,omitempty"`
 	IsError bool   `json:"isError,omitempty"`
 	// Child names the sub-agent whose result a wait_for_agent completion
-	// delivered, so it is never delivered again.
+	// or a SubagentResultDelivered delivered, so it is never delivered
+	// again.
 	Child string `json:"child,omitempty"`
 	// MessageID and Text are a MessageReceived's message: its id (unique
-	// per sender) and what it says.
+	// per sender) and what it says. Text is also a SubagentResultDelivered's
+	// user message.
 	MessageID string `json:"messageID,omitempty"`
 	Text      string `json:"text,omitempty"`
 

@@ -122,13 +122,18 @@ type State struct {
 	asked   string
 	askedAt time.Time
 
-	// Delivered are the sub-agents whose result wait_for_agent delivered.
+	// Delivered are the sub-agents whose result was delivered, by
+	// wait_for_agent or by the drain.
 	Delivered map[string]bool
 	// Received are the ids of the messages taken in; Inbox the messages
 	// taken in before the current stage's first answer (later ones ride
 	// on the turn they followed).
 	Received map[string]bool
 	Inbox    []string
+	// Notices are the sub-agent results the drain delivered before the
+	// current stage's first answer (later ones ride on the turn they
+	// followed, Turn.Notices).
+	Notices []string
 
 	// Titled: the titling call has finished (Title or TitleError is set).
 	Titled     bool
@@ -202,6 +207,9 @@ type Turn struct {
 	Tools []ToolResult
 	// Messages are what the run's parent sent after this answer.
 	Messages []string
+	// Notices are the operator's own messages after this answer: the
+	// results of sub-agents the drain delivered.
+	Notices []string
 }
 
 // FanOut is a fan_out stage's items and where the run goes once they are done.
@@ -368,6 +376,8 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 		st.fail(bp, e.Message)
 	case MessageReceived:
 		st.receive(e)
+	case SubagentResultDelivered:
+		st.drained(e)
 	case RegionWritten:
 		st.writeRegion(e)
 	}
@@ -755,7 +765,7 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 	}
 	st.carryOver(bp, target)
 	st.endVisit()
-	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
+	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox, st.Notices = target, idx, 0, nil, nil, nil
 	st.Handoff, st.Directive, st.PointChoices = "", "", nil
 	st.enterStage(target)
 	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil

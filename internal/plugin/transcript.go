@@ -137,6 +137,8 @@ func describeEntry(e *journal.Entry) (string, string) {
 		return "asked", e.Point
 	case journal.MessageReceived:
 		return "message", fmt.Sprintf("from the parent (%s): %q", e.MessageID, oneLine(e.Text, 100))
+	case journal.SubagentResultDelivered:
+		return "sub-agent result", fmt.Sprintf("%s, shown to the model: %q", e.Child, oneLine(e.Text, 100))
 	case journal.ToolCallDecided:
 		return describeToolGate(e)
 	case journal.ToolPolicyDecided:

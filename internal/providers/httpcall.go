@@ -127,7 +127,7 @@ func applyToolCall(resp *journal.Response, external map[string]bool, id, name st
 }
 
 // userContent is the user message of a call: the task, what its parent
-// sent it, a person's instructions to a stage sent back, what people
+// sent it, the results of its sub-agents that finished, a person's instructions to a stage sent back, what people
 // answered at the checkpoints before this stage, the document the
 // stage works on, why the run is in this stage, how to leave it, then the
 // fan-out workers' outputs when the stage merges them.
@@ -137,6 +137,9 @@ func userContent(req Request) string {
 		task += "\n\nOutput: " + req.OutputInstructions
 	}
 	task += parentMessages(req.Messages)
+	for _, n := range req.Notices {
+		task += "\n\n" + n
+	}
 	if req.Directive != "" {
 		task += "\n\nA person sent this stage back with these instructions:\n" + req.Directive
 	}

@@ -51,6 +51,11 @@ type Request struct {
 	// Messages are what the run's parent sent (send_to_agent) before the
 	// stage's first answer; later ones ride on History's turns.
 	Messages []string
+	// Notices are the operator's own messages before the stage's first
+	// answer, each complete and marked as the operator's: the results of
+	// the run's sub-agents that finished (the drain). Later ones ride on
+	// History's turns, in their Feedback.
+	Notices []string
 	// OutputInstructions tell the model what output to hand back.
 	OutputInstructions string
 	// StageNote is why the run entered this stage, when a runtime signal

@@ -14,6 +14,11 @@ import (
 // before the model is called, so the call shows it.
 const ActReceiveMessage ActionKind = "ReceiveMessage"
 
+// ActDeliverResults journals the results of the run's sub-agents that
+// finished and were not delivered yet (Action.Deliver) before the model is
+// called, so the call shows them: the seeds' Koda drain.
+const ActDeliverResults ActionKind = "DeliverResults"
+
 // Message is a message from the run's parent waiting to be taken in.
 type Message struct {
 	// ID is unique per parent (the parent's tool call point).
@@ -91,7 +96,7 @@ func decideAgentTool(f Facts, h *journal.CallState) Action {
 	case h.Name != builtin.WaitForAgent:
 		return Action{Kind: ActToolCall}
 	case f.State.Delivered[c.Name]:
-		return completed(fmt.Sprintf("The result of sub-agent %q was already delivered; a result is delivered once.", c.Name), true)
+		return completed(fmt.Sprintf("The result of sub-agent %q was already delivered (by an earlier wait_for_agent, or in a message from the run when it finished); a result is delivered once.", c.Name), true)
 	case !c.terminal():
 		one := int32(1)
 		// Woken by the child's phase change (the watch of owned runs).
@@ -118,4 +123,28 @@ func receiveMessage(f Facts) (Action, bool) {
 		}
 	}
 	return Action{}, false
+}
+
+// drainResults names the sub-agents whose results are due to the model:
+// those that finished (Complete, Error or Cancelled) and whose result
+// neither wait_for_agent nor an earlier drain delivered, in spawn order.
+// It never waits for a sub-agent still running: the call goes ahead with
+// what has finished. Fan-out workers are not drained: their merge stage
+// is given their outputs.
+func drainResults(f Facts) (Action, bool) {
+	var due []ChildFact
+	for _, c := range f.Children {
+		if c.Kind == ChildSubagent && c.terminal() && !f.State.Delivered[c.Name] {
+			due = append(due, c)
+		}
+	}
+	if len(due) == 0 {
+		return Action{}, false
+	}
+	slices.SortFunc(due, func(a, b ChildFact) int { return a.Index - b.Index })
+	names := make([]string, len(due))
+	for i, c := range due {
+		names[i] = c.Name
+	}
+	return Action{Kind: ActDeliverResults, Deliver: names}, true
 }

@@ -145,3 +145,41 @@ func TestWaitingOnAwaitedChild(t *testing.T) {
 		t.Errorf("got %+v", w)
 	}
 }
+
+// TestDecideDrain: before a model call, the sub-agents that finished and
+// were not delivered are drained, in spawn order, whatever their outcome;
+// running ones, fan-out workers and delivered ones are not, and nothing
+// is drained while a tool call is unsettled or a call is pending.
+func TestDecideDrain(t *testing.T) {
+	bp, err := blueprint.Parse(map[string]string{"agent.toml": agentBlueprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := []ChildFact{
+		{Name: "run-c2", Kind: ChildSubagent, Index: 2, Phase: arv1.PhaseCancelled},
+		{Name: "run-c0", Kind: ChildSubagent, Index: 0, Phase: arv1.PhaseComplete},
+		{Name: "run-c1", Kind: ChildSubagent, Index: 1, Phase: arv1.PhaseRunning},
+		{Name: "run-c3", Kind: ChildSubagent, Index: 3, Phase: arv1.PhaseError},
+		{Name: "run-w0", Kind: ChildWorker, Index: 0, Phase: arv1.PhaseComplete},
+	}
+	f := Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, nil), Now: now, Children: children}
+	a := Decide(f)
+	if a.Kind != ActDeliverResults || !slices.Equal(a.Deliver, []string{"run-c0", "run-c2", "run-c3"}) {
+		t.Fatalf("first: %+v, want run-c0, run-c2, run-c3 drained", a)
+	}
+	for i, name := range a.Deliver {
+		f.State.Apply(bp, journal.Entry{Seq: int64(i), Kind: journal.SubagentResultDelivered, Child: name, Text: name})
+	}
+	if a = Decide(f); a.Kind != ActDispatch {
+		t.Fatalf("after the drain: %+v, want the call", a)
+	}
+
+	busy := agentFacts(t, "a", builtin.CheckAgent, `{"name":"run-c0"}`, children)
+	if a = Decide(busy); a.Kind == ActDeliverResults {
+		t.Errorf("drained with a tool call unsettled: %+v", a)
+	}
+	pending := Facts{Spawned: true, Blueprint: bp, State: journal.Fold(bp, []journal.Entry{{Seq: 0, Kind: journal.ModelCallRequested, Stage: "a"}}), Now: now, Children: children}
+	if a = Decide(pending); a.Kind != ActDispatch || !a.Reissue {
+		t.Errorf("with a call pending: %+v, want it issued again, nothing drained", a)
+	}
+}

@@ -205,6 +205,9 @@ type Action struct {
 	FanOut *FanOutPlan
 	// Received is the message ActReceiveMessage journals.
 	Received *Message
+	// Deliver names the sub-agents whose results ActDeliverResults
+	// journals, in spawn order.
+	Deliver []string
 	// Policy is the tool policies' decision ActToolPolicy journals.
 	Policy *journal.PolicyDecision
 }
@@ -293,6 +296,11 @@ func Decide(f Facts) Action {
 	}); hit != nil {
 		// Checked before the call: the call that would cross it is never made.
 		return Action{Kind: ActPark, Markers: Markers{Budget: hit}}
+	}
+	if a, ok := drainResults(f); ok {
+		// Right before the call, so a result journaled as delivered is in
+		// the call that follows.
+		return a
 	}
 	return withSpawns(f, Action{Kind: ActDispatch})
 }

@@ -140,6 +140,9 @@ func contentAttrs(c ModelCall) []attribute.KeyValue {
 		for _, m := range r.Messages {
 			msgs = append(msgs, text("user", m))
 		}
+		for _, n := range r.Notices {
+			msgs = append(msgs, text("user", n))
+		}
 		if b, err := json.Marshal(msgs); err == nil {
 			out = append(out, attribute.String("gen_ai.input.messages", string(b)))
 		}
