@@ -79,6 +79,11 @@ func (h *storeHealth) NeedLeaderElection() bool { return false }
 // it answers.
 func (h *storeHealth) Start(ctx context.Context) error {
 	log := ctrl.Log.WithName("store")
+	// A store that cannot be used at start is said at once, before any run
+	// tries it.
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	h.failed(h.check(pctx))
+	cancel()
 	for {
 		select {
 		case <-ctx.Done():
