@@ -337,7 +337,7 @@ func TestReplyHeadersOnCompletions(t *testing.T) {
 		if name == "anthropic" {
 			path = "/v1/messages"
 		}
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewBufferString(`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewBufferString(`{"model":"m1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Anthropic-Version", "2023-06-01")
 		res, err := srv.Client().Do(req)
 		if err != nil {
