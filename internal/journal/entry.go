@@ -232,6 +232,21 @@ type Response struct {
 	// before the model is called again; the answer's own move (transition,
 	// completion, sleep) waits for them.
 	Calls []ToolCall `json:"calls,omitempty"`
+	// Moves are the answer's other tool calls, as the model made them: its
+	// calls to the operator's own moves (transition, complete, spawn_agent,
+	// fan_out, sleep), which the fields above record the effect of, and the
+	// calls nothing acted on. Later calls show the model each with what
+	// came of it, so it sees what it did.
+	Moves []Move `json:"moves,omitempty"`
+}
+
+// Move is one of an answer's calls the run does not execute as a tool.
+type Move struct {
+	ToolCall
+	// Ignored says why nothing acted on the call (a tool nobody offered,
+	// arguments that do not fit, a second transition), "" when it was
+	// taken up.
+	Ignored string `json:"ignored,omitempty"`
 }
 
 // ToolCall is one tool call in a model's answer.

@@ -200,6 +200,9 @@ type Turn struct {
 	Refused string
 	// Tools are the answer's tool calls with their results.
 	Tools []ToolResult
+	// Moves are the answer's calls to the operator's own moves and the
+	// calls nothing acted on (Response.Moves).
+	Moves []Move
 	// Messages are what the run's parent sent after this answer.
 	Messages []string
 }
@@ -565,7 +568,7 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if r == nil {
 		r = &Response{}
 	}
-	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected})
+	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected, Moves: r.Moves})
 	if len(r.Calls) > 0 && r.OutputRejected == "" {
 		st.startCalls(e, r)
 		return

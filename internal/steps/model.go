@@ -402,7 +402,14 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 		if len(call.Arguments) > MaxToolArguments {
 			// The call is kept, its arguments replaced by a note the tool
 			// will refuse.
-			r.Calls[i].Arguments = fmt.Sprintf(`{"_dropped":"the arguments were %d bytes, over the %d-byte limit"}`, len(call.Arguments), MaxToolArguments)
+			r.Calls[i].Arguments = droppedArguments(len(call.Arguments))
+		}
+	}
+	for i, m := range r.Moves {
+		if len(m.Arguments) > MaxToolArguments {
+			// Already acted on (a large output is kept in Output); what
+			// the later calls show of the call is the note.
+			r.Moves[i].Arguments = droppedArguments(len(m.Arguments))
 		}
 	}
 	fitJournal(r)
@@ -415,6 +422,11 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 	if cost, priced := c.Provider.Price(c.Request.Model, providerconfig.Usage{Prompt: u.Prompt, Completion: u.Completion, Cached: u.Cached, CacheWrite: u.CacheWrite}); priced {
 		done.CostNanoUSD = ptr.To(int64(cost))
 	}
+}
+
+// droppedArguments stands for tool-call arguments too large to journal.
+func droppedArguments(n int) string {
+	return fmt.Sprintf(`{"_dropped":"the arguments were %d bytes, over the %d-byte limit"}`, n, MaxToolArguments)
 }
 
 // MaxAnswerEntry bounds a model answer as journaled (its JSON). The caps
