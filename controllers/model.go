@@ -44,7 +44,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	}
 	call := steps.ModelCall{
 		Run: steps.RunRef(run), Agent: f.Blueprint.Agent.Name, Intent: intent, Provider: res.provider,
-		SecretVersion: res.secretVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
+		SecretVersion: res.secretVersion, ConfigVersion: res.configVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
 		Trace: r.traceParent(s),
 	}
 	if len(res.skipped) > 0 {

@@ -301,4 +301,8 @@ type Failure struct {
 	// SecretVersion is the resourceVersion of the credentials Secret the
 	// call used, so a rejected key is not retried until the Secret changes.
 	SecretVersion string `json:"secretVersion,omitempty"`
+	// ConfigVersion is the resourceVersion of the provider ConfigMap the
+	// call was resolved with: a changed config is a fix worth trying, so
+	// the failure stops counting once it changes.
+	ConfigVersion string `json:"configVersion,omitempty"`
 }

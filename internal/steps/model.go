@@ -47,8 +47,9 @@ type ModelCall struct {
 	Request       providers.Request
 	Provider      *providerconfig.Provider
 	// SecretVersion is the credentials Secret's resourceVersion the call
-	// used, so a rejected key is not retried until the Secret changes.
-	SecretVersion string
+	// used, so a rejected key is not retried until the Secret changes;
+	// ConfigVersion the provider ConfigMap's, likewise.
+	SecretVersion, ConfigVersion string
 	// Check is the output the run must hand back.
 	Check output.Spec
 	// BreakerKey scopes the provider's circuit.
@@ -371,7 +372,7 @@ func (rt *Runtime) failed(done *journal.Entry, c ModelCall, err error) {
 	}
 	done.Kind = journal.ModelCallFailed
 	done.Failure = &journal.Failure{
-		Class: pe.Class, Status: pe.Status, SecretVersion: c.SecretVersion,
+		Class: pe.Class, Status: pe.Status, SecretVersion: c.SecretVersion, ConfigVersion: c.ConfigVersion,
 		Message: providers.Redact(pe.Message, c.Request.APIKey.Reveal()),
 	}
 }
