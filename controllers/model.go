@@ -47,6 +47,10 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 		SecretVersion: res.secretVersion, ConfigVersion: res.configVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
 		Trace: r.traceParent(s),
 	}
+	if res.canFailOver {
+		// An overload lasting longer moves the stage to its next model.
+		call.OverloadFailover = res.provider.OverloadFailover()
+	}
 	if len(res.skipped) > 0 {
 		s.after(func() { r.reportFailover(run, res) })
 	}

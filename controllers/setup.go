@@ -26,6 +26,9 @@ type resolved struct {
 	credential                   runstate.Credential
 	// skipped are the stage's models failover passed over to reach this one.
 	skipped []runstate.Skipped
+	// canFailOver: another of the stage's models would be called should
+	// this one fail (runstate.CanFailOver).
+	canFailOver bool
 }
 
 // resolveProvider reads the provider ConfigMap and the credentials of each
@@ -91,6 +94,7 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		return nil, sel.Block, nil, nil
 	}
 	res[sel.Index].skipped = sel.Skipped
+	res[sel.Index].canFailOver = runstate.CanFailOver(cands, sel.Index, st.Failed, now)
 	return res[sel.Index], nil, nil, nil
 }
 

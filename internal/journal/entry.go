@@ -284,6 +284,12 @@ const (
 	FailUnreachable FailureClass = "ProviderUnreachable"
 	FailTimedOut    FailureClass = "ProviderTimedOut"
 	FailFailed      FailureClass = "ProviderFailed"
+	// FailOverloaded: the model kept answering that it is overloaded
+	// (HTTP 529, or 503 with Retry-After) past its provider's
+	// overload_failover_seconds, so the stage fails over to its next
+	// model. Never journaled when no other model was left to try: the call
+	// then waits as long as the provider asks, like a rate limit.
+	FailOverloaded FailureClass = "ProviderOverloaded"
 	// FailEgressRefused: the manager's egress policy refused the provider's
 	// address before any connection (internal/egress); nothing was sent.
 	// Message holds the refusal and its remedy.

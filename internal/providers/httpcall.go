@@ -277,6 +277,7 @@ func (f apiFailure) classify(key string) *Error {
 	}
 	class, retryable := ClassifyStatus(f.status)
 	e := &Error{Class: class, Status: f.status, Message: msg, RateLimited: f.rateLimited()}
+	e.Overloaded = e.RateLimited && (f.status == 529 || f.status == http.StatusServiceUnavailable || f.kind == "overloaded_error")
 	if retryable {
 		now := time.Now()
 		if e.RateLimited {

@@ -1,6 +1,7 @@
 package runstate
 
 import (
+	"maps"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -101,6 +102,25 @@ func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, no
 		}
 	}
 	return Selection{Index: -1, Block: last, RetryAt: retryAt}
+}
+
+// CanFailOver reports whether, should the chosen candidate (index i) fail
+// now, another would be called rather than the run parked: a model
+// overloaded for long is given up on only then, since waiting out its
+// overload beats parking the run.
+func CanFailOver(cands []Candidate, i int, failed map[string]journal.FailedCall, now time.Time) bool {
+	if i < 0 || i >= len(cands) {
+		return false
+	}
+	c := cands[i]
+	with := maps.Clone(failed)
+	if with == nil {
+		with = map[string]journal.FailedCall{}
+	}
+	with[c.Ref] = journal.FailedCall{At: now, Failure: journal.Failure{
+		Class: journal.FailOverloaded, SecretVersion: c.SecretVersion, ConfigVersion: c.ConfigVersion}}
+	sel := SelectCandidate(cands, with, now)
+	return sel.Index >= 0 && sel.Index != i && sel.Block == nil
 }
 
 // stillFailing: a model's failure anywhere in the run counts until its
