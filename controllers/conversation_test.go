@@ -131,7 +131,7 @@ func TestLaterStagesSeeTheMovesThatHappened(t *testing.T) {
 	}
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": providerConfig(
 		openAIEntry("oa", oa.URL, false),
-		fmt.Sprintf("[providers.an]\ntype = \"anthropic\"\nbase_url = %q\nmodels = [\"claude-x\"]\napi_key_secret = {name = \"an-key\", key = \"api-key\"}\n", an.URL),
+		anthropicEntry("an", an.URL, ""),
 	)})
 	createSecret(t, ns, "oa-key", map[string]string{"api-key": "sk-oa"})
 	createSecret(t, ns, "an-key", map[string]string{"api-key": "sk-an"})
