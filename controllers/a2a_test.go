@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -398,4 +399,149 @@ func TestA2AAgentRefusedByEgressParksTheRun(t *testing.T) {
 		t.Errorf("remedy %q does not name the agent and its URL", run.Status.WaitingOn.Remedy)
 	}
 	f.loopback.sawNothing(t, "A2A")
+}
+
+// rpcCall posts one JSON-RPC request to the agent's endpoint with token
+// and returns the HTTP response's status, headers and body.
+func rpcCall(t *testing.T, url, token, method, params string) (int, http.Header, string) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":7,"method":"` + method + `","params":` + params + `}`
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(answer)
+}
+
+// rpcErrorCode is the JSON-RPC error code in an answer (plain JSON, or the
+// data of a Server-Sent Event), 0 for none.
+func rpcErrorCode(t *testing.T, answer string) int {
+	t.Helper()
+	answer = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(answer), "data: "))
+	if i := strings.Index(answer, "\ndata: "); i >= 0 { // an SDK event: id line, then data
+		answer = strings.TrimSpace(answer[i+len("\ndata: "):])
+	}
+	var r struct {
+		Error *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(answer), &r); err != nil {
+		t.Fatalf("not a JSON-RPC answer: %q: %v", answer, err)
+	}
+	if r.Error == nil {
+		return 0
+	}
+	return r.Error.Code
+}
+
+// TestA2AServesNoTaskOfAnAgentNotExposed: a run of an agent whose
+// blueprint does not expose it over A2A is not served by any method:
+// tasks/get, tasks/cancel (which leaves spec.cancel alone), an answer
+// (message/send with its task id), message/stream and tasks/resubscribe
+// all answer unsupported operation (-32004), through the SDK's own client
+// as over the wire.
+func TestA2AServesNoTaskOfAnAgentNotExposed(t *testing.T) {
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "deployer", map[string]string{"agent.toml": a2aAgent})
+	createConfigMap(t, ns, "hidden", map[string]string{"agent.toml": strings.Replace(a2aAgent, "expose = true", "expose = false", 1)})
+	createRun(t, ns, "internal", "hidden")
+	base := startA2A(t, ns)
+	token := saToken(t, ns, "caller", a2aCallerRules)
+	ctx, _, card := a2aClient(t, base, "deployer", token)
+	hiddenCard := *card
+	hiddenCard.URL = base + "/agents/hidden"
+	creds := a2aclient.NewInMemoryCredentialsStore()
+	creds.Set("s", "kubernetes", a2aclient.AuthCredential(token))
+	c, err := a2aclient.NewFromCard(ctx, &hiddenCard, a2aclient.WithInterceptors(&a2aclient.AuthInterceptor{Service: creds}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := a2a.TaskID(ns + "/internal")
+
+	if task, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: id}); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+		t.Errorf("tasks/get of a run of an agent not exposed = %+v, %v; want unsupported operation", task, err)
+	}
+	if task, err := c.CancelTask(ctx, &a2a.TaskIDParams{ID: id}); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+		t.Errorf("tasks/cancel = %+v, %v; want unsupported operation", task, err)
+	}
+	if getRun(t, ns, "internal").Spec.Cancel {
+		t.Error("tasks/cancel of a run of an agent not exposed set spec.cancel")
+	}
+	answer := a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: "staging"})
+	answer.TaskID = id
+	if res, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: answer}); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+		t.Errorf("message/send with the task id = %+v, %v; want unsupported operation", res, err)
+	}
+	for ev, err := range c.SendStreamingMessage(ctx, &a2a.MessageSendParams{Message: answer}) {
+		if !errors.Is(err, a2a.ErrUnsupportedOperation) {
+			t.Errorf("message/stream with the task id = %+v, %v; want unsupported operation", ev, err)
+		}
+		break
+	}
+	for ev, err := range c.ResubscribeToTask(ctx, &a2a.TaskIDParams{ID: id}) {
+		if !errors.Is(err, a2a.ErrUnsupportedOperation) {
+			t.Errorf("tasks/resubscribe = %+v, %v; want unsupported operation", ev, err)
+		}
+		break
+	}
+	if status, _, body := rpcCall(t, base+"/agents/hidden", token, "tasks/get", `{"id":"`+string(id)+`"}`); status != http.StatusOK || rpcErrorCode(t, body) != -32004 {
+		t.Errorf("tasks/get over the wire: HTTP %d %s; want 200 with error -32004", status, body)
+	}
+}
+
+// TestA2ARefusesWrongParamsAndBadTokens: params of the wrong shape are
+// invalid params (-32602, as JSON-RPC says), not a parse error (-32700,
+// kept for a body that is not JSON), for plain and streaming methods; a
+// token the API server does not accept is HTTP 401 with WWW-Authenticate,
+// like no token at all, on the methods as on the card.
+func TestA2ARefusesWrongParamsAndBadTokens(t *testing.T) {
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "deployer", map[string]string{"agent.toml": a2aAgent})
+	base := startA2A(t, ns)
+	token := saToken(t, ns, "caller", a2aCallerRules)
+	url := base + "/agents/deployer"
+	for _, tc := range []struct{ method, params string }{
+		{"tasks/get", `{"id":5}`},
+		{"tasks/cancel", `"` + ns + `/x"`},
+		{"message/send", `{"message":{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"picture"}]}}`},
+		{"message/send", `null`},
+		{"message/stream", `[1,2]`},
+		{"tasks/resubscribe", `{"id":["a"]}`},
+	} {
+		status, _, body := rpcCall(t, url, token, tc.method, tc.params)
+		if code := rpcErrorCode(t, body); status != http.StatusOK || code != -32602 {
+			t.Errorf("%s with params %s: HTTP %d, error %d (%s); want 200 with -32602 invalid params", tc.method, tc.params, status, code, body)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notJSON, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if code := rpcErrorCode(t, string(notJSON)); code != -32700 {
+		t.Errorf("a body that is not JSON: error %d (%s), want -32700 parse error", code, notJSON)
+	}
+
+	for _, bad := range []string{"not-a-token", token + "x"} {
+		status, header, body := rpcCall(t, url, bad, "tasks/get", `{"id":"`+ns+`/x"}`)
+		if status != http.StatusUnauthorized || !strings.HasPrefix(header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("tasks/get with a token the API server refuses: HTTP %d, WWW-Authenticate %q, %s; want 401 with a Bearer challenge",
+				status, header.Get("WWW-Authenticate"), body)
+		}
+	}
+	if _, err := agentcard.NewResolver(nil).Resolve(context.Background(), url, agentcard.WithRequestHeader("Authorization", "Bearer not-a-token")); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("card with a token the API server refuses: %v, want 401", err)
+	}
 }

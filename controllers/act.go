@@ -15,6 +15,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // actOutcome is what acting changed that status must show, and how the
@@ -34,6 +35,8 @@ type actOutcome struct {
 	quietQueue   bool
 	requeueAfter time.Duration
 	finalOutput  *arv1.FinalOutputDescriptor
+	// storeDown: the runs' store cannot be used; the run waits on it.
+	storeDown *store.UnavailableError
 	// journaledIntents counts the intents this reconcile put into the
 	// journal, not only into status (see intentMayWait).
 	journaledIntents int

@@ -13,18 +13,10 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
-// admissionRun is the run as admission sees it: its place, with the
-// priority of its tree's root (rootOf finds the root; nil when it is gone
-// or the run is its own root), so a tree's children queue as it does.
+// admissionRun is the run as admission sees it (admission.RunOf, which
+// kubectl agentrun ps places runs in line by too).
 func admissionRun(run *arv1.AgentRun, classes priority.Classes, rootOf func(ns, name string) *arv1.AgentRun) admission.Run {
-	p := admission.PlaceOf(run)
-	p.Priority = classes.Of(&run.Spec)
-	if p.RootName != run.Name {
-		if root := rootOf(run.Namespace, p.RootName); root != nil {
-			p.Priority = classes.Of(&root.Spec)
-		}
-	}
-	return admission.Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: p}
+	return admission.RunOf(run, classes, rootOf)
 }
 
 // cachedRun reads a run from the cache (nil when not there); the caller

@@ -38,7 +38,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
@@ -47,6 +46,8 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
@@ -125,12 +126,26 @@ type Deps struct {
 	// status write a second, not one a step. Zero: DefaultStatusInterval;
 	// negative: every change is written at once.
 	StatusInterval time.Duration
+	// Store keeps the runs' journals, routing each to where it began (nil:
+	// ConfigMaps, through Client and APIReader).
+	Store *router.Router
 	// JournalChunkBytes bounds each journal chunk's data
-	// (store.DefaultChunkBytes when 0).
+	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
 	// Priorities are the cluster's priority classes, kept current by the
 	// manager's watch on their ConfigMap (nil: none; spec.priority only).
 	Priorities *priority.Store
+}
+
+// store is the store of the runs' journals: Store, or the API server's
+// ConfigMaps.
+func (d *Deps) store() *router.Router {
+	if d.Store != nil {
+		return d.Store
+	}
+	cm := configmaps.New(d.Client, d.APIReader)
+	cm.ChunkBytes = d.JournalChunkBytes
+	return router.New(cm, nil)
 }
 
 // DefaultStatusInterval bounds how far a running run's status may lag its
@@ -148,7 +163,7 @@ type AgentRunReconciler struct {
 	clock       clock.PassiveClock
 	pool        *executor.Pool
 	steps       *steps.Runtime
-	journals    *store.Store
+	journals    *router.Router
 	catalog     *toolcatalog.Catalog
 	breakers    *circuit.Breakers
 	providers   map[string]providers.Provider
@@ -204,6 +219,8 @@ type AgentRunReconciler struct {
 	runState *perrun.Registry
 	// policies are the tool policies evaluated before each tool call.
 	policies *toolPolicies
+	// store says whether the runs' store can be used now.
+	store *storeHealth
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -226,14 +243,13 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
-		journals: store.New(d.Client, d.APIReader), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
+		journals: d.store(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 		priorities: d.Priorities,
 	}
-	r.journals.ChunkBytes = d.JournalChunkBytes
 	switch {
 	case d.StatusInterval == 0:
 		r.statusInterval = DefaultStatusInterval
@@ -267,6 +283,8 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		return nil, err
 	}
 	r.steps = rt
+	r.store = newStoreHealth(r.journals.Check, r.wake)
+	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
 	r.policies = newToolPolicies(d.Client, d.Namespaces)
 	r.wakes, r.woken = d.Pool.Events(), newWakeTimes()
@@ -312,6 +330,10 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		// acted on (a fixed blueprint cannot be resumed into).
 		return r.reconcileFinished(ctx, run)
 	}
+	if r.sharded() {
+		// The journal writes this reconcile makes carry the shard's hold.
+		ctx = executor.WithValuesOf(ctx, r.fenceOf(run))
+	}
 	s := r.begin(run)
 	defer func() {
 		res, err = r.settle(ctx, s, err)
@@ -339,6 +361,9 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		return err
 	}
 	if err := mgr.Add(r.sweeper()); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.store); err != nil {
 		return err
 	}
 	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})

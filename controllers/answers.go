@@ -11,8 +11,8 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // IndexAnswerRun indexes AgentRunAnswers by the run they answer.
@@ -129,7 +129,7 @@ func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run
 	if len(open) == 0 {
 		return true, nil
 	}
-	entries, err := store.Read(ctx, r.reader, run.Namespace, run.UID)
+	entries, err := r.journals.Entries(ctx, store.RefOf(run))
 	if err != nil {
 		return false, err
 	}

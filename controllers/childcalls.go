@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +20,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // messageAnnotationPrefix marks a message from a run's parent, written on
@@ -126,10 +126,9 @@ func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, 
 	case c.Status.Error != "":
 		res["error"] = clipTo(c.Status.Error, 4096)
 	}
-	if fo := c.Status.FinalOutput; fo != nil {
-		var cm corev1.ConfigMap
-		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: fo.ObjectName}, &cm); err == nil {
-			res["output"] = clipTo(cm.Data["output"], 16<<10)
+	if c.Status.FinalOutput != nil {
+		if text, ok, err := r.journals.Output(ctx, store.RefOf(c)); err == nil && ok {
+			res["output"] = clipTo(text, 16<<10)
 		}
 	}
 	b, _ := json.Marshal(res)

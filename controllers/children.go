@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +19,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // defaultMaxChildDepth caps descendants when neither the spec nor the
@@ -206,11 +206,11 @@ func (r *AgentRunReconciler) mergeInputs(ctx context.Context, _ *arv1.AgentRun, 
 		if c.Status.Phase != arv1.PhaseComplete || c.Status.FinalOutput == nil {
 			continue
 		}
-		var cm corev1.ConfigMap
-		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.FinalOutput.ObjectName}, &cm); err != nil {
+		text, _, err := r.journals.Output(ctx, store.RefOf(c))
+		if err != nil {
 			return nil, fmt.Errorf("reading worker %s's output: %w", c.Name, err)
 		}
-		out = append(out, cm.Data["output"])
+		out = append(out, text)
 	}
 	return out, nil
 }

@@ -50,7 +50,6 @@ func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.Namespac
 	if err != nil || run == nil || run.UID != uid {
 		return nil
 	}
-	r.first.withHeld(run) // a new run's status not written yet
 	if !mayContinue(run) || !r.drives(run) {
 		return nil
 	}

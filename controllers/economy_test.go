@@ -21,11 +21,11 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // startManagerWith runs a manager with the given options (tests that need
@@ -82,8 +82,8 @@ func TestFinishedRunsLeaveOneObject(t *testing.T) {
 	owned, snapshots := map[string]int{}, 0
 	for _, cm := range cms.Items {
 		switch {
-		case cm.Labels[store.LabelRunUID] != "":
-			owned[cm.Labels[store.LabelRunUID]]++
+		case cm.Labels[configmaps.LabelRunUID] != "":
+			owned[cm.Labels[configmaps.LabelRunUID]]++
 		case strings.HasPrefix(cm.Name, "agentrun-blueprint-"):
 			snapshots++
 		}
@@ -106,8 +106,8 @@ func TestFinishedRunsLeaveOneObject(t *testing.T) {
 		t.Errorf("%d blueprint snapshots for %d runs of one blueprint, want 1", snapshots, n)
 	}
 	out := &corev1.ConfigMap{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "r0-journal"}, out); err != nil || out.Data[store.OutputKey] != "all done" {
-		t.Errorf("output in the journal object: %q (%v)", out.Data[store.OutputKey], err)
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "r0-journal"}, out); err != nil || out.Data[configmaps.OutputKey] != "all done" {
+		t.Errorf("output in the journal object: %q (%v)", out.Data[configmaps.OutputKey], err)
 	}
 }
 
@@ -151,12 +151,12 @@ func TestRetentionDeletesAfterTheWebhook(t *testing.T) {
 		t.Errorf("%d workers outlived their deleted parent", len(left.Items))
 	}
 	var cms corev1.ConfigMapList
-	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.HasLabels{store.LabelRunUID}); err != nil {
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.HasLabels{configmaps.LabelRunUID}); err != nil {
 		t.Fatal(err)
 	}
 	kept := getRun(t, ns, "kept")
 	for _, cm := range cms.Items {
-		if cm.Labels[store.LabelRunUID] != string(kept.UID) {
+		if cm.Labels[configmaps.LabelRunUID] != string(kept.UID) {
 			t.Errorf("%s outlived its deleted run", cm.Name)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // Retention is how long finished runs are kept when their spec does not
@@ -142,7 +142,7 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 // which hold its output), where no garbage collector does it.
 func (r *AgentRunReconciler) deleteObjectsOf(ctx context.Context, ns string, uid types.UID) error {
 	return r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns),
-		client.MatchingLabels{store.LabelRunUID: string(uid)})
+		client.MatchingLabels{configmaps.LabelRunUID: string(uid)})
 }
 
 // deleteChildrenOf deletes the children of a run that is gone, where no

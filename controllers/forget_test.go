@@ -23,8 +23,8 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // Blueprints of TestRunsLeaveNothingInMemory, one per way a run ends.
@@ -184,7 +184,7 @@ func (w *forgetWorld) waitJournalsGone(uids []types.UID) {
 		var left []string
 		for _, uid := range uids {
 			var cms corev1.ConfigMapList
-			if err := k8s.List(context.Background(), &cms, client.InNamespace(w.ns), client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
+			if err := k8s.List(context.Background(), &cms, client.InNamespace(w.ns), client.MatchingLabels{configmaps.LabelRunUID: string(uid)}); err != nil {
 				w.t.Fatal(err)
 			}
 			for _, cm := range cms.Items {

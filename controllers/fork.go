@@ -12,8 +12,8 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // A fork (spec.forkOf) starts with a copy of its source's journal up to a
@@ -54,7 +54,7 @@ func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, 
 		f.BlueprintError = "spec.forkOf: a run cannot fork itself"
 		return nil
 	}
-	entries, err := store.Read(ctx, r.reader, run.Namespace, src.UID)
+	entries, err := r.journals.Entries(ctx, store.RefOf(src))
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		f.BlueprintError = fmt.Sprintf("spec.forkOf: the journal of %s cannot be read: %v", src.Name, err)

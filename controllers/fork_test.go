@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // threeStages goes plan -> build -> ship; ship's prompt is the one a fix
@@ -50,7 +50,7 @@ func sourceBytes(t *testing.T, ns, name string) string {
 	}
 	cms := &unstructured.UnstructuredList{}
 	cms.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	if err := k8s.List(context.Background(), cms, client.InNamespace(ns), store.Selector(run.GetUID())); err != nil {
+	if err := k8s.List(context.Background(), cms, client.InNamespace(ns), configmaps.Selector(run.GetUID())); err != nil {
 		t.Fatal(err)
 	}
 	if len(cms.Items) == 0 {

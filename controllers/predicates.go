@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // deletionPredicate passes updates that set a deletion timestamp, which do
@@ -47,7 +47,7 @@ func (notOwnedByAgentRun) Update(e event.UpdateEvent) bool {
 func (notOwnedByAgentRun) Delete(e event.DeleteEvent) bool { return !runOwned(e.Object.GetLabels()) }
 
 func runOwned(l map[string]string) bool {
-	return l[arv1.LabelComponent] != "" && (l[store.LabelRunUID] != "" || l[arv1.LabelComponent] == snapshotgc.Component)
+	return l[arv1.LabelComponent] != "" && (l[configmaps.LabelRunUID] != "" || l[arv1.LabelComponent] == snapshotgc.Component)
 }
 
 // childChanged wakes a parent when a child's phase or wait changes, or when

@@ -57,6 +57,10 @@ const (
 	EventRunReplaced = "RunReplaced"
 	// EventRunDeleted: a finished run beyond the history limit was deleted.
 	EventRunDeleted = "RunDeleted"
+	// EventMissSchedule (Warning): a time was given up because its run
+	// could not be created within startingDeadlineSeconds (CronJob's
+	// reason); status.missedCount counts them.
+	EventMissSchedule = "MissSchedule"
 )
 
 // Reconcile brings one schedule up to date: it trims the history, checks
@@ -94,7 +98,7 @@ func (r *ScheduleReconciler) reconcile(ctx context.Context, s *arv1.AgentRunSche
 	parsed, err := schedule.Parse(&s.Spec)
 	if err != nil {
 		s.Status.NextScheduleTime = nil
-		setReady(s, metav1.ConditionFalse, arv1.ReasonInvalidSchedule, clipTo(err.Error(), 1024))
+		r.stall(s, arv1.ReasonInvalidSchedule, clipTo(err.Error(), 1024))
 		return ctrl.Result{}, nil // a spec change reconciles again
 	}
 	if ok, err := r.templateAccepted(ctx, s); err != nil || !ok {
@@ -103,31 +107,60 @@ func (r *ScheduleReconciler) reconcile(ctx context.Context, s *arv1.AgentRunSche
 	}
 	if s.Spec.Suspend {
 		s.Status.NextScheduleTime = nil
-		setReady(s, metav1.ConditionTrue, arv1.ReasonSuspended, "spec.suspend is set: no run is created")
+		setWorking(s, arv1.ReasonSuspended, "spec.suspend is set: no run is created")
 		return ctrl.Result{}, nil
 	}
-	after := s.CreationTimestamp.Time
-	if t := s.Status.LastScheduleTime; t != nil {
-		after = t.Time
+	times := parsed.Due(lastTime(s), now, startingDeadline(s))
+	if times.Missed != nil {
+		r.missed(s, *times.Missed, now)
 	}
-	var deadline *time.Duration
-	if d := s.Spec.StartingDeadlineSeconds; d != nil {
-		dd := time.Duration(*d) * time.Second
-		deadline = &dd
-	}
-	due, next := parsed.Due(after, now, deadline)
-	if due != nil {
-		if err := r.runDue(ctx, s, *due); err != nil {
+	if times.Due != nil {
+		if err := r.runDue(ctx, s, *times.Due); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	// A refusal of this generation's template stands; anything older (a
 	// fixed schedule, a lifted suspend) gives way.
 	if c := meta.FindStatusCondition(s.Status.Conditions, arv1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != s.Generation {
-		setReady(s, metav1.ConditionTrue, arv1.ReasonScheduled, "runs are created at their times")
+		setWorking(s, arv1.ReasonScheduled, "runs are created at their times")
 	}
-	s.Status.NextScheduleTime = &metav1.Time{Time: next}
-	return ctrl.Result{RequeueAfter: max(next.Sub(now), 0) + 50*time.Millisecond}, nil
+	s.Status.NextScheduleTime = &metav1.Time{Time: times.Next}
+	return ctrl.Result{RequeueAfter: max(times.Next.Sub(now), 0) + 50*time.Millisecond}, nil
+}
+
+// lastTime is the latest scheduled time already dealt with: run, or
+// given up as missed (so it is reported once). Before any, the schedule's
+// creation.
+func lastTime(s *arv1.AgentRunSchedule) time.Time {
+	after := s.CreationTimestamp.Time
+	for _, t := range []*metav1.Time{s.Status.LastScheduleTime, s.Status.LastMissedTime} {
+		if t != nil && t.After(after) {
+			after = t.Time
+		}
+	}
+	return after
+}
+
+// startingDeadline is spec.startingDeadlineSeconds as a duration (nil:
+// any lateness).
+func startingDeadline(s *arv1.AgentRunSchedule) *time.Duration {
+	if d := s.Spec.StartingDeadlineSeconds; d != nil {
+		dd := time.Duration(*d) * time.Second
+		return &dd
+	}
+	return nil
+}
+
+// missed records a time given up for being later than the starting
+// deadline, as CronJob does with a Warning MissSchedule event; the count
+// and the time go in status, and the time keeps it from being reported
+// again.
+func (r *ScheduleReconciler) missed(s *arv1.AgentRunSchedule, t, now time.Time) {
+	s.Status.MissedCount++
+	s.Status.LastMissedTime = &metav1.Time{Time: t}
+	r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, EventMissSchedule, "Skip",
+		"missed scheduled time %s: %s late, past startingDeadlineSeconds (%ds); no run is created for it",
+		t.UTC().Format(time.RFC3339), now.Sub(t).Round(time.Second), *s.Spec.StartingDeadlineSeconds)
 }
 
 // runReader is where runs are listed from outside a due time.
@@ -230,7 +263,7 @@ func (r *ScheduleReconciler) createRun(ctx context.Context, s *arv1.AgentRunSche
 	case apierrors.IsAlreadyExists(err):
 		// Created before a crash; the name is the time's.
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		setReady(s, metav1.ConditionFalse, arv1.ReasonTemplateInvalid, clipTo(err.Error(), 1024))
+		r.stall(s, arv1.ReasonTemplateInvalid, clipTo(err.Error(), 1024))
 		return nil
 	default:
 		return fmt.Errorf("creating run %s: %w", name, err)
@@ -281,7 +314,7 @@ func (r *ScheduleReconciler) templateAccepted(ctx context.Context, s *arv1.Agent
 	case err == nil:
 		return true, nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		setReady(s, metav1.ConditionFalse, arv1.ReasonTemplateInvalid, clipTo(err.Error(), 1024))
+		r.stall(s, arv1.ReasonTemplateInvalid, clipTo(err.Error(), 1024))
 		return false, nil
 	default:
 		return false, fmt.Errorf("checking the template of schedule %s: %w", s.Name, err)
@@ -292,6 +325,28 @@ func (r *ScheduleReconciler) templateAccepted(ctx context.Context, s *arv1.Agent
 func setReady(s *arv1.AgentRunSchedule, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
 		Type: arv1.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.Generation,
+	})
+}
+
+// setWorking is a schedule that creates runs (or would, but for suspend):
+// Ready=True and no Stalled.
+func setWorking(s *arv1.AgentRunSchedule, reason, msg string) {
+	setReady(s, metav1.ConditionTrue, reason, msg)
+	meta.RemoveStatusCondition(&s.Status.Conditions, arv1.ConditionStalled)
+}
+
+// stall is a schedule that cannot create runs until its spec changes (a
+// schedule that does not parse, a template the API server refuses):
+// Ready=False and Stalled=True with the same reason, as a run that cannot
+// go on by itself is, and a Warning event the first time for this spec.
+func (r *ScheduleReconciler) stall(s *arv1.AgentRunSchedule, reason, msg string) {
+	c := meta.FindStatusCondition(s.Status.Conditions, arv1.ConditionStalled)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.ObservedGeneration != s.Generation {
+		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", msg)
+	}
+	setReady(s, metav1.ConditionFalse, reason, msg)
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
+		Type: arv1.ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: s.Generation,
 	})
 }
 

@@ -17,9 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
 	"github.com/agentrun-dev/agentrun-operator/internal/schedule"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // scheduledAgent is one stage that completes on the model's complete
@@ -246,7 +247,7 @@ func TestScheduleReplaceCancelsTheOld(t *testing.T) {
 func journalCount(t *testing.T, ns string, uid types.UID) int {
 	t.Helper()
 	var cms corev1.ConfigMapList
-	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{store.LabelRunUID: string(uid)}); err != nil {
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{configmaps.LabelRunUID: string(uid)}); err != nil {
 		t.Fatal(err)
 	}
 	return len(cms.Items)
@@ -415,6 +416,10 @@ func TestScheduleInvalidTemplateIsACondition(t *testing.T) {
 	if !strings.Contains(cond.Message, "spec.depth") {
 		t.Errorf("message %q does not name spec.depth", cond.Message)
 	}
+	if st := meta.FindStatusCondition(getSchedule(t, ns, "bad").Status.Conditions, arv1.ConditionStalled); st == nil ||
+		st.Status != metav1.ConditionTrue || st.Reason != arv1.ReasonTemplateInvalid {
+		t.Errorf("Stalled = %+v, want True TemplateInvalid: the schedule cannot go on until its spec changes", st)
+	}
 	rv := getSchedule(t, ns, "bad").ResourceVersion
 	if err := holdsFor(3*time.Second, func() error {
 		if runs := scheduleRuns(t, ns, "bad"); len(runs) != 0 {
@@ -427,4 +432,91 @@ func TestScheduleInvalidTemplateIsACondition(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestScheduleMissedTimeIsAWarning: a schedule every 10 s with a 1 s
+// starting deadline, whose manager comes to a time 5 s late: no run is
+// created, and, as CronJob does, the time is recorded as missed: a Warning
+// MissSchedule event naming it, status.missedCount 1 and lastMissedTime.
+// Reconciling again does not count it twice, and the next time is run.
+func TestScheduleMissedTimeIsAWarning(t *testing.T) {
+	fc, _ := fakeAt(t, time.Now())
+	ns, _ := scheduleSetup(t, 0)
+	s := createSchedule(t, ns, "late", func(s *arv1.AgentRunSchedule) {
+		s.Spec.Schedule = "@every 10s"
+		s.Spec.StartingDeadlineSeconds = ptr.To[int64](1)
+	})
+	c := s.CreationTimestamp.Time
+	missed := c.Add(10 * time.Second)
+	fc.SetTime(c.Add(15 * time.Second))
+	poke(t, ns, "late")
+	eventually(t, 20*time.Second, "the missed time in status", func() (bool, string) {
+		st := getSchedule(t, ns, "late").Status
+		return st.MissedCount == 1 && st.LastMissedTime != nil && st.LastMissedTime.Equal(&metav1.Time{Time: missed}), fmt.Sprintf("%+v", st)
+	})
+	waitForEvent(t, ns, "late", controllers.EventMissSchedule, missed.UTC().Format(time.RFC3339))
+	poke(t, ns, "late")
+	if err := holdsFor(time.Second, func() error {
+		if runs := scheduleRuns(t, ns, "late"); len(runs) != 0 {
+			return fmt.Errorf("runs %v for a time past its deadline", namesOf(runs))
+		}
+		if n := getSchedule(t, ns, "late").Status.MissedCount; n != 1 {
+			return fmt.Errorf("missedCount %d after reconciling again, want still 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var events corev1.EventList
+	if err := k8s.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == controllers.EventMissSchedule && e.Type != corev1.EventTypeWarning {
+			t.Errorf("MissSchedule event of type %s, want Warning", e.Type)
+		}
+	}
+
+	fc.SetTime(c.Add(20*time.Second + 200*time.Millisecond))
+	poke(t, ns, "late")
+	runs := waitRunCount(t, ns, "late", 1)
+	if runs[0].Name != schedule.RunName("late", c.Add(20*time.Second)) {
+		t.Errorf("run %s, want the time after the missed one", runs[0].Name)
+	}
+	if n := getSchedule(t, ns, "late").Status.MissedCount; n != 1 {
+		t.Errorf("missedCount %d after a time on time, want 1", n)
+	}
+}
+
+// TestScheduleInvalidIsStalled: a schedule whose cron expression passed
+// the CRD's rules but does not parse (the admission webhook was away) is
+// Stalled like a run that cannot go on: Ready=False and Stalled=True,
+// both InvalidSchedule, a Warning event, and `kubectl wait
+// --for=condition=Stalled` returns. Fixing the spec clears Stalled.
+func TestScheduleInvalidIsStalled(t *testing.T) {
+	startManager(t, managerOpts{})
+	ns, _ := scheduleSetup(t, 0)
+	createSchedule(t, ns, "broken", func(s *arv1.AgentRunSchedule) { s.Spec.Schedule = "99 * * * *" })
+	eventually(t, 20*time.Second, "Ready=False and Stalled=True InvalidSchedule", func() (bool, string) {
+		conds := getSchedule(t, ns, "broken").Status.Conditions
+		ready := meta.FindStatusCondition(conds, arv1.ConditionReady)
+		stalled := meta.FindStatusCondition(conds, arv1.ConditionStalled)
+		return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == arv1.ReasonInvalidSchedule &&
+			stalled != nil && stalled.Status == metav1.ConditionTrue && stalled.Reason == arv1.ReasonInvalidSchedule &&
+			strings.Contains(stalled.Message, "spec.schedule"), fmt.Sprintf("%+v", conds)
+	})
+	waitForEvent(t, ns, "broken", arv1.ReasonInvalidSchedule, "spec.schedule")
+	kubectlOut(t, "wait", "--for=condition=Stalled", "--timeout=10s", "agentrunschedule/broken", "-n", ns)
+
+	s := getSchedule(t, ns, "broken")
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Spec.Schedule = "0 9 * * *"
+	if err := k8s.Patch(context.Background(), s, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "Ready=True and no Stalled once fixed", func() (bool, string) {
+		conds := getSchedule(t, ns, "broken").Status.Conditions
+		ready := meta.FindStatusCondition(conds, arv1.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionTrue && meta.FindStatusCondition(conds, arv1.ConditionStalled) == nil, fmt.Sprintf("%+v", conds)
+	})
 }

@@ -67,12 +67,9 @@ type startable struct {
 }
 
 // begin starts a reconcile of run (a copy the reconcile owns): before is
-// the run as stored, run starts from the status held for it if its stored
-// one was never written.
+// the run as stored.
 func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
-	s := &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: r.first.fresh(run), driver: r.identity}
-	r.first.withHeld(s.run)
-	return s
+	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: r.first.fresh(run), driver: r.identity}
 }
 
 // start reserves nothing itself: it records a reserved step to start once
@@ -106,6 +103,12 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 		}
 		return nil
 	}
+	if r.storeWait(s, nil) {
+		return nil
+	}
+	if err := r.recordHeld(ctx, s.run); err != nil {
+		return err
+	}
 	for range maxRounds {
 		f, err := r.derive(ctx, s.run, s.now, s.fresh)
 		if err != nil {
@@ -127,7 +130,12 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 // shows in the Reconciling or Stalled condition), then starts what the
 // write recorded and returns when to look at the run again.
 func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
+	if err != nil && r.storeWait(s, err) {
+		err = nil
+	}
 	switch {
+	case s.out.storeDown != nil:
+		projectStoreWait(s, s.out.storeDown)
 	case err == nil && s.out.quietQueue:
 		// In line for a moment only: status unchanged.
 	case err == nil && s.out.queued:
@@ -147,7 +155,11 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	default:
 		markError(s.run, err, s.now)
 	}
+	s.run.Status.JournalStore = r.journals.Where(s.run)
 	waits := r.statusWaits(s, err)
+	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
+		r.startSteps(s) // nothing they need waits on the status write
+	}
 	if perr := r.writeStatus(ctx, s, waits); perr != nil {
 		if !errors.Is(perr, caches.ErrStatusConflict) {
 			r.failures.put(s.run.UID, perr)
@@ -178,10 +190,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		s.unstart()
 		return ctrl.Result{}, nil
 	}
-	for _, t := range s.tickets {
-		t.ticket.Start(r.step(s.run, t.fn))
-	}
-	r.unstarted.clearAll(s)
+	r.startSteps(s)
 	r.releaseIfIdle(s.run, s.out)
 	if s.run.Status.Phase.IsTerminal() {
 		// A finished run is never folded again: what was kept to drive it
@@ -198,6 +207,20 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	}
 	r.deliverCallback(s.run)
 	return r.wakeup(ctx, s), nil
+}
+
+// startSteps starts the steps the reconcile reserved, unless the shard's
+// Lease has ended (whoever drives the shard now takes their intents up):
+// once started, nothing of theirs is undone.
+func (r *AgentRunReconciler) startSteps(s *scope) {
+	if len(s.tickets) == 0 || !r.drives(s.run) {
+		return
+	}
+	for _, t := range s.tickets {
+		t.ticket.Start(r.step(s.run, t.fn))
+	}
+	r.unstarted.clearAll(s)
+	s.tickets, s.intents, s.aborts = nil, nil, nil
 }
 
 // writeStatus patches status, unless it waits, and notes when a change

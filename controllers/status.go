@@ -96,7 +96,7 @@ func project(s *scope) {
 	markCallbackDue(run)
 	setConditions(run, conditionInputs{backpressure: s.showPressure, catalogWait: o.catalogWait, queued: o.queued, cancelled: cancelledWhy(&state)})
 	if !caches.SameStatus(prev, st) {
-		st.UpdatedAt = &t
+		st.UpdatedAt, st.ObservedAt = &t, &t
 	}
 }
 
@@ -314,7 +314,7 @@ func setConditions(run *arv1.AgentRun, in conditionInputs) {
 	}
 	if w := st.WaitingOn; w != nil {
 		setCondition(run, arv1.ConditionWaiting, metav1.ConditionTrue, string(w.Reason), waitMessage(w))
-		if w.Reason.NeedsAPerson() {
+		if w.NeedsAPerson {
 			setCondition(run, arv1.ConditionNeedsAttention, metav1.ConditionTrue, string(w.Reason), waitMessage(w))
 		} else {
 			setCondition(run, arv1.ConditionNeedsAttention, metav1.ConditionFalse, arv1.ReasonNoPersonNeeded, "Nothing waits on a person")
@@ -382,6 +382,13 @@ func markError(run *arv1.AgentRun, err error, now time.Time) {
 
 // waitMessage is the human sentence for a wait: the remedy when there is one.
 func waitMessage(w *arv1.WaitingOn) string {
+	if w.Reason == arv1.WaitStoreUnavailable {
+		m := "The runs' store cannot be used: " + w.StoreError
+		if w.Remedy != "" {
+			return m + "; " + w.Remedy
+		}
+		return m + "; the run goes on by itself once it answers"
+	}
 	if w.Remedy != "" {
 		return w.Remedy
 	}

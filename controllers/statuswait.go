@@ -14,8 +14,8 @@ import (
 // the journal (which is as durable as status, and read back the same way)
 // and the status write waits until StatusInterval has passed since the
 // last one. Everything a person or another controller acts on is written at
-// once: the first write (it records the snapshot), a wait, a condition, an
-// error, a signal edge, the end.
+// once: the first write (the run has left the queue), a phase, a wait, a
+// condition, an error, a signal edge, the end.
 
 // intentMayWait says, at dispatch, that this reconcile's status write may
 // wait: the stored status records the run's snapshot and shows it running,
@@ -27,8 +27,9 @@ func (r *AgentRunReconciler) intentMayWait(s *scope) bool {
 	b := &s.before.Status
 	at, ok := r.statusWrites.Get(s.run.UID)
 	if statusNeverWritten(b) {
-		// A new run: its first write may wait as long (firststatus.go).
-		return r.first.on && (!ok || s.now.Sub(at) < r.statusInterval)
+		// A new run: its first intent goes into the journal, so its step
+		// need not wait for the first status write (firststatus.go).
+		return r.first.on
 	}
 	if b.BlueprintSnapshot == "" || b.Phase != arv1.PhaseRunning || b.WaitingOn != nil {
 		return false
@@ -47,13 +48,7 @@ func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
 	if !r.first.progressOnly(&s.before.Status, &s.run.Status) {
 		return false
 	}
-	at, ok := r.statusWrites.Get(s.run.UID)
-	if !ok {
-		// A new run's first status waits from now.
-		at = s.now
-		r.statusWrites.Put(s.run.UID, at)
-	}
-	r.first.hold(s.run.UID, &s.before.Status, &s.run.Status)
+	at, _ := r.statusWrites.Get(s.run.UID)
 	if left := at.Add(r.statusInterval).Sub(s.now); s.out.requeueAfter == 0 || left < s.out.requeueAfter {
 		s.out.requeueAfter = max(left, time.Millisecond)
 	}
@@ -64,7 +59,7 @@ func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
 // error, with the same conditions, and no edge the runtime took (an error,
 // stuck or dead_end edge, which warns) lies between them.
 func onlyProgress(before, after *arv1.AgentRunStatus) bool {
-	if after.Phase != arv1.PhaseRunning || after.WaitingOn != nil || after.Error != "" || after.FinalOutput != nil || after.Callback != nil {
+	if after.Phase != arv1.PhaseRunning || before.Phase != after.Phase || after.WaitingOn != nil || after.Error != "" || after.FinalOutput != nil || after.Callback != nil {
 		return false
 	}
 	return reflect.DeepEqual(after.Flags, before.Flags) && sameConditions(before, after) && newSignalEdge(before, after) == nil

@@ -12,8 +12,8 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // TestStatusWaitsWhileARunOnlyProgresses: with a status interval longer
@@ -49,7 +49,7 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 	if journalWrites != 7 {
 		t.Errorf("%d journal writes, want 7", journalWrites)
 	}
-	entries, err := store.Read(context.Background(), k8s, ns, run.UID)
+	entries, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 	if again := intentAt(t, ns, run, intent.Seq); again == nil || again.Lost != 1 {
 		t.Errorf("the journal's intent #%d is %+v after the restart, want it issued again with lost = 1", intent.Seq, again)
 	}
-	es, err := store.Read(context.Background(), k8s, ns, run.UID)
+	es, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 // lastIntent is the journal's last model-call intent.
 func lastIntent(t *testing.T, ns string, run *arv1.AgentRun) *journal.Entry {
 	t.Helper()
-	es, err := store.Read(context.Background(), k8s, ns, run.UID)
+	es, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func lastIntent(t *testing.T, ns string, run *arv1.AgentRun) *journal.Entry {
 // intentAt is the journal's model-call intent under seq.
 func intentAt(t *testing.T, ns string, run *arv1.AgentRun, seq int64) *journal.Entry {
 	t.Helper()
-	es, err := store.Read(context.Background(), k8s, ns, run.UID)
+	es, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func intentAt(t *testing.T, ns string, run *arv1.AgentRun, seq int64) *journal.E
 // and completes with every call counted once.
 func TestALongRunsJournalGoesOnInChunks(t *testing.T) {
 	ns := newNamespace(t)
-	wc, scripted := countingManager(t, ns, manager.Options{MaxConcurrentSteps: 16, StatusInterval: time.Hour, JournalChunkBytes: store.MinChunkBytes})
+	wc, scripted := countingManager(t, ns, manager.Options{MaxConcurrentSteps: 16, StatusInterval: time.Hour, JournalChunkBytes: configmaps.MinChunkBytes})
 	const n = 8
 	answer := strings.Repeat("a long answer. ", 4000/15)
 	createConfigMap(t, ns, "long", map[string]string{"agent.toml": stagesAnswering(n, func(int) string { return answer })})
@@ -178,7 +178,7 @@ func TestALongRunsJournalGoesOnInChunks(t *testing.T) {
 		t.Errorf("usage %+v, the provider served %d calls; want %d, none lost", u, scripted.Calls(string(run.UID)), n)
 	}
 	var chunks corev1.ConfigMapList
-	if err := k8s.List(context.Background(), &chunks, client.InNamespace(ns), client.MatchingLabels{store.LabelRunUID: string(run.UID)}); err != nil {
+	if err := k8s.List(context.Background(), &chunks, client.InNamespace(ns), client.MatchingLabels{configmaps.LabelRunUID: string(run.UID)}); err != nil {
 		t.Fatal(err)
 	}
 	if len(chunks.Items) < 2 {
@@ -187,15 +187,15 @@ func TestALongRunsJournalGoesOnInChunks(t *testing.T) {
 	for _, cm := range chunks.Items {
 		entries, bytes := 0, 0
 		for k, v := range cm.Data {
-			if k != store.OutputKey {
+			if k != configmaps.OutputKey {
 				entries, bytes = entries+1, bytes+len(v)
 			}
 		}
-		if entries > 1 && bytes > store.MinChunkBytes {
-			t.Errorf("chunk %s holds %d entries of %d bytes, more than the chunk's %d", cm.Name, entries, bytes, store.MinChunkBytes)
+		if entries > 1 && bytes > configmaps.MinChunkBytes {
+			t.Errorf("chunk %s holds %d entries of %d bytes, more than the chunk's %d", cm.Name, entries, bytes, configmaps.MinChunkBytes)
 		}
 	}
-	entries, err := store.Read(context.Background(), k8s, ns, run.UID)
+	entries, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
 	if err != nil || len(entries) < 2*n {
 		t.Fatalf("read back %d entries, %v; want every call's intent and completion", len(entries), err)
 	}

@@ -24,9 +24,9 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
@@ -312,7 +312,7 @@ func keyOf(ns, name string) types.NamespacedName {
 // journalEntries reads a run's journal back from the API server.
 func journalEntries(t *testing.T, ns, uid string) []journal.Entry {
 	t.Helper()
-	out, err := store.Read(context.Background(), k8s, ns, types.UID(uid))
+	out, err := configmaps.Read(context.Background(), k8s, ns, types.UID(uid))
 	if err != nil {
 		t.Fatal(err)
 	}

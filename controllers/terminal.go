@@ -8,7 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // Terminal errors are what retrying cannot fix: the run's own records are

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // slowSecond has a second stage whose call takes long enough for a test
@@ -140,7 +140,7 @@ func TestCorruptJournalStallsUntilRestored(t *testing.T) {
 	})
 
 	chunk := &corev1.ConfigMap{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: store.ChunkName(run, 0)}, chunk); err != nil {
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: configmaps.ChunkName(run, 0)}, chunk); err != nil {
 		t.Fatal(err)
 	}
 	good, ok := chunk.Data["000000"]

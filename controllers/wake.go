@@ -37,6 +37,9 @@ const (
 	wakeChildren = "children"
 	// wakeSpec: a change of the run's spec (paused, budgets) wakes it.
 	wakeSpec = "spec"
+	// wakeStore: the prober of the runs' store wakes the runs that waited
+	// on it once it answers.
+	wakeStore = "store"
 )
 
 // wakeSources lists what will wake a run whose status a reconcile just
@@ -74,6 +77,8 @@ func wakeSources(st *arv1.AgentRunStatus, out actOutcome, stepRunning bool) []st
 		case arv1.WaitToolApproval, arv1.WaitUserPrompt, arv1.WaitTaintGate, arv1.WaitInteractionPoint,
 			arv1.WaitNeedsReconciliation, arv1.WaitSignal:
 			w = append(w, wakeAnswers)
+		case arv1.WaitStoreUnavailable:
+			w = append(w, wakeStore)
 		}
 	}
 	return w

@@ -501,6 +501,13 @@ type AgentRunStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	BlueprintSnapshot string `json:"blueprintSnapshot,omitempty"`
 
+	// journalStore says where the run's journal and final output are kept:
+	// ConfigMaps the run owns, or the operator's Database (--store), read
+	// through the console, the kubectl plugin and, once the run is gone,
+	// its archived record. A run keeps its journal where it began it.
+	// +optional
+	JournalStore JournalStore `json:"journalStore,omitempty"`
+
 	// model is the provider/model the entry stage resolved to. Later stages
 	// may use another; this is not rewritten to follow them, and it is never
 	// fed back as an override on restart.
@@ -570,6 +577,14 @@ type AgentRunStatus struct {
 	// that the controller is alive, and no evidence that the run moved.
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+	// observedAt is when stage, stageIndex, iteration, stages, usage,
+	// treeUsage and lastProgressAt were last read from the run's journal.
+	// While a run only moves from one model call to the next they are
+	// written at most every --status-interval (10 s by default), so they
+	// may lag the run by that long; phase, waitingOn, conditions, errors
+	// and the end are written within a second of changing.
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
 	// lastProgressAt is when the run last actually moved: a new iteration, a
 	// new stage or a new phase. Anything that ages a run reads this, never
 	// updatedAt.
@@ -777,7 +792,7 @@ func (p Phase) IsTerminal() bool {
 func (p Phase) IsUnstarted() bool { return p == "" || p == PhaseQueued }
 
 // WaitReason names why a parked run waits.
-// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal;RateLimited
+// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal;RateLimited;StoreUnavailable
 type WaitReason string
 
 // Wait reasons: Leviath's seven, then Salvor's parks.
@@ -814,12 +829,19 @@ const (
 	// (the limits providers.toml declares, or the provider's own 429/529
 	// and the time it said to retry at). Healthy: it goes on by itself.
 	WaitRateLimited WaitReason = "RateLimited"
+	// WaitStoreUnavailable: the database the run's journal is kept in
+	// (--store) cannot be used now, so no call starts (its intent could not
+	// be recorded). storeError says why; it goes on by itself when the
+	// database is back. A person is needed only when remedy is set (wrong
+	// password, unknown host, missing permission).
+	WaitStoreUnavailable WaitReason = "StoreUnavailable"
 )
 
 // WaitReasons lists every wait reason, in the order of the CRD's enum.
 var WaitReasons = []WaitReason{
 	WaitToolApproval, WaitUserPrompt, WaitTaintGate, WaitInteractionPoint, WaitFanOutWorkers, WaitChildren,
 	WaitNeedsSetup, WaitSleeping, WaitBudgetExceeded, WaitNeedsReconciliation, WaitSignal, WaitRateLimited,
+	WaitStoreUnavailable,
 }
 
 // NeedsAPerson reports whether clearing this wait needs a person. False only
@@ -827,7 +849,7 @@ var WaitReasons = []WaitReason{
 // signal, rate limits.
 func (r WaitReason) NeedsAPerson() bool {
 	switch r {
-	case WaitFanOutWorkers, WaitChildren, WaitSleeping, WaitSignal, WaitRateLimited:
+	case WaitFanOutWorkers, WaitChildren, WaitSleeping, WaitSignal, WaitRateLimited, WaitStoreUnavailable:
 		return false
 	case "":
 		return false
@@ -900,6 +922,18 @@ const (
 	BlockerForkSourceMissing SetupBlocker = "ForkSourceMissing"
 )
 
+// JournalStore is where a run's journal is kept.
+// +kubebuilder:validation:Enum=ConfigMaps;Database
+type JournalStore string
+
+// Journal stores.
+const (
+	// JournalConfigMaps: ConfigMaps the run owns (the default store).
+	JournalConfigMaps JournalStore = "ConfigMaps"
+	// JournalDatabase: the operator's database, PostgreSQL or SQLite.
+	JournalDatabase JournalStore = "Database"
+)
+
 // BudgetKind names a budget.
 // +kubebuilder:validation:Enum=Steps;Tokens;CostUSD;WallTime;ToolCalls
 type BudgetKind string
@@ -917,7 +951,8 @@ const (
 // variant's fields are set (the schema enforces it).
 //
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'FanOutWorkers' || self.reason == 'Children') == has(self.outstanding)",message="outstanding is set exactly for FanOutWorkers and Children"
-// +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsSetup' ? (has(self.blocker) && has(self.remedy)) : (!has(self.blocker) && !has(self.remedy))",message="blocker and remedy are set exactly for NeedsSetup"
+// +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsSetup' ? (has(self.blocker) && has(self.remedy)) : (!has(self.blocker) && (!has(self.remedy) || self.reason == 'StoreUnavailable'))",message="blocker and remedy are set exactly for NeedsSetup (remedy also for StoreUnavailable)"
+// +kubebuilder:validation:XValidation:rule="(self.reason == 'StoreUnavailable') == has(self.storeError)",message="storeError is set exactly for StoreUnavailable"
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'Sleeping') == has(self.wakeAt)",message="wakeAt is set exactly for Sleeping"
 // +kubebuilder:validation:XValidation:rule="self.reason == 'BudgetExceeded' ? (has(self.budget) && has(self.observed)) : (!has(self.budget) && !has(self.observed))",message="budget and observed are set exactly for BudgetExceeded"
 // +kubebuilder:validation:XValidation:rule="self.reason == 'NeedsReconciliation' ? (has(self.seq) && has(self.tool)) : (!has(self.seq) && !has(self.tool))",message="seq and tool are set exactly for NeedsReconciliation"
@@ -962,8 +997,8 @@ type WaitingOn struct {
 	// +optional
 	Blocker SetupBlocker `json:"blocker,omitempty"`
 	// remedy is one sentence a cluster operator can act on, naming the
-	// namespace, object and key. Never contains a secret value. NeedsSetup
-	// only.
+	// namespace, object and key (or the flag). Never contains a secret
+	// value. NeedsSetup, and StoreUnavailable when a person must act.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Remedy string `json:"remedy,omitempty"`
@@ -1012,6 +1047,12 @@ type WaitingOn struct {
 	// it (nobody knows when a slot frees). RateLimited only.
 	// +optional
 	RetryAt *metav1.Time `json:"retryAt,omitempty"`
+
+	// storeError is why the run's store cannot be used, as the database
+	// driver said it, without credentials. StoreUnavailable only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	StoreError string `json:"storeError,omitempty"`
 
 	// inputSchema is the JSON Schema (as JSON text) an answer must satisfy:
 	// the agent's own input_schema, or the one its choices or confirmation

@@ -19,6 +19,12 @@ const (
 	ConditionWaiting = "Waiting"
 	// ConditionNeedsAttention is True while the run waits on a person.
 	ConditionNeedsAttention = "NeedsAttention"
+	// ConditionArchived is True once a finished run's record (spec, final
+	// status, journal, output, children, usage and cost) is in the
+	// database store's archive; False with the reason while that write
+	// fails, during which the run is not deleted. Absent without a
+	// database store, and before the run finishes.
+	ConditionArchived = "Archived"
 )
 
 // Condition reasons. The waitingOn reasons (ToolApproval, NeedsSetup, ...)
@@ -75,6 +81,13 @@ const (
 	// calls (there is no workdir to watch), and the stage offers neither,
 	// so that threshold cannot fire; the edge's other thresholds still can.
 	ReasonStuckThresholdUnmeasured = "StuckThresholdUnmeasured"
+	// ReasonArchived: the finished run's record is in the archive
+	// (Archived=True).
+	ReasonArchived = "Archived"
+	// ReasonArchiveFailed: writing the finished run's record failed
+	// (Archived=False); the message says why, the controller retries, and
+	// the run is not deleted until it succeeds.
+	ReasonArchiveFailed = "ArchiveFailed"
 	// ReasonQueued: the run waits for one of the manager's active-run slots
 	// (--max-active-runs); runs are admitted in creation order.
 	ReasonQueued = "Queued"

@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
@@ -106,5 +107,45 @@ func TestKubectlGetScheduleColumns(t *testing.T) {
 	wide := parseTable(t, kubectl(t, "get", "ars", "-o", "wide", "-n", ns), append(slices.Clone(header[:6]), "READY", "AGE"))
 	if got := wide["nightly"]["READY"]; got != "Scheduled" {
 		t.Errorf("-o wide READY = %q, want Scheduled", got)
+	}
+}
+
+// TestKubectlGetScheduleShowsFalseAndZero: a schedule that is not
+// suspended and has no active run reads SUSPEND false and ACTIVE 0, as
+// CronJob's columns do, not blank cells: suspend is defaulted, and
+// activeCount is too, also after a status patch takes it from 2 back to
+// none (the manager's JSON merge patch sends null for a zero it omits).
+func TestKubectlGetScheduleShowsFalseAndZero(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := testCtx(t)
+	s := &arv1.AgentRunSchedule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+		Spec: arv1.AgentRunScheduleSpec{Schedule: "0 9 * * MON-FRI",
+			Template: arv1.AgentRunTemplate{Spec: arv1.AgentRunSpec{Agent: "triage", Task: "triage the new issues"}}},
+	}
+	if err := k8sClient.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	at := metav1.NewTime(time.Now().Truncate(time.Second))
+	s.Status = arv1.AgentRunScheduleStatus{Active: []string{"nightly-1", "nightly-2"}, ActiveCount: 2,
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Scheduled", Message: "ok", LastTransitionTime: at}}}
+	if err := k8sClient.Status().Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	header := []string{"NAME", "SCHEDULE", "SUSPEND", "ACTIVE", "LAST", "NEXT", "AGE"}
+	if row := parseTable(t, kubectl(t, "get", "agentrunschedules", "-n", ns), header)["nightly"]; row["SUSPEND"] != "false" || row["ACTIVE"] != "2" {
+		t.Errorf("row = %v, want SUSPEND false and ACTIVE 2", row)
+	}
+	before := s.DeepCopy()
+	s.Status.Active, s.Status.ActiveCount = nil, 0
+	if err := k8sClient.Status().Patch(ctx, s, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	if row := parseTable(t, kubectl(t, "get", "agentrunschedules", "-n", ns), header)["nightly"]; row["SUSPEND"] != "false" || row["ACTIVE"] != "0" {
+		t.Errorf("row = %v, want SUSPEND false and ACTIVE 0, as CronJob shows", row)
+	}
+	out := kubectl(t, "get", "ars", "nightly", "-n", ns, "-o", "jsonpath={.spec.suspend} {.status.activeCount} {.status.missedCount}")
+	if out != "false 0 0" {
+		t.Errorf("suspend, activeCount, missedCount = %q, want written as false 0 0", out)
 	}
 }

@@ -84,8 +84,10 @@ type AgentRunScheduleSpec struct {
 
 	// suspend stops new runs from being created; runs already created go
 	// on. Times that pass while suspended are not run later unless they
-	// are still within startingDeadlineSeconds when it is lifted.
+	// are still within startingDeadlineSeconds when it is lifted. The
+	// default is written, so the SUSPEND column reads false, not blank.
 	// +optional
+	// +default=false
 	Suspend bool `json:"suspend,omitempty"`
 
 	// successfulRunsHistoryLimit is how many Complete runs are kept; older
@@ -164,8 +166,10 @@ type AgentRunScheduleStatus struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +kubebuilder:validation:items:MaxLength=253
 	Active []string `json:"active,omitempty"`
-	// activeCount is len(active), for the ACTIVE column.
+	// activeCount is len(active), for the ACTIVE column. Its default is
+	// written, so the column reads 0, not blank, when no run is active.
 	// +optional
+	// +default=0
 	ActiveCount int32 `json:"activeCount,omitempty"`
 	// lastScheduleTime is the scheduled time of the latest run created.
 	// +optional
@@ -177,9 +181,23 @@ type AgentRunScheduleStatus struct {
 	// suspended or when the schedule is invalid).
 	// +optional
 	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+	// missedCount is how many scheduled times were given up because their
+	// run could not be created within startingDeadlineSeconds (a manager
+	// outage, a suspend, a Forbid wait), each with a Warning MissSchedule
+	// event. After an outage only the latest time counts, as only it
+	// would have been run. Its default is written, so it reads 0.
+	// +optional
+	// +default=0
+	// +kubebuilder:validation:Minimum=0
+	MissedCount int32 `json:"missedCount,omitempty"`
+	// lastMissedTime is the latest scheduled time given up so.
+	// +optional
+	LastMissedTime *metav1.Time `json:"lastMissedTime,omitempty"`
 	// conditions hold Ready: True while the schedule parses and its
 	// template is accepted (reason Scheduled, or Suspended), False with
-	// reason InvalidSchedule or TemplateInvalid and the error.
+	// reason InvalidSchedule or TemplateInvalid and the error. Stalled is
+	// True, with the same reason, while the schedule cannot create runs
+	// until its spec is changed; it is absent otherwise.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -205,7 +223,10 @@ const (
 	AnnotationScheduledAt = "agentrun.dev/scheduled-at"
 )
 
-// Ready reasons of an AgentRunSchedule.
+// Condition reasons of an AgentRunSchedule. Ready is its one condition
+// while it works; InvalidSchedule and TemplateInvalid are also the reason
+// of Stalled=True, which kstatus readers (kubectl wait, Argo CD, Flux)
+// take as "will not progress without a change".
 const (
 	// ReasonScheduled: the schedule parses and its template is accepted;
 	// runs are created at their times.
@@ -213,9 +234,10 @@ const (
 	// ReasonSuspended: spec.suspend is set; no run is created.
 	ReasonSuspended = "Suspended"
 	// ReasonInvalidSchedule: spec.schedule or spec.timeZone does not parse
-	// (only reachable when the API server's checks are bypassed).
+	// (only reachable when the API server's checks are bypassed): Ready
+	// False, Stalled True.
 	ReasonInvalidSchedule = "InvalidSchedule"
 	// ReasonTemplateInvalid: the API server refused the template as an
-	// AgentRun; the message is its answer.
+	// AgentRun; the message is its answer. Ready False, Stalled True.
 	ReasonTemplateInvalid = "TemplateInvalid"
 )

@@ -305,6 +305,10 @@ func (in *AgentRunScheduleStatus) DeepCopyInto(out *AgentRunScheduleStatus) {
 		in, out := &in.NextScheduleTime, &out.NextScheduleTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastMissedTime != nil {
+		in, out := &in.LastMissedTime, &out.LastMissedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))
@@ -430,6 +434,10 @@ func (in *AgentRunStatus) DeepCopyInto(out *AgentRunStatus) {
 	}
 	if in.UpdatedAt != nil {
 		in, out := &in.UpdatedAt, &out.UpdatedAt
+		*out = (*in).DeepCopy()
+	}
+	if in.ObservedAt != nil {
+		in, out := &in.ObservedAt, &out.ObservedAt
 		*out = (*in).DeepCopy()
 	}
 	if in.LastProgressAt != nil {

@@ -19,11 +19,12 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/a2aserver"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
@@ -53,7 +54,10 @@ func main() {
 	namespaces := flag.String("namespaces", "", "Comma-separated namespaces to watch; the manager reads and writes nothing elsewhere and needs only Roles there (config/namespaced). Empty: every namespace, with the ClusterRole.")
 	flag.IntVar(&o.MaxStepsPerServer, "max-steps-per-server", 0, "Steps calling one MCP server at once, so a hung server cannot take every executor slot (0: a quarter of --max-concurrent-steps).")
 	flag.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "How long a running run's status may lag its journal while the run only moves from one model call to the next: the calls follow each other in the run's step, their intents go into the journal, and status is written at most this often, so runs whose calls take seconds do not cost the API server a status write a call. Waits, errors, conditions and the end are always written at once. 0: every change is written at once.")
-	flag.IntVar(&o.JournalChunkBytes, "journal-chunk-bytes", store.DefaultChunkBytes, "Bytes of journal entries one journal ConfigMap (chunk) holds before a run's journal goes on in the next, 16384 to 524288. Every append rewrites its whole chunk in etcd, so smaller chunks make a long run's steps cheaper for the API server and etcd, and leave more objects behind it; a short run's journal fits one chunk either way (docs/scaling.md).")
+	flag.IntVar(&o.JournalChunkBytes, "journal-chunk-bytes", configmaps.DefaultChunkBytes, "Bytes of journal entries one journal ConfigMap (chunk) holds before a run's journal goes on in the next, 16384 to 524288. Every append rewrites its whole chunk in etcd, so smaller chunks make a long run's steps cheaper for the API server and etcd, and leave more objects behind it; a short run's journal fits one chunk either way (docs/scaling.md).")
+	flag.StringVar(&o.Store.DSN, "store", os.Getenv("AGENTRUN_STORE"), "Where runs' journals and finished runs are kept: postgres://USER@HOST:PORT/DB?sslmode=verify-full&sslrootcert=/path/ca.crt (the password from PGPASSWORD, e.g. a Secret's key; libpq's key=value form works too) or sqlite:PATH. Empty (the default, or AGENTRUN_STORE unset): ConfigMaps owned by each run, with no archive. Runs begun on ConfigMaps keep their journal there (docs/storage.md).")
+	flag.IntVar(&o.Store.MaxConns, "store-max-conns", sqlstore.DefaultMaxConns, "Connections the manager opens to a PostgreSQL store at most.")
+	flag.DurationVar(&o.Store.ArchiveRetention, "archive-retention", manager.DefaultArchiveRetention, "How long finished runs stay in a database store's archive after they finish; older records are deleted in bounded batches.")
 	bindWebhookFlags(&o.Webhook)
 	egress.BindFlags(flag.CommandLine, &o.Egress)
 	flag.StringVar(&o.EgressConfigMap.Name, "egress-configmap", egress.DefaultConfigMapName, "ConfigMap (key "+egress.DataKey+") holding the cluster admin's egress policy, merged with the --egress-* flags; read at start (one that does not parse stops the manager) and watched, so edits apply to the next connection. Empty: flags only.")

@@ -26,8 +26,24 @@ const maxTask = 65536
 type handler struct {
 	s     *Server
 	c     client.WithWatch
+	user  string // the caller's username, as the API server knows them
 	agent string
 	ns    string
+}
+
+// served says whether the agent is served over A2A at all: its blueprint
+// exists and exposes it. Every method checks it first.
+func (h *handler) served(ctx context.Context) error {
+	_, err := h.s.blueprintOf(ctx, h.c, h.agent)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("no agent %q in namespace %s: %w", h.agent, h.ns, a2a.ErrInvalidParams)
+	case errors.Is(err, errNotExposed):
+		return fmt.Errorf("agent %q: %v: %w", h.agent, err, a2a.ErrUnsupportedOperation)
+	}
+	return rpcError(err)
 }
 
 func (h *handler) getRun(ctx context.Context, id a2a.TaskID) (*arv1.AgentRun, error) {
@@ -186,8 +202,8 @@ func (h *handler) accept(ctx context.Context, p *a2a.MessageSendParams) (*arv1.A
 	return run, "", err
 }
 
-// start creates the run as the caller, for an agent whose blueprint
-// exposes it.
+// start creates the run as the caller (serveRPC has checked that the
+// agent's blueprint exposes it).
 func (h *handler) start(ctx context.Context, m *a2a.Message) (*arv1.AgentRun, error) {
 	text := textOf(m)
 	if strings.TrimSpace(text) == "" {
@@ -195,15 +211,6 @@ func (h *handler) start(ctx context.Context, m *a2a.Message) (*arv1.AgentRun, er
 	}
 	if len(text) > maxTask {
 		return nil, fmt.Errorf("the task is %d bytes; a run's task holds at most %d: %w", len(text), maxTask, a2a.ErrInvalidParams)
-	}
-	if _, err := h.s.blueprintOf(ctx, h.c, h.agent); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("no agent %q in namespace %s: %w", h.agent, h.ns, a2a.ErrInvalidParams)
-		}
-		if errors.Is(err, errNotExposed) {
-			return nil, fmt.Errorf("agent %q: %v: %w", h.agent, err, a2a.ErrUnsupportedOperation)
-		}
-		return nil, rpcError(err)
 	}
 	run := &arv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: h.agent + "-", Namespace: h.ns,

@@ -156,19 +156,49 @@ func (s *Server) Card(agent string, bp *blueprint.Blueprint) *a2a.AgentCard {
 	return card
 }
 
-func (s *Server) serveCard(w http.ResponseWriter, r *http.Request) {
+// caller is who a request comes from: a client that acts with their
+// token, and the username the API server knows them by.
+type caller struct {
+	c    client.WithWatch
+	user string
+}
+
+// authenticate is every request's preamble: without a bearer token, or
+// with one the API server does not accept, it answers 401 itself (HTTP,
+// with WWW-Authenticate, also for JSON-RPC: the caller is not let in).
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*caller, bool) {
 	token := bearer(r)
 	if token == "" {
 		unauthorized(w)
-		return
+		return nil, false
 	}
 	c, err := s.clientFor(token)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return nil, false
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	switch err := c.Create(r.Context(), review); {
+	case apierrors.IsUnauthorized(err):
+		unauthorized(w)
+		return nil, false
+	case apierrors.IsForbidden(err):
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return nil, false
+	case err != nil:
+		http.Error(w, "asking the API server who the caller is: "+err.Error(), http.StatusBadGateway)
+		return nil, false
+	}
+	return &caller{c: c, user: review.Status.UserInfo.Username}, true
+}
+
+func (s *Server) serveCard(w http.ResponseWriter, r *http.Request) {
+	who, ok := s.authenticate(w, r)
+	if !ok {
 		return
 	}
 	agent := r.PathValue("agent")
-	bp, err := s.blueprintOf(r.Context(), c, agent)
+	bp, err := s.blueprintOf(r.Context(), who.c, agent)
 	switch {
 	case apierrors.IsUnauthorized(err):
 		unauthorized(w)
@@ -186,18 +216,32 @@ func (s *Server) serveCard(w http.ResponseWriter, r *http.Request) {
 	a2asrv.NewStaticAgentCardHandler(s.Card(agent, bp)).ServeHTTP(w, r)
 }
 
+// serveRPC answers the JSON-RPC methods. Before the SDK's transport takes
+// the request, params of the wrong shape are refused as invalid params,
+// and every method (tasks/get, tasks/cancel, answers included, not only a
+// new run) needs the agent's blueprint to expose it: a task of an agent
+// not exposed is not served.
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
-	token := bearer(r)
-	if token == "" {
-		unauthorized(w)
+	who, ok := s.authenticate(w, r)
+	if !ok {
 		return
 	}
-	c, err := s.clientFor(token)
+	req, err := readRequest(w, r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		http.Error(w, "reading the request: "+err.Error(), http.StatusRequestEntityTooLarge)
 		return
 	}
-	h := &handler{s: s, c: c, agent: r.PathValue("agent"), ns: s.cfg.Namespace}
+	h := &handler{s: s, c: who.c, user: who.user, agent: r.PathValue("agent"), ns: s.cfg.Namespace}
+	if req != nil {
+		if err := h.served(r.Context()); err != nil {
+			writeRPCError(w, req, err)
+			return
+		}
+		if err := checkParams(req); err != nil {
+			writeRPCError(w, req, err)
+			return
+		}
+	}
 	a2asrv.NewJSONRPCHandler(h).ServeHTTP(w, r)
 }
 

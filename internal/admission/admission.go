@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
 // Run is what admission knows of a run.
@@ -54,6 +55,22 @@ func PlaceOf(run *arv1.AgentRun) Place {
 		p.Root, p.RootName = time.Unix(0, ns), run.Labels[arv1.LabelRoot]
 	}
 	return p
+}
+
+// RunOf is a run as admission sees it: its place, with the priority its
+// spec asks for in classes, or, for a child, that of its tree's root
+// (rootOf finds the root; nil when it is gone), so a tree's children
+// queue as it does. The manager lines runs up by it, and `kubectl
+// agentrun ps` counts places in line by it, so the two cannot disagree.
+func RunOf(run *arv1.AgentRun, classes priority.Classes, rootOf func(ns, name string) *arv1.AgentRun) Run {
+	p := PlaceOf(run)
+	p.Priority = classes.Of(&run.Spec)
+	if p.RootName != run.Name {
+		if root := rootOf(run.Namespace, p.RootName); root != nil {
+			p.Priority = classes.Of(&root.Spec)
+		}
+	}
+	return Run{UID: run.UID, Namespace: run.Namespace, Name: run.Name, Place: p}
 }
 
 // Before reports whether p goes ahead of q.

@@ -2,10 +2,15 @@ package admission
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
 func prioritized(r Run, p int32) Run {
@@ -133,4 +138,51 @@ func (c *Controller) promisedRun(t *testing.T) Run {
 		return r
 	}
 	return Run{}
+}
+
+// TestRunOfTakesClassesAndTheRoots: a run's priority is its spec.priority,
+// else its class's value, else the default class's; a child's is its tree
+// root's, when the root is found, else its own.
+func TestRunOfTakesClassesAndTheRoots(t *testing.T) {
+	classes, err := priority.Parse(map[string]string{"urgent": "1000", "normal": "7", priority.DefaultKey: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	urgentRoot := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "root"}, Spec: arv1.AgentRunSpec{PriorityClassName: "urgent"}}
+	child := func(mutate func(*arv1.AgentRun)) *arv1.AgentRun {
+		r := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "root-c0",
+			Labels: map[string]string{arv1.LabelRoot: "root", arv1.LabelRootCreated: strconv.FormatInt(t0.UnixNano(), 10)}}}
+		if mutate != nil {
+			mutate(r)
+		}
+		return r
+	}
+	found := func(_, name string) *arv1.AgentRun {
+		if name == "root" {
+			return urgentRoot
+		}
+		return nil
+	}
+	gone := func(string, string) *arv1.AgentRun { return nil }
+	three := int32(3)
+	for _, tc := range []struct {
+		name   string
+		run    *arv1.AgentRun
+		rootOf func(string, string) *arv1.AgentRun
+		want   int32
+	}{
+		{"spec.priority", &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: arv1.AgentRunSpec{Priority: &three}}, gone, 3},
+		{"a class", &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: arv1.AgentRunSpec{PriorityClassName: "urgent"}}, gone, 1000},
+		{"the default class", &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, gone, 7},
+		{"a child takes its root's class", child(func(r *arv1.AgentRun) { r.Spec.Priority = &three }), found, 1000},
+		{"a child whose root is gone keeps its own", child(func(r *arv1.AgentRun) { r.Spec.Priority = &three }), gone, 3},
+	} {
+		got := RunOf(tc.run, classes, tc.rootOf)
+		if got.Place.Priority != tc.want {
+			t.Errorf("%s: priority %d, want %d", tc.name, got.Place.Priority, tc.want)
+		}
+	}
+	if p := RunOf(child(nil), classes, found).Place; p.RootName != "root" || !p.Root.Equal(t0) {
+		t.Errorf("a child's place = %+v, want its root's name and creation", p)
+	}
 }

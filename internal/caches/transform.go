@@ -1,6 +1,7 @@
 package caches
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -35,7 +36,8 @@ func FinishedRunTransform(keep []string) toolscache.TransformFunc {
 		}
 		run.Status = arv1.AgentRunStatus{
 			ObservedGeneration: st.ObservedGeneration, Phase: st.Phase, BlueprintSnapshot: st.BlueprintSnapshot,
-			FinishedAt: st.FinishedAt, Callback: st.Callback, SetupRefs: st.SetupRefs,
+			FinishedAt: st.FinishedAt, Callback: st.Callback, SetupRefs: st.SetupRefs, JournalStore: st.JournalStore,
+			Conditions: archivedCondition(st.Conditions),
 		}
 		if metav1.GetControllerOf(run) != nil {
 			// A child: its parent's roll-up, merge and wait_for_agent read these.
@@ -66,4 +68,13 @@ func Namespaces(namespaces []string) map[string]cache.Config {
 		only[ns] = cache.Config{}
 	}
 	return only
+}
+
+// archivedCondition keeps a finished run's Archived condition, which its
+// deletion waits on.
+func archivedCondition(cs []metav1.Condition) []metav1.Condition {
+	if c := meta.FindStatusCondition(cs, arv1.ConditionArchived); c != nil {
+		return []metav1.Condition{*c}
+	}
+	return nil
 }

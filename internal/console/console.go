@@ -51,7 +51,8 @@ type Mode int
 
 const (
 	// Local serves one person on this machine, with the kubeconfig's
-	// credentials; the URL printed carries a one-time key.
+	// credentials; the URL printed carries a one-time key: the first
+	// browser to open it is signed in, any later one is refused.
 	Local Mode = iota
 	// InCluster has each person sign in with a bearer token, forwarded to
 	// the API server on every request.
@@ -75,8 +76,9 @@ type Options struct {
 type Server struct {
 	o        Options
 	sessions *sessions
-	// localKey is the key in the local URL (Local only).
-	localKey string
+	// localKey is the key in the local URL (Local only), spent by the
+	// first sign-in.
+	localKey *signInKey
 	mux      *http.ServeMux
 }
 
@@ -90,7 +92,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, sessions: newSessions(o.SessionTTL)}
 	if o.Mode == Local {
-		s.localKey = randomKey()
+		s.localKey = newSignInKey()
 	}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -111,7 +113,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // LocalURL is the URL that signs a browser in to a Local console at addr.
 func (s *Server) LocalURL(addr string) string {
-	return "http://" + addr + "/?key=" + s.localKey
+	return "http://" + addr + "/?key=" + s.localKey.value
 }
 
 func randomKey() string {

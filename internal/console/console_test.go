@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -77,5 +78,30 @@ func TestTokenConfigDropsTheConsolesCredentials(t *testing.T) {
 	if cfg.BearerToken != "person" || cfg.BearerTokenFile != "" || cfg.Username != "" || cfg.Password != "" ||
 		cfg.CertData != nil || cfg.KeyData != nil || string(cfg.CAData) != "ca" || cfg.Host != "https://api:6443" {
 		t.Errorf("token config = %+v: want the host, the CA and the person's token only", cfg)
+	}
+}
+
+// TestKeyNotSpentBySignInThatFailed: when the API server does not take
+// the kubeconfig's credentials (here: nothing listens), no session is
+// made, so the key is not spent: opening the URL again tries again rather
+// than saying it was used.
+func TestKeyNotSpentBySignInThatFailed(t *testing.T) {
+	s, err := New(Options{Mode: Local, Config: &rest.Config{Host: "https://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	url := s.LocalURL(strings.TrimPrefix(srv.URL, "http://"))
+	for range 2 {
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "did not accept the kubeconfig's credentials") {
+			t.Errorf("opening the URL with the API server away: %d %q; want 401 saying the credentials were not accepted", res.StatusCode, body)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -110,19 +109,31 @@ func (s *Server) current(r *http.Request) *session {
 	return s.sessions.get(ck.Value)
 }
 
-// localSignIn handles the printed URL: its key signs the browser in as
-// the kubeconfig's user, then the key leaves the address bar.
+// localSignIn handles the printed URL: its key signs the first browser
+// in as the kubeconfig's user, then the key leaves the address bar and is
+// spent. A browser already signed in that opens it again (history, a
+// reload) just goes to the page; any other is refused.
 func (s *Server) localSignIn(w http.ResponseWriter, r *http.Request) bool {
 	key := r.URL.Query().Get("key")
 	if s.o.Mode != Local || key == "" {
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(key), []byte(s.localKey)) != 1 {
+	switch s.localKey.take(key) {
+	case keyWrong:
 		http.Error(w, "this key does not open this console: use the URL kubectl agentrun console printed", http.StatusUnauthorized)
+		return true
+	case keySpent:
+		if s.current(r) != nil {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return true
+		}
+		http.Error(w, "this sign-in URL was already used: its key opens the console for one browser only. "+
+			"Stop kubectl agentrun console and start it again for a new URL", http.StatusForbidden)
 		return true
 	}
 	id, _, err := s.signIn(r.Context(), s.o.Config)
 	if err != nil {
+		s.localKey.giveBack()
 		http.Error(w, "the API server did not accept the kubeconfig's credentials: "+err.Error(), http.StatusUnauthorized)
 		return true
 	}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
 )
 
 // keepAlive is how often an idle stream sends a comment, so proxies keep
@@ -154,8 +155,10 @@ func (s *Server) watchRuns(w http.ResponseWriter, r *http.Request, se *session) 
 	if !ok {
 		return
 	}
+	// Without access to the classes, places in line count spec.priority.
+	classes, _ := plugin.ReadPriorityClasses(r.Context(), se.c, "")
 	err := follow(r.Context(), se.c, out, func(runs map[string]arv1.AgentRun) error {
-		return out.send("runs", listView(runs, time.Now()))
+		return out.send("runs", listView(runs, time.Now(), classes))
 	}, opts...)
 	if err != nil && r.Context().Err() == nil {
 		out.sendError(err)

@@ -10,8 +10,9 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
 
@@ -66,8 +67,9 @@ type listing struct {
 	Needing int       `json:"needing"`
 }
 
-// listView orders runs as ps does (plugin.OrderTrees).
-func listView(runs map[string]arv1.AgentRun, now time.Time) listing {
+// listView orders runs as ps does (plugin.OrderTrees), places in line by
+// the priority classes in force.
+func listView(runs map[string]arv1.AgentRun, now time.Time, classes priority.Classes) listing {
 	items := make([]arv1.AgentRun, 0, len(runs))
 	for _, r := range runs {
 		items = append(items, r)
@@ -75,7 +77,7 @@ func listView(runs map[string]arv1.AgentRun, now time.Time) listing {
 	sort.Slice(items, func(i, j int) bool {
 		return items[i].Namespace+"/"+items[i].Name < items[j].Namespace+"/"+items[j].Name
 	})
-	ordered, needing := plugin.OrderTrees(items, now, nil)
+	ordered, needing := plugin.OrderTrees(items, now, nil, classes)
 	l := listing{Runs: make([]listRow, 0, len(ordered)), Needing: needing, Footer: plugin.Footer(needing)}
 	for _, t := range ordered {
 		r := t.Row
@@ -167,7 +169,7 @@ func runView(ctx context.Context, c client.Client, run *arv1.AgentRun, now time.
 		Usage: usageView{Tokens: wire.NewPsRow(run, now).Tokens, Prompt: st.Usage.PromptTokens, Completion: st.Usage.CompletionTokens,
 			ModelCalls: st.Usage.ModelCalls, ToolCalls: st.Usage.ToolCalls, Cost: plugin.CostText(st.Usage)},
 		Stages: stagesOf(st), Waiting: waitOf(st.WaitingOn)}
-	entries, unreadable, err := store.ReadLenient(ctx, c, run.Namespace, run.UID)
+	entries, unreadable, err := configmaps.ReadLenient(ctx, c, run.Namespace, run.UID)
 	switch {
 	case err != nil:
 		p.TranscriptError = err.Error()

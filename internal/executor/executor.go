@@ -217,8 +217,9 @@ func (p *Pool) Reserve(s Step) (t *Ticket, ok bool) {
 }
 
 // Start runs fn in the reserved slot. fn gets a context cancelled by
-// Cancel, by the step's Fence, or when the pool stops; when it returns the
-// run is woken.
+// Cancel, by the step's Fence, or when the pool stops, and carrying the
+// Fence's values (the hold's epoch the store fences writes by); when it
+// returns the run is woken.
 func (t *Ticket) Start(fn func(context.Context)) {
 	if t == nil || t.done {
 		return
@@ -233,6 +234,7 @@ func (t *Ticket) Start(fn func(context.Context)) {
 	stopFence := func() bool { return false }
 	if t.step.Fence != nil {
 		stopFence = context.AfterFunc(t.step.Fence, cancel)
+		ctx = WithValuesOf(ctx, t.step.Fence)
 	}
 	go func() {
 		defer func() {
@@ -411,4 +413,22 @@ func (p *Pool) Start(ctx context.Context) error {
 	<-ctx.Done()
 	p.stop()
 	return nil
+}
+
+// WithValuesOf is ctx (its deadline and cancellation) carrying also the
+// values of from, ctx's own first.
+func WithValuesOf(ctx, from context.Context) context.Context {
+	return valuesOf{Context: ctx, from: from}
+}
+
+type valuesOf struct {
+	context.Context
+	from context.Context
+}
+
+func (v valuesOf) Value(key any) any {
+	if x := v.Context.Value(key); x != nil {
+		return x
+	}
+	return v.from.Value(key)
 }

@@ -32,12 +32,12 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/writegauge"
 )
@@ -81,8 +81,11 @@ type Options struct {
 	// while it only progresses (controllers.DefaultStatusInterval when 0;
 	// negative: every change is written at once).
 	StatusInterval time.Duration
+	// Store says where journals and finished runs are kept (the zero
+	// value: ConfigMaps, no archive).
+	Store StoreOptions
 	// JournalChunkBytes bounds each journal chunk's data
-	// (store.DefaultChunkBytes when 0).
+	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
 	// SnapshotSweep says how often unused blueprint snapshots are deleted
 	// (tests shorten it).
@@ -215,8 +218,8 @@ func (o *Options) complete() error {
 			return fmt.Errorf("outside a cluster the Leases need a namespace: pass --lease-namespace")
 		}
 	}
-	if b := o.JournalChunkBytes; b != 0 && (b < store.MinChunkBytes || b > store.MaxChunkBytes) {
-		return fmt.Errorf("--journal-chunk-bytes=%d is outside %d..%d (16 KiB to 512 KiB)", b, store.MinChunkBytes, store.MaxChunkBytes)
+	if b := o.JournalChunkBytes; b != 0 && (b < configmaps.MinChunkBytes || b > configmaps.MaxChunkBytes) {
+		return fmt.Errorf("--journal-chunk-bytes=%d is outside %d..%d (16 KiB to 512 KiB)", b, configmaps.MinChunkBytes, configmaps.MaxChunkBytes)
 	}
 	return nil
 }
@@ -260,6 +263,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	deps := reconcilerDeps(mgr, cfg, o, eg)
 	deps.Recorder, deps.Sharding, deps.Tracer = sink, sharding, tracer
+	if deps.Store, err = newStore(mgr, o); err != nil {
+		return nil, err
+	}
 	pc := newPriorityClasses(mgr, cfg, o)
 	deps.Priorities = pc.store
 	r, err = controllers.NewAgentRunReconciler(deps)
@@ -289,6 +295,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := addProbes(mgr, o.ProbeAddr); err != nil {
 		return nil, err
+	}
+	if o.Store.DSN != "" && o.ProbeAddr != "" && o.ProbeAddr != "0" {
+		if err := mgr.AddReadyzCheck("store", storeReady(deps.Store)); err != nil {
+			return nil, err
+		}
 	}
 	if tracer.On() {
 		return tracedManager{Manager: mgr, tracer: tracer}, nil

@@ -194,7 +194,7 @@ func noArgs(cmd *cobra.Command, o options) error {
 }
 
 func leaseFlag(fs *pflag.FlagSet, o *options) {
-	fs.StringVar(&o.leaseNamespace, "lease-namespace", "", "where the operator's Leases are (default: "+defaultLeaseNamespace+")")
+	fs.StringVar(&o.leaseNamespace, "lease-namespace", "", "the operator's namespace, where its Leases and priority classes are read (default: "+defaultLeaseNamespace+")")
 }
 
 func specs() []spec {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
 // TestOrderTreesIsThePsOrder: the console's order is the listing's, row
@@ -14,7 +15,7 @@ import (
 func TestOrderTreesIsThePsOrder(t *testing.T) {
 	runs := fixtureRuns()
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, runs, fixedNow, true, nil); err != nil {
+	if err := RenderPs(&buf, runs, fixedNow, true, nil, priority.Classes{}); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -24,7 +25,7 @@ func TestOrderTreesIsThePsOrder(t *testing.T) {
 	}
 	runCol := len([]rune(lines[0][:at]))
 	lines = lines[1 : len(lines)-2] // header; blank line and footer
-	ordered, needing := OrderTrees(runs, fixedNow, nil)
+	ordered, needing := OrderTrees(runs, fixedNow, nil, priority.Classes{})
 	if len(ordered) != len(lines) {
 		t.Fatalf("%d ordered runs, %d listed", len(ordered), len(lines))
 	}

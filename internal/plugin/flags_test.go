@@ -21,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
 // psHeader is the header of ps without -A.
@@ -195,5 +196,45 @@ func TestKubectlAgentrunRequestTimeout(t *testing.T) {
 	}
 	if took["1s"] > 3*time.Second || took["4s"] < 4*time.Second || took["4s"] > 8*time.Second {
 		t.Errorf("with the server silent, --request-timeout 1s took %s and 4s took %s", took["1s"], took["4s"])
+	}
+}
+
+// TestKubectlAgentrunPsLinesUpByClass: ps reads the cluster admin's
+// priority classes from the operator's namespace (--lease-namespace) and
+// counts places in line by them, as the manager admits: a run of class
+// urgent goes first though created last, a run naming no class takes the
+// default class's value, above a spec.priority of 5. A person who cannot
+// read the classes is told the count ignores them.
+func TestKubectlAgentrunPsLinesUpByClass(t *testing.T) {
+	controlPlane(t)
+	ns, op := newNamespace(t), newNamespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: op, Name: priority.DefaultConfigMapName},
+		Data: map[string]string{"urgent": "1000", "raised": "10", "low": "-100", priority.DefaultKey: "raised"}}
+	if err := k8sClient.Create(ctxFor(t), cm); err != nil {
+		t.Fatal(err)
+	}
+	queued := arv1.AgentRunStatus{Phase: arv1.PhaseQueued}
+	createRun(t, ns, "low", func(r *arv1.AgentRun) { r.Spec.PriorityClassName = "low" }, queued)
+	createRun(t, ns, "numbered", func(r *arv1.AgentRun) { r.Spec.Priority = ptr(int32(5)) }, queued)
+	createRun(t, ns, "plain", nil, queued)
+	createRun(t, ns, "urgent", func(r *arv1.AgentRun) { r.Spec.PriorityClassName = "urgent" }, queued)
+
+	out, stderr, code := kubectlPlugin(t, "ps", "-n", ns, "--lease-namespace", op)
+	if code != 0 || stderr != "" {
+		t.Fatalf("ps: exit %d, stderr %q", code, stderr)
+	}
+	rows, _, _ := psRows(t, out, psHeader)
+	want := map[string]string{"urgent": "next in line", "plain": "1 ahead in line", "numbered": "2 ahead in line", "low": "3 ahead in line"}
+	for name, w := range want {
+		if got := rows[name]["WAITING"]; got != w {
+			t.Errorf("%s: WAITING %q, want %q (classes urgent 1000, default raised 10, low -100)", name, got, w)
+		}
+	}
+
+	grantRuns(t, ns, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "run-readers"})
+	_, stderr, code = kubectlPlugin(t, "ps", "-n", ns, "--lease-namespace", op, "--as", "carol", "--as-group", "run-readers")
+	if code != 0 || !strings.Contains(stderr, "Note: the priority classes (ConfigMap "+op+"/"+priority.DefaultConfigMapName+") could not be read") ||
+		!strings.Contains(stderr, "forbidden") {
+		t.Errorf("ps by someone who cannot read the classes: exit %d, stderr %q; want a note that the count ignores them", code, stderr)
 	}
 }

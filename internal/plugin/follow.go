@@ -18,7 +18,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // followTranscript is transcript --follow: the journal as stored, then
@@ -40,7 +40,7 @@ func (a *app) followTranscript(ctx context.Context, ns string, run *arv1.AgentRu
 	}
 	chunks, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			return wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns), store.Selector(run.UID), &client.ListOptions{Raw: &lo})
+			return wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns), configmaps.Selector(run.UID), &client.ListOptions{Raw: &lo})
 		}})
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ type follower struct {
 // list's resourceVersion, from which a watch goes on.
 func (f *follower) read(ctx context.Context, c client.Client, ns string, run *arv1.AgentRun) (string, error) {
 	var list corev1.ConfigMapList
-	if err := c.List(ctx, &list, client.InNamespace(ns), store.Selector(run.UID)); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(ns), configmaps.Selector(run.UID)); err != nil {
 		return "", fmt.Errorf("reading the journal: %w", err)
 	}
 	for i := range list.Items {
@@ -131,7 +131,7 @@ func (f *follower) read(ctx context.Context, c client.Client, ns string, run *ar
 // add takes the entries of one journal object not printed yet, or printed
 // with other content.
 func (f *follower) add(cm *corev1.ConfigMap) {
-	entries, bad := store.DecodeChunk(cm)
+	entries, bad := configmaps.DecodeChunk(cm)
 	for _, e := range entries {
 		key := fmt.Sprintf("%s/%d/%d/%s", e.Kind, e.Lost, e.Call, e.At)
 		if f.printed[e.Seq] == key || slices.ContainsFunc(f.pending, func(p journal.Entry) bool { return p.Seq == e.Seq }) {

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -32,8 +32,8 @@ func TestKubectlAgentrunTranscriptFollow(t *testing.T) {
 		`{"seq":3,"kind":"ModelCallCompleted","at":"2026-03-01T11:00:04Z","stage":"write","iteration":1,"call":2,"provider":"p","model":"m","response":{"text":"Done."},"usage":{"prompt":10,"completion":2}}`,
 	}
 	chunk := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: store.ChunkName(run, 0), Labels: map[string]string{
-			store.LabelRunUID: string(run.UID), arv1.LabelComponent: store.Component, store.LabelChunk: "0"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: configmaps.ChunkName(run, 0), Labels: map[string]string{
+			configmaps.LabelRunUID: string(run.UID), arv1.LabelComponent: configmaps.Component, configmaps.LabelChunk: "0"}},
 		Data: map[string]string{"000000": entries[0]},
 	}
 	if err := k8sClient.Create(ctx, chunk); err != nil {

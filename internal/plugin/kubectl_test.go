@@ -36,7 +36,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
@@ -485,7 +485,7 @@ func TestKubectlAgentrunOutputTranscriptDescribe(t *testing.T) {
 	} {
 		if err := k8sClient.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("done-j%06d", seq), Labels: map[string]string{
-				store.LabelRunUID: string(done.UID), arv1.LabelComponent: store.Component}},
+				configmaps.LabelRunUID: string(done.UID), arv1.LabelComponent: configmaps.Component}},
 			Data: map[string]string{"entry": data},
 		}); err != nil {
 			t.Fatal(err)

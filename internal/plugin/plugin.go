@@ -39,6 +39,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
@@ -210,6 +211,31 @@ func readOwnership(ctx context.Context, c client.Client, o options) *shards.Owne
 	}
 	own := shards.ReadOwnership(leases.Items, time.Now())
 	return &own
+}
+
+// ReadPriorityClasses reads the priority classes the manager lines runs
+// up by: its ConfigMap (priority.DefaultConfigMapName) in the operator's
+// namespace (namespace; "" for the default), parsed as the manager parses
+// it. A missing ConfigMap is no classes, for the manager too. One that
+// cannot be read (no access to that namespace, say) or parsed leaves
+// none, and the error says why. ps and the web console call it.
+func ReadPriorityClasses(ctx context.Context, c client.Client, namespace string) (priority.Classes, error) {
+	if namespace == "" {
+		namespace = defaultLeaseNamespace
+	}
+	var cm corev1.ConfigMap
+	err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: priority.DefaultConfigMapName}, &cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return priority.Classes{}, nil
+	case err != nil:
+		return priority.Classes{}, fmt.Errorf("the priority classes (ConfigMap %s/%s) could not be read: %w", namespace, priority.DefaultConfigMapName, err)
+	}
+	classes, err := priority.Parse(cm.Data)
+	if err != nil {
+		return priority.Classes{}, fmt.Errorf("the priority classes (ConfigMap %s/%s) do not parse: %w", namespace, priority.DefaultConfigMapName, err)
+	}
+	return classes, nil
 }
 
 // getRun fetches one run, with a not-found message that names the namespace.

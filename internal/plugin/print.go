@@ -30,8 +30,12 @@ func (a *app) ps(ctx context.Context, c client.Client, ns string, o options) err
 		return err
 	}
 	own := readOwnership(ctx, c, o)
+	classes, unread := ReadPriorityClasses(ctx, c, o.leaseNamespace)
+	if unread != nil && classesMatter(list.Items) {
+		fmt.Fprintf(a.stderr, "Note: %v; places in line count spec.priority only, a class as 0\n", unread)
+	}
 	if o.watch {
-		return a.watchRuns(ctx, ns, o, &list, own)
+		return a.watchRuns(ctx, ns, o, &list, own, classes)
 	}
 	if o.output != "" && o.output != "wide" {
 		return a.printObjects(o, asList(list.Items))
@@ -44,7 +48,7 @@ func (a *app) ps(ctx context.Context, c client.Client, ns string, o options) err
 		}
 		return nil
 	}
-	return renderPs(a.stdout, list.Items, a.now(), psColumns{allNamespaces: o.allNamespaces, wide: o.output == "wide"}, own)
+	return renderPs(a.stdout, list.Items, a.now(), psColumns{allNamespaces: o.allNamespaces, wide: o.output == "wide"}, own, classes)
 }
 
 // printObjects prints obj with the printer -o chose.

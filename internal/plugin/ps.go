@@ -12,6 +12,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
@@ -41,9 +42,11 @@ type psNode struct {
 // own is who holds the shards, from the operator's Leases (nil when they
 // could not be read): the DRIVER column says which replica drives each
 // unfinished run, and when its shard has no live holder, whether the shard
-// is only changing hands or no replica is alive to take it.
-func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bool, own *shards.Ownership) error {
-	return renderPs(w, runs, now, psColumns{allNamespaces: allNamespaces}, own)
+// is only changing hands or no replica is alive to take it. classes are
+// the priority classes in force, by which the manager (and so the
+// WAITING cell) orders the runs waiting in line.
+func RenderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, allNamespaces bool, own *shards.Ownership, classes priority.Classes) error {
+	return renderPs(w, runs, now, psColumns{allNamespaces: allNamespaces}, own, classes)
 }
 
 // psColumns says which columns beyond the usual a listing has.
@@ -78,8 +81,7 @@ func (c psColumns) line(run *arv1.AgentRun, r wire.PsRow, name, driver string, n
 }
 
 // priorityText is the PRIORITY cell: the priority the run asks for, or
-// its class's name (the plugin does not read the cluster's classes), or
-// "-" (the default class).
+// its class's name, or "-" (the default class).
 func priorityText(spec *arv1.AgentRunSpec) string {
 	switch {
 	case spec.Priority != nil:
@@ -91,8 +93,8 @@ func priorityText(spec *arv1.AgentRunSpec) string {
 }
 
 // renderPs writes the runs as a forest of run trees, with the footer.
-func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, own *shards.Ownership) error {
-	l := newPsListing(runs, now, own)
+func renderPs(w io.Writer, runs []arv1.AgentRun, now time.Time, cols psColumns, own *shards.Ownership, classes priority.Classes) error {
+	l := newPsListing(runs, now, own, classes)
 	l.markNeeds()
 	tw := newTable(w)
 	fmt.Fprintln(tw, cols.header())
@@ -115,7 +117,7 @@ type psListing struct {
 }
 
 // newPsListing makes the forest of runs, in their listed order.
-func newPsListing(runs []arv1.AgentRun, now time.Time, own *shards.Ownership) *psListing {
+func newPsListing(runs []arv1.AgentRun, now time.Time, own *shards.Ownership, classes priority.Classes) *psListing {
 	l := &psListing{
 		objs: make(map[*psNode]*arv1.AgentRun, len(runs)), drivers: make(map[*psNode]string, len(runs)),
 		order: make([]*psNode, 0, len(runs)),
@@ -132,7 +134,7 @@ func newPsListing(runs []arv1.AgentRun, now time.Time, own *shards.Ownership) *p
 			l.needing++
 		}
 	}
-	markLine(l.order, l.objs)
+	markLine(l.order, l.objs, classes)
 	for _, n := range l.order {
 		if p, ok := nodes[key(n.row.Namespace, n.row.Parent)]; ok && n.row.Parent != "" && p != n {
 			p.children = append(p.children, n)
@@ -232,8 +234,8 @@ type TreeRun struct {
 // each child right after its parent, trees holding a run that needs a
 // person first, then the newest. The web console lists runs through it, so
 // both surfaces agree. It returns how many runs need a person too.
-func OrderTrees(runs []arv1.AgentRun, now time.Time, own *shards.Ownership) ([]TreeRun, int) {
-	l := newPsListing(runs, now, own)
+func OrderTrees(runs []arv1.AgentRun, now time.Time, own *shards.Ownership, classes priority.Classes) ([]TreeRun, int) {
+	l := newPsListing(runs, now, own, classes)
 	l.markNeeds()
 	out := make([]TreeRun, 0, len(runs))
 	l.walk(func(n *psNode, _, _ string, depth int) {
@@ -242,24 +244,28 @@ func OrderTrees(runs []arv1.AgentRun, now time.Time, own *shards.Ownership) ([]T
 	return out, l.needing
 }
 
-// markLine fills the WAITING cell of each run still in line (phase Queued,
-// not parked) with how many listed runs are ahead of it, in admission's
-// order (spec.priority, then the tree root's creation, then the run's
-// own). Counting the listing costs nothing: the manager writes no
-// position. A run naming a priority class counts as priority 0 (the
-// classes are the manager's, in its namespace). Among namespaces the
-// manager also shares slots fairly, so across a -A listing the count is
-// the creation-order line, not a promise.
-func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun) {
-	var line []*psNode
+// markLine fills the WAITING cell of each run still in line with how
+// many listed runs are ahead of it, in the manager's order: admission.RunOf
+// with the priority classes in force (priority, a child's taken from its
+// tree's root, then the root's creation, then the run's own). Counting the
+// listing costs nothing: the manager writes no position. Among namespaces
+// the manager also shares slots fairly, so across a -A listing, which
+// counts every namespace's runs as one line, the count is not a promise.
+func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun, classes priority.Classes) {
+	byName := make(map[string]*arv1.AgentRun, len(order))
 	for _, n := range order {
-		if r := objs[n]; r.Status.Phase.IsUnstarted() && r.Status.WaitingOn == nil && r.DeletionTimestamp == nil {
+		byName[objs[n].Namespace+"/"+objs[n].Name] = objs[n]
+	}
+	rootOf := func(ns, name string) *arv1.AgentRun { return byName[ns+"/"+name] }
+	var line []*psNode
+	places := map[*psNode]admission.Place{}
+	for _, n := range order {
+		if r := objs[n]; waitsInLine(r) {
 			line = append(line, n)
+			places[n] = admission.RunOf(r, classes, rootOf).Place
 		}
 	}
-	sort.SliceStable(line, func(i, j int) bool {
-		return linePlace(objs[line[i]]).Before(linePlace(objs[line[j]]))
-	})
+	sort.SliceStable(line, func(i, j int) bool { return places[line[i]].Before(places[line[j]]) })
 	for i, n := range line {
 		n.row.Waiting = "next in line"
 		if i > 0 {
@@ -268,14 +274,40 @@ func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun) {
 	}
 }
 
-// linePlace is a run's place in line as the listing can tell it: with
-// spec.priority, without classes.
-func linePlace(run *arv1.AgentRun) admission.Place {
-	p := admission.PlaceOf(run)
-	if run.Spec.Priority != nil {
-		p.Priority = *run.Spec.Priority
+// classesMatter says whether the priority classes can change the order
+// of the runs waiting in line: the spec that sets one's priority (its
+// tree root's, when listed) names a class, or some set spec.priority and
+// some do not (the default class's value then counts).
+func classesMatter(runs []arv1.AgentRun) bool {
+	byName := make(map[string]*arv1.AgentRun, len(runs))
+	for i := range runs {
+		byName[runs[i].Namespace+"/"+runs[i].Name] = &runs[i]
 	}
-	return p
+	numbered, unnumbered := false, false
+	for i := range runs {
+		if !waitsInLine(&runs[i]) {
+			continue
+		}
+		spec := &runs[i].Spec
+		if root, ok := byName[runs[i].Namespace+"/"+admission.PlaceOf(&runs[i]).RootName]; ok {
+			spec = &root.Spec
+		}
+		switch {
+		case spec.Priority != nil:
+			numbered = true
+		case spec.PriorityClassName != "":
+			return true
+		default:
+			unnumbered = true
+		}
+	}
+	return numbered && unnumbered
+}
+
+// waitsInLine: the run has not been taken up (phase Queued), is not
+// parked and is not being deleted.
+func waitsInLine(run *arv1.AgentRun) bool {
+	return run.Status.Phase.IsUnstarted() && run.Status.WaitingOn == nil && run.DeletionTimestamp == nil
 }
 
 // Footer is the listing's last line: how many runs need an answer.

@@ -19,6 +19,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 )
 
@@ -149,13 +150,13 @@ func golden(t *testing.T, name string, got []byte) {
 
 func TestPsGolden(t *testing.T) {
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false, nil); err != nil {
+	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false, nil, priority.Classes{}); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "ps.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := RenderPs(&buf, fixtureRuns(), fixedNow, true, nil); err != nil {
+	if err := RenderPs(&buf, fixtureRuns(), fixedNow, true, nil, priority.Classes{}); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "ps-all-namespaces.golden", buf.Bytes())
@@ -164,7 +165,7 @@ func TestPsGolden(t *testing.T) {
 // The ordering rules, independently of the golden file's bytes.
 func TestPsOrder(t *testing.T) {
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false, nil); err != nil {
+	if err := RenderPs(&buf, inNamespace(fixtureRuns(), "team-a"), fixedNow, false, nil, priority.Classes{}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -205,7 +206,7 @@ func TestPsShowsThePlaceInLine(t *testing.T) {
 		mk("parked", time.Minute, arv1.AgentRunStatus{WaitingOn: &arv1.WaitingOn{Reason: arv1.WaitSleeping, Summary: "Sleeping"}}, nil),
 	}
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, runs, fixedNow, false, nil); err != nil {
+	if err := RenderPs(&buf, runs, fixedNow, false, nil, priority.Classes{}); err != nil {
 		t.Fatal(err)
 	}
 	waiting := map[string]string{}
@@ -246,7 +247,7 @@ func TestPsParentCycleIsShown(t *testing.T) {
 		mk("s", "s", nil), // its own parent
 	}
 	var buf bytes.Buffer
-	if err := RenderPs(&buf, runs, fixedNow, false, nil); err != nil {
+	if err := RenderPs(&buf, runs, fixedNow, false, nil, priority.Classes{}); err != nil {
 		t.Fatal(err)
 	}
 	want := strings.Join([]string{

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // TestKubectlAgentrunRegions: `regions` shows what the run's journal holds
@@ -31,7 +31,7 @@ func TestKubectlAgentrunRegions(t *testing.T) {
 	} {
 		if err := k8sClient.Create(ctxFor(t), &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("drafting-j%06d", seq), Labels: map[string]string{
-				store.LabelRunUID: string(run.UID), arv1.LabelComponent: store.Component}},
+				configmaps.LabelRunUID: string(run.UID), arv1.LabelComponent: configmaps.Component}},
 			Data: map[string]string{"entry": data},
 		}); err != nil {
 			t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // rerunOptions are rerun's and fork's own flags.
@@ -220,7 +220,7 @@ func (a *app) fork(ctx context.Context, c client.Client, ns string, o options) e
 // entered, an entry past the end of its journal.
 func forkable(ctx context.Context, c client.Client, src *arv1.AgentRun, ro rerunOptions) error {
 	if ro.fromEntry != nil {
-		entries, err := store.Read(ctx, c, src.Namespace, src.UID)
+		entries, err := configmaps.Read(ctx, c, src.Namespace, src.UID)
 		if err != nil {
 			return fmt.Errorf("reading the journal of %s: %w", src.Name, err)
 		}

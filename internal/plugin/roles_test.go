@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -91,8 +91,8 @@ func journalChunk(t *testing.T, run *arv1.AgentRun, entries ...string) {
 		data[fmt.Sprintf("%06d", i)] = e
 	}
 	if err := k8sClient.Create(ctxFor(t), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: store.ChunkName(run, 0), Labels: map[string]string{
-			store.LabelRunUID: string(run.UID), arv1.LabelComponent: store.Component, store.LabelChunk: "0"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: configmaps.ChunkName(run, 0), Labels: map[string]string{
+			configmaps.LabelRunUID: string(run.UID), arv1.LabelComponent: configmaps.Component, configmaps.LabelChunk: "0"}},
 		Data: data,
 	}); err != nil {
 		t.Fatal(err)

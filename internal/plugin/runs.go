@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // The commands that read one run (describe, output, transcript) and the
@@ -23,7 +23,7 @@ func (a *app) describe(ctx context.Context, c client.Client, ns string, o option
 	if err != nil {
 		return err
 	}
-	entries, _, err := store.ReadLenient(ctx, c, ns, run.UID)
+	entries, _, err := configmaps.ReadLenient(ctx, c, ns, run.UID)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (a *app) transcript(ctx context.Context, c client.Client, ns string, o opti
 	if o.follow {
 		return a.followTranscript(ctx, ns, run)
 	}
-	entries, unreadable, err := store.ReadLenient(ctx, c, ns, run.UID)
+	entries, unreadable, err := configmaps.ReadLenient(ctx, c, ns, run.UID)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/wire"
 )
@@ -23,7 +24,7 @@ import (
 // API server reports from list's resource version on, until the context
 // ends (Ctrl-C). It is a watch, re-opened from the last version seen when
 // the server closes it, never a poll.
-func (a *app) watchRuns(ctx context.Context, ns string, o options, list *arv1.AgentRunList, own *shards.Ownership) error {
+func (a *app) watchRuns(ctx context.Context, ns string, o options, list *arv1.AgentRunList, own *shards.Ownership, classes priority.Classes) error {
 	cfg := rest.CopyConfig(a.cfg)
 	cfg.Timeout = 0 // a watch is long-running; the server ends each one
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
@@ -39,7 +40,7 @@ func (a *app) watchRuns(ctx context.Context, ns string, o options, list *arv1.Ag
 	}
 	defer rw.Stop()
 
-	out := a.watchPrinter(o, own)
+	out := a.watchPrinter(o, own, classes)
 	if err := out.start(list.Items); err != nil {
 		return err
 	}
@@ -74,11 +75,11 @@ type runPrinter interface {
 	event(t watch.EventType, run *arv1.AgentRun) error
 }
 
-func (a *app) watchPrinter(o options, own *shards.Ownership) runPrinter {
+func (a *app) watchPrinter(o options, own *shards.Ownership, classes priority.Classes) runPrinter {
 	if o.output != "" && o.output != "wide" {
 		return &objectWatch{a: a, o: o}
 	}
-	return &tableWatch{w: a.stdout, stderr: a.stderr, now: a.now, own: own,
+	return &tableWatch{w: a.stdout, stderr: a.stderr, now: a.now, own: own, classes: classes,
 		cols: psColumns{allNamespaces: o.allNamespaces, wide: o.output == "wide"}, needs: map[string]bool{}}
 }
 
@@ -108,6 +109,7 @@ type tableWatch struct {
 	w, stderr io.Writer
 	now       func() time.Time
 	own       *shards.Ownership
+	classes   priority.Classes
 	cols      psColumns
 	needs     map[string]bool // namespace/name -> needs a person
 	footer    string
@@ -122,7 +124,7 @@ func (t *tableWatch) start(runs []arv1.AgentRun) error {
 		fmt.Fprintln(t.stderr, "No AgentRuns yet; watching for them.")
 		return nil
 	}
-	return renderPs(t.w, runs, t.now(), t.cols, t.own)
+	return renderPs(t.w, runs, t.now(), t.cols, t.own, t.classes)
 }
 
 func (t *tableWatch) event(typ watch.EventType, run *arv1.AgentRun) error {

@@ -108,37 +108,60 @@ func (p *Parsed) Next(t time.Time) time.Time {
 // computed).
 var windows = []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 32 * 24 * time.Hour, 367 * 24 * time.Hour, 5 * 367 * 24 * time.Hour}
 
-// Due is the latest scheduled time in (after, now], if there is one and it
-// is within deadline of now (nil: any lateness), and the next time after
-// now. Earlier missed times are skipped: at most one run catches up.
-func (p *Parsed) Due(after, now time.Time, deadline *time.Duration) (*time.Time, time.Time) {
+// Times is what Due finds: the time to run now, or the one given up, and
+// the next time.
+type Times struct {
+	// Due is the latest scheduled time in (after, now] when it is within
+	// the starting deadline of now: the one time to run.
+	Due *time.Time
+	// Missed is that latest time when it is later than the deadline: it
+	// is given up (a Warning MissSchedule, as CronJob records).
+	Missed *time.Time
+	// Next is the first scheduled time after now.
+	Next time.Time
+}
+
+// Due looks at the scheduled times in (after, now]: the latest is due if
+// it is within deadline of now (nil: any lateness), else missed. Earlier
+// times are skipped either way: at most one run catches up.
+func (p *Parsed) Due(after, now time.Time, deadline *time.Duration) Times {
+	var latest *time.Time
+	var next time.Time
 	if every, ok := p.sched.(cron.ConstantDelaySchedule); ok {
-		return dueEvery(every.Delay, after, now, deadline)
+		latest, next = latestEvery(every.Delay, after, now)
+	} else {
+		latest, next = p.latest(after, now), p.Next(now)
 	}
-	next := p.Next(now)
-	from := after
-	if deadline != nil && now.Add(-*deadline).After(from) {
-		// A time before now-deadline is too late anyway.
-		from = now.Add(-*deadline).Add(-time.Nanosecond)
+	switch {
+	case latest == nil:
+		return Times{Next: next}
+	case deadline != nil && now.Sub(*latest) > *deadline:
+		return Times{Missed: latest, Next: next}
 	}
+	return Times{Due: latest, Next: next}
+}
+
+// latest is the last scheduled time in (after, now], or nil.
+func (p *Parsed) latest(after, now time.Time) *time.Time {
 	for _, w := range windows {
-		start := from
+		start := after
 		if s := now.Add(-w); s.After(start) {
 			start = s
 		}
 		if latest := p.latestIn(start, now); latest != nil {
-			return latest, next
+			return latest
 		}
-		if !start.After(from) {
-			break // the window reached back to from: nothing is due
+		if !start.After(after) {
+			break // the window reached back to after: there is none
 		}
 	}
-	return nil, next
+	return nil
 }
 
-// dueEvery is Due for @every: the times are after+delay, after+2*delay,
-// ... (after taken to the whole second), counted in one step.
-func dueEvery(delay time.Duration, after, now time.Time, deadline *time.Duration) (*time.Time, time.Time) {
+// latestEvery is latest and Next for @every: the times are after+delay,
+// after+2*delay, ... (after taken to the whole second), counted in one
+// step.
+func latestEvery(delay time.Duration, after, now time.Time) (*time.Time, time.Time) {
 	after = after.Truncate(time.Second)
 	k := int64(0)
 	if now.After(after) {
@@ -149,9 +172,6 @@ func dueEvery(delay time.Duration, after, now time.Time, deadline *time.Duration
 		return nil, next
 	}
 	latest := after.Add(time.Duration(k) * delay)
-	if deadline != nil && now.Sub(latest) > *deadline {
-		return nil, next
-	}
 	return &latest, next
 }
 

@@ -59,34 +59,40 @@ func mustParse(t *testing.T, spec arv1.AgentRunScheduleSpec) *schedule.Parsed {
 }
 
 // After an outage only the latest missed time is due, and only when it is
-// within the deadline.
+// within the deadline; past it, that time is the one missed.
 func TestDueCatchesUpOnceWithinTheDeadline(t *testing.T) {
 	p := mustParse(t, arv1.AgentRunScheduleSpec{Schedule: "*/2 * * * * *"})
 	last := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
 	now := last.Add(20*time.Second + 500*time.Millisecond) // ten times missed
 	ten := 10 * time.Second
-	due, next := p.Due(last, now, &ten)
-	if due == nil || !due.Equal(last.Add(20*time.Second)) {
-		t.Fatalf("due = %v, want only the latest missed time %v", due, last.Add(20*time.Second))
+	got := p.Due(last, now, &ten)
+	if got.Due == nil || !got.Due.Equal(last.Add(20*time.Second)) || got.Missed != nil {
+		t.Fatalf("due = %v missed = %v, want only the latest missed time %v due", got.Due, got.Missed, last.Add(20*time.Second))
 	}
-	if !next.Equal(last.Add(22 * time.Second)) {
-		t.Errorf("next = %v, want %v", next, last.Add(22*time.Second))
+	if !got.Next.Equal(last.Add(22 * time.Second)) {
+		t.Errorf("next = %v, want %v", got.Next, last.Add(22*time.Second))
 	}
-	// Every time is later than the deadline: nothing is due.
+	// Every time is later than the deadline: nothing is due, and the
+	// latest time is the one missed.
 	hourly := mustParse(t, arv1.AgentRunScheduleSpec{Schedule: "0 * * * *"})
-	if due, _ := hourly.Due(last, last.Add(90*time.Minute), &ten); due != nil {
-		t.Errorf("due = %v, want none: 11:00 was missed by 30m with a 10s deadline", due)
+	got = hourly.Due(last, last.Add(150*time.Minute), &ten)
+	if got.Due != nil || got.Missed == nil || !got.Missed.Equal(last.Add(2*time.Hour)) {
+		t.Errorf("due = %v missed = %v, want none due and 12:00 missed: it is 30m late with a 10s deadline", got.Due, got.Missed)
 	}
 	// Without a deadline the latest is due however late, and a year of
 	// per-second times is not walked one by one (it would take seconds).
 	every := mustParse(t, arv1.AgentRunScheduleSpec{Schedule: "@every 1s"})
 	far := last.Add(365*24*time.Hour + 1500*time.Millisecond)
-	if due, _ := every.Due(last, far, nil); due == nil || far.Sub(*due) >= time.Second {
-		t.Errorf("due = %v, want the latest second before %v", due, far)
+	if got := every.Due(last, far, nil); got.Due == nil || far.Sub(*got.Due) >= time.Second || got.Missed != nil {
+		t.Errorf("due = %v missed = %v, want the latest second before %v due", got.Due, got.Missed, far)
 	}
-	// Nothing due before the first time.
-	if due, next := hourly.Due(last, last.Add(time.Minute), nil); due != nil || !next.Equal(last.Add(time.Hour)) {
-		t.Errorf("due = %v next = %v, want none and 11:00", due, next)
+	// Nothing due, nothing missed, before the first time.
+	if got := hourly.Due(last, last.Add(time.Minute), &ten); got.Due != nil || got.Missed != nil || !got.Next.Equal(last.Add(time.Hour)) {
+		t.Errorf("due = %v missed = %v next = %v, want none and 11:00", got.Due, got.Missed, got.Next)
+	}
+	// A time exactly at the deadline is still due.
+	if got := hourly.Due(last, last.Add(time.Hour+ten), &ten); got.Due == nil || got.Missed != nil {
+		t.Errorf("due = %v missed = %v at exactly the deadline, want 11:00 due", got.Due, got.Missed)
 	}
 }
 
@@ -110,15 +116,15 @@ func TestDueEveryKeepsItsGrid(t *testing.T) {
 	p := mustParse(t, arv1.AgentRunScheduleSpec{Schedule: "@every 2s"})
 	last := time.Date(2026, 1, 1, 10, 0, 1, 0, time.UTC)
 	nine := 9 * time.Second
-	due, next := p.Due(last, last.Add(20*time.Second+500*time.Millisecond), &nine)
-	if due == nil || !due.Equal(last.Add(20*time.Second)) || !next.Equal(last.Add(22*time.Second)) {
-		t.Fatalf("due %v next %v, want %v and %v", due, next, last.Add(20*time.Second), last.Add(22*time.Second))
+	got := p.Due(last, last.Add(20*time.Second+500*time.Millisecond), &nine)
+	if got.Due == nil || !got.Due.Equal(last.Add(20*time.Second)) || !got.Next.Equal(last.Add(22*time.Second)) {
+		t.Fatalf("due %v next %v, want %v and %v", got.Due, got.Next, last.Add(20*time.Second), last.Add(22*time.Second))
 	}
-	if due, _ := p.Due(last, last.Add(time.Second), nil); due != nil {
-		t.Errorf("due %v before the first time", due)
+	if got := p.Due(last, last.Add(time.Second), nil); got.Due != nil || got.Missed != nil {
+		t.Errorf("due %v missed %v before the first time", got.Due, got.Missed)
 	}
 	one := time.Second
-	if due, _ := p.Due(last, last.Add(3500*time.Millisecond), &one); due != nil {
-		t.Errorf("due %v, want none: 2 s was missed by 1.5 s with a 1 s deadline", due)
+	if got := p.Due(last, last.Add(3500*time.Millisecond), &one); got.Due != nil || got.Missed == nil || !got.Missed.Equal(last.Add(2*time.Second)) {
+		t.Errorf("due %v missed %v, want 2 s missed: it is 1.5 s late with a 1 s deadline", got.Due, got.Missed)
 	}
 }

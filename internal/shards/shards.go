@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // Labels on runs and Leases.
@@ -412,10 +414,31 @@ func (c *Coordinator) drive(lctx context.Context, e *elector, shard int) {
 	if ctx.Err() != nil || !c.Owns(shard) {
 		return
 	}
+	fence, err := c.fence(ctx, shard)
+	if err != nil {
+		c.cfg.Log.Error(err, "Reading the shard's Lease for its epoch; not driving it", "shard", shard)
+		c.stop(e, shard)
+		return
+	}
 	go c.watch(ctx, cancel, e, shard)
-	c.cfg.Log.Info("Driving shard", "shard", shard)
-	c.cfg.Drive(ctx, shard)
+	c.cfg.Log.Info("Driving shard", "shard", shard, "leaseTransitions", fence.Transitions)
+	c.cfg.Drive(store.WithFence(ctx, fence), shard)
 	c.cfg.Log.Info("Stopped driving shard", "shard", shard)
+}
+
+// fence is this hold of the shard's Lease as a store fences writes by: the
+// Lease's creation time and its leaseTransitions, read back once the hold
+// began (a holder's renewals leave them as they are; another holder's take
+// moves leaseTransitions on, and a Lease created again moves the time on).
+func (c *Coordinator) fence(ctx context.Context, shard int) (store.Fence, error) {
+	l, err := c.cfg.Kube.CoordinationV1().Leases(c.cfg.Namespace).Get(ctx, LeaseName(shard), metav1.GetOptions{})
+	if err != nil {
+		return store.Fence{}, err
+	}
+	if h := l.Spec.HolderIdentity; h == nil || *h != c.cfg.Identity {
+		return store.Fence{}, fmt.Errorf("the Lease is held by %s now", ptr.Deref(h, "nobody"))
+	}
+	return store.Fence{Lease: c.cfg.Namespace + "/" + l.Name, Created: l.CreationTimestamp.Unix(), Transitions: int64(ptr.Deref(l.Spec.LeaseTransitions, 0))}, nil
 }
 
 // watch ends the shard's Drive context at the hold's renew deadline unless

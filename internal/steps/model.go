@@ -14,13 +14,13 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
@@ -187,8 +187,11 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 	}
 	// A manager that dies before this write leaves the intent pending; the
 	// call is issued again once, counted as lost.
-	err := rt.record(ctx, c.Run, finalOutput(done.Response), entries...)
+	final := finalOutput(done.Response)
+	err := rt.record(ctx, c.Run, final, entries...)
 	switch {
+	case rt.keep(c.Run, err, final, c.Intent, done):
+		log.Error(err, "The store is unavailable; the answer is kept until it is back, and the run waits on it")
 	case errors.Is(err, store.ErrRefused):
 		log.Error(err, "The API server refuses to journal the step's completion; the answer is not kept and the run stalls until the cause is fixed")
 	case err != nil:

@@ -22,12 +22,12 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
@@ -46,6 +46,11 @@ type Runtime struct {
 	// issuing the call again, which would only be refused again after a
 	// paid call.
 	Refusals *perrun.Box[error]
+	// Unrecorded hold, by run, a call and its answer (paid for) that the
+	// store could not journal because it was unavailable
+	// (store.ErrUnavailable): the run's next reconcile journals them
+	// first, once the store is back, instead of making the call again.
+	Unrecorded *perrun.Box[Unrecorded]
 	// ListTimeout bounds one listing of a tool server.
 	ListTimeout time.Duration
 }
@@ -53,7 +58,7 @@ type Runtime struct {
 // Options are the runtime's dependencies; New fills in what is left zero.
 type Options struct {
 	// Journal records calls' intents and completions.
-	Journal *store.Store
+	Journal store.Journal
 	// Catalog records tool-server listings.
 	Catalog *toolcatalog.Catalog
 	// Breakers are the providers' circuit breakers.
@@ -87,7 +92,7 @@ func New(o Options) (*Runtime, error) {
 	if o.Journal == nil || o.Reader == nil || o.Wake == nil {
 		return nil, errors.New("steps: a Journal, a Reader and a Wake function are required")
 	}
-	rt := &Runtime{Options: o, Deliveries: NewDeliveries(), Refusals: perrun.New[error](), ListTimeout: 20 * time.Second}
+	rt := &Runtime{Options: o, Deliveries: NewDeliveries(), Refusals: perrun.New[error](), Unrecorded: perrun.New[Unrecorded](), ListTimeout: 20 * time.Second}
 	if rt.Catalog == nil {
 		rt.Catalog = toolcatalog.New(0, 0)
 	}
@@ -146,6 +151,24 @@ func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, final *string
 		rt.Refusals.Put(run.UID, err)
 	}
 	return err
+}
+
+// Unrecorded is a call's intent and outcome a step could not journal,
+// with the final output its answer submits.
+type Unrecorded struct {
+	Entries []journal.Entry
+	Final   *string
+}
+
+// keep holds a call's intent and outcome the store could not journal
+// (store.ErrUnavailable) for the run's reconcile: the answer was paid for.
+// A continuation's next intent is not kept (that call was not made).
+func (rt *Runtime) keep(run *arv1.AgentRun, err error, final *string, call ...journal.Entry) bool {
+	if !errors.Is(err, store.ErrUnavailable) {
+		return false
+	}
+	rt.Unrecorded.Put(run.UID, Unrecorded{Entries: call, Final: final})
+	return true
 }
 
 // providerFor returns the client for a provider entry: the registered one

@@ -10,10 +10,10 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/a2atool"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/retry"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
@@ -102,6 +102,8 @@ func (rt *Runtime) toolCallOnce(ctx context.Context, c ToolCall) *Continuation {
 	}
 	err = rt.record(ctx, c.Run, nil, entries...)
 	switch {
+	case rt.keep(c.Run, err, nil, in, done):
+		log.Error(err, "The store is unavailable; the tool's result is kept until it is back, and the run waits on it")
 	case errors.Is(err, store.ErrRefused):
 		log.Error(err, "The API server refuses to journal the tool call's completion; the result is not kept and the run stalls until the cause is fixed")
 	case err != nil:

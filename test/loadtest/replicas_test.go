@@ -20,9 +20,9 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/test/loadtest"
 )
 
@@ -137,7 +137,7 @@ type journalAudit struct {
 
 func auditJournals(t *testing.T, ctx context.Context, c *loadtest.Cluster, ns string) *journalAudit {
 	t.Helper()
-	w, err := c.Client.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns), client.MatchingLabels{arv1.LabelComponent: store.Component})
+	w, err := c.Client.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns), client.MatchingLabels{arv1.LabelComponent: configmaps.Component})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +160,10 @@ func (a *journalAudit) observe(cm *corev1.ConfigMap) {
 	defer a.mu.Unlock()
 	a.events++
 	for k, v := range cm.Data {
-		if k == store.OutputKey {
+		if k == configmaps.OutputKey {
 			continue
 		}
-		id := cm.Labels[store.LabelRunUID] + "/" + k
+		id := cm.Labels[configmaps.LabelRunUID] + "/" + k
 		if prev, ok := a.seen[id]; !ok {
 			a.seen[id] = v
 		} else if prev != v {

@@ -1,11 +1,12 @@
-// Package store keeps runs' journals in the API server. A run's journal is
+// Package configmaps keeps runs' journals in the API server (the default
+// store, where no database is configured). A run's journal is
 // a few ConfigMaps ("chunks", usually one), each holding many entries under
 // their zero-padded seq, so a run costs one object, not one per entry.
 // Entries are added by updates of the whole chunk that carry its
 // resourceVersion: a writer that no longer owns the run (another replica
 // took it over) fails on the conflict instead of overwriting. An in-memory
 // copy per active run means a reconcile never reads its journal back.
-package store
+package configmaps
 
 import (
 	"context"
@@ -25,6 +26,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // Labels and names of journal objects.
@@ -63,55 +65,25 @@ const (
 	MaxChunkBytes = 512 << 10
 )
 
-// ErrSeqTaken is returned when an entry's seq is already journaled with
-// other content: the caller's view of the run is stale (or another writer
-// drives it), so it must derive again from the reloaded journal.
-var ErrSeqTaken = errors.New("journal seq already taken")
-
-// ErrCorrupt is what every CorruptError is (errors.Is): the stored journal
-// cannot be what was written, so reading it again cannot help; it needs a
-// change from outside (the chunk restored).
-var ErrCorrupt = errors.New("the journal is corrupt")
-
-// ErrRefused marks a journal write the API server refused for what it is
-// (invalid, too large, forbidden by RBAC or an admission policy), not for
-// when it came: sending the same write again gets the same answer, so it
-// needs a change from outside (the policy or the permission fixed).
-var ErrRefused = errors.New("the API server refuses the run's journal write")
-
-// refusal returns err marked ErrRefused when the API server refused the
-// write for good, and err itself otherwise.
+// refusal returns err marked store.ErrRefused when the API server refused
+// the write for good, and err itself otherwise.
 func refusal(err error) error {
 	switch {
 	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsBadRequest(err):
-		return fmt.Errorf("%w: %w", ErrRefused, err)
+		return &refusedError{err: err}
 	}
 	return err
 }
 
-// CorruptError says what is wrong with a run's stored journal: an entry
-// that does not decode, a chunk missing while a later one exists, a gap in
-// the sequence, or fewer entries than the run's status records. Its text
-// names the object and key at fault, never the stored value.
-type CorruptError struct {
-	// Object is the journal ConfigMap at fault (a missing chunk's name).
-	Object string
-	// Key is the data key at fault, when one entry is.
-	Key string
-	// Problem says what is wrong.
-	Problem string
+// refusedError is a write the API server refused for good: it is
+// store.ErrRefused, and the API server's answer.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string {
+	return "the API server refuses the run's journal write: " + e.err.Error()
 }
 
-func (e *CorruptError) Error() string {
-	where := "journal " + e.Object
-	if e.Key != "" {
-		where += " key " + e.Key
-	}
-	return where + ": " + e.Problem
-}
-
-// Is makes errors.Is(err, ErrCorrupt) hold.
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+func (e *refusedError) Unwrap() []error { return []error{store.ErrRefused, e.err} }
 
 // Store keeps journals. The zero value is not usable; use New.
 type Store struct {
@@ -200,7 +172,7 @@ func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog,
 
 // Append journals entries in one write, after the run's last entry. A
 // retried append whose earlier attempt was stored is recognised and
-// succeeds; an entry whose seq holds other content is ErrSeqTaken, and the
+// succeeds; an entry whose seq holds other content is store.ErrSeqTaken, and the
 // in-memory copy is dropped so the next Load reads the journal afresh.
 func (s *Store) Append(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
 	return s.append(ctx, run, nil, es)
@@ -254,7 +226,7 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 	}
 	c, err := s.write(ctx, run, l, add, size)
 	if err != nil {
-		if errors.Is(err, ErrSeqTaken) {
+		if errors.Is(err, store.ErrSeqTaken) {
 			return s.stale(run.UID, fresh[0])
 		}
 		return refusal(err)
@@ -295,7 +267,7 @@ func (s *Store) stale(uid types.UID, e journal.Entry) error {
 	s.mu.Lock()
 	s.runs[uid] = &runLog{raw: map[int64]string{}, mustRead: true}
 	s.mu.Unlock()
-	return fmt.Errorf("journaling %s #%d: %w", e.Kind, e.Seq, ErrSeqTaken)
+	return fmt.Errorf("journaling %s #%d: %w", e.Kind, e.Seq, store.ErrSeqTaken)
 }
 
 // write stores add in the last chunk, or in a new one when it would
@@ -323,7 +295,7 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, add ma
 			return 0, err
 		}
 		if !holds(cm.Data, add) {
-			return 0, ErrSeqTaken
+			return 0, store.ErrSeqTaken
 		}
 	}
 	l.chunks = append(l.chunks, chunk{obj: keptChunk(cm)})
@@ -364,7 +336,7 @@ func (s *Store) put(ctx context.Context, c *chunk, add map[string]string) error 
 		c.obj = keptChunk(cm)
 		return nil
 	}
-	return ErrSeqTaken
+	return store.ErrSeqTaken
 }
 
 // keptChunk is cm as a chunk keeps it: without its managed fields.
@@ -574,7 +546,7 @@ func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]
 		}
 		idx, err := strconv.Atoi(cm.Labels[LabelChunk])
 		if err != nil || idx < 0 {
-			return nil, nil, nil, out, &CorruptError{Object: cm.Name, Problem: fmt.Sprintf("the chunk has no valid %s label", LabelChunk)}
+			return nil, nil, nil, out, &store.CorruptError{Object: cm.Name, Problem: fmt.Sprintf("the chunk has no valid %s label", LabelChunk)}
 		}
 		c := chunk{obj: keptChunk(cm)}
 		for _, k := range sortedKeys(cm.Data) {
@@ -617,7 +589,7 @@ func inOrder(byIndex map[int]chunk) ([]chunk, error) {
 	for i := range chunks {
 		c, ok := byIndex[i]
 		if !ok {
-			return nil, &CorruptError{Object: siblingName(byIndex[last].name(), last, i), Problem: fmt.Sprintf("chunk %d is missing while chunk %d (%s) exists", i, last, byIndex[last].name())}
+			return nil, &store.CorruptError{Object: siblingName(byIndex[last].name(), last, i), Problem: fmt.Sprintf("chunk %d is missing while chunk %d (%s) exists", i, last, byIndex[last].name())}
 		}
 		chunks[i] = c
 	}
@@ -652,7 +624,7 @@ func dense(entries []journal.Entry, chunks []chunk) error {
 		case e.Seq == next-1:
 			// issued again (in a later chunk)
 		case e.Seq != next:
-			return &CorruptError{Object: chunks[0].name(), Key: key(next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
+			return &store.CorruptError{Object: chunks[0].name(), Key: key(next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
 		default:
 			next++
 		}
@@ -682,7 +654,7 @@ func shorterThanStatus(run *arv1.AgentRun, entries []journal.Entry) error {
 	if p := run.Status.PendingCall; p != nil && p.Seq >= want {
 		what = fmt.Sprintf("the run's status records a pending call at seq %d", p.Seq)
 	}
-	return &CorruptError{Object: ChunkName(run, 0), Problem: fmt.Sprintf("the journal holds %d entries but %s", have, what)}
+	return &store.CorruptError{Object: ChunkName(run, 0), Problem: fmt.Sprintf("the journal holds %d entries but %s", have, what)}
 }
 
 // decodeEntry decodes one stored entry. What is wrong is said without the
@@ -691,7 +663,7 @@ func decodeEntry(name, k, v string) (journal.Entry, error) {
 	var e journal.Entry
 	err := json.Unmarshal([]byte(v), &e)
 	if err == nil && k != legacyKey && k != key(e.Seq) {
-		return e, &CorruptError{Object: name, Key: k, Problem: fmt.Sprintf("the entry stored under this key says it is seq %d", e.Seq)}
+		return e, &store.CorruptError{Object: name, Key: k, Problem: fmt.Sprintf("the entry stored under this key says it is seq %d", e.Seq)}
 	}
 	if err == nil {
 		return e, nil
@@ -705,7 +677,7 @@ func decodeEntry(name, k, v string) (journal.Entry, error) {
 	case errors.As(err, &typ):
 		problem = fmt.Sprintf("the entry does not decode: field %q cannot hold a JSON %s", typ.Field, typ.Value)
 	}
-	return e, &CorruptError{Object: name, Key: k, Problem: problem}
+	return e, &store.CorruptError{Object: name, Key: k, Problem: problem}
 }
 
 func decode(name, v string) (journal.Entry, error) {
@@ -714,4 +686,41 @@ func decode(name, v string) (journal.Entry, error) {
 		return e, fmt.Errorf("journal %s is corrupt: %w", name, err)
 	}
 	return e, nil
+}
+
+var _ store.Backend = (*Store)(nil)
+
+// Kind names the backend.
+func (s *Store) Kind() string { return "configmaps" }
+
+// Check reports nothing wrong: the API server the manager needs anyway is
+// this store, and its readiness is the manager's own.
+func (s *Store) Check(context.Context) error { return nil }
+
+// Close has nothing to release.
+func (s *Store) Close() error { return nil }
+
+// Entries reads a run's journal as stored.
+func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry, error) {
+	return Read(ctx, s.reader, run.Namespace, run.UID)
+}
+
+// Output reads a run's final output from the ConfigMap status names, or
+// else its journal's first chunk.
+func (s *Store) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
+	name := run.OutputObject
+	if name == "" {
+		ref := &arv1.AgentRun{}
+		ref.Name, ref.UID = run.Name, run.UID
+		name = ChunkName(ref, 0)
+	}
+	var cm corev1.ConfigMap
+	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: name}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	text, ok := cm.Data[OutputKey]
+	return text, ok, nil
 }

@@ -1,4 +1,4 @@
-package store
+package configmaps
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 const secretish = "sk-canary-0d1e2f"
@@ -88,7 +89,7 @@ func TestLoadReadsAHealthyJournal(t *testing.T) {
 
 // TestCorruptJournalIsTerminal: every way a stored journal can be other
 // than what was written comes back as a CorruptError (errors.Is
-// ErrCorrupt) naming the object and key, never the stored text; and once
+// store.ErrCorrupt) naming the object and key, never the stored text; and once
 // the journal is put right the same store reads it.
 func TestCorruptJournalIsTerminal(t *testing.T) {
 	cases := []struct {
@@ -198,8 +199,8 @@ func TestCorruptJournalIsTerminal(t *testing.T) {
 			c := newClient(t, objs...)
 			s := New(c, c)
 			_, err := s.Load(context.Background(), run, false)
-			var ce *CorruptError
-			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
+			var ce *store.CorruptError
+			if !errors.As(err, &ce) || !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("Load error = %v, want a CorruptError", err)
 			}
 			if ce.Object != tc.object || ce.Key != tc.key || !strings.Contains(ce.Problem, tc.problem) {
@@ -209,8 +210,8 @@ func TestCorruptJournalIsTerminal(t *testing.T) {
 				t.Errorf("the error repeats the stored text: %v", err)
 			}
 			// Appending reads the journal first: it refuses too.
-			if err := s.Append(context.Background(), run, journal.Entry{Seq: 99, Kind: journal.RunCancelled}); !errors.Is(err, ErrCorrupt) {
-				t.Errorf("Append on a corrupt journal = %v, want ErrCorrupt", err)
+			if err := s.Append(context.Background(), run, journal.Entry{Seq: 99, Kind: journal.RunCancelled}); !errors.Is(err, store.ErrCorrupt) {
+				t.Errorf("Append on a corrupt journal = %v, want store.ErrCorrupt", err)
 			}
 			// Put right, the same store reads it: nothing was kept of the
 			// failed read.

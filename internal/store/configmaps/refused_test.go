@@ -1,4 +1,4 @@
-package store
+package configmaps
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // TestRefusedWritesAreMarked: a journal write the API server refuses for
-// what it is (invalid, forbidden, too large, malformed) is ErrRefused, on
+// what it is (invalid, forbidden, too large, malformed) is store.ErrRefused, on
 // the first chunk's create, a later append and the final output alike; a
 // refusal for when it came (a timeout, the server busy or failing) is not,
 // so the caller retries it.
@@ -48,8 +50,8 @@ func TestRefusedWritesAreMarked(t *testing.T) {
 				if err == nil {
 					t.Fatalf("%s: no error, want %v", what, tc.err)
 				}
-				if errors.Is(err, ErrRefused) != tc.refused {
-					t.Fatalf("%s: %v: refused=%v, want %v", what, err, errors.Is(err, ErrRefused), tc.refused)
+				if errors.Is(err, store.ErrRefused) != tc.refused {
+					t.Fatalf("%s: %v: refused=%v, want %v", what, err, errors.Is(err, store.ErrRefused), tc.refused)
 				}
 			}
 			check("first append (a create)", s.Append(ctx, run, testEntry(0, "s")))

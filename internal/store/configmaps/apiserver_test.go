@@ -1,4 +1,4 @@
-package store
+package configmaps
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
 // TestAppendsAreFencedUpdates: against a real API server, appends after
 // the first are updates of the whole chunk under its resourceVersion. A
 // second writer's appends make the first one's stale: its append of other
-// content is ErrSeqTaken and writes nothing, its retried append of what is
+// content is store.ErrSeqTaken and writes nothing, its retried append of what is
 // stored succeeds; a reload then sees every entry. What others put on the
 // chunk (a label) and the field managers' records are kept.
 func TestAppendsAreFencedUpdates(t *testing.T) {
@@ -54,8 +55,8 @@ func TestAppendsAreFencedUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first writer's view is stale: other content at seq 3 is refused.
-	if err := first.Append(ctx, run, testEntry(3, "other")); !errors.Is(err, ErrSeqTaken) {
-		t.Fatalf("a stale writer's append: %v, want ErrSeqTaken", err)
+	if err := first.Append(ctx, run, testEntry(3, "other")); !errors.Is(err, store.ErrSeqTaken) {
+		t.Fatalf("a stale writer's append: %v, want store.ErrSeqTaken", err)
 	}
 	// Reloaded, it appends after the second writer's entries.
 	if err := first.Append(ctx, run, testEntry(5, "s")); err != nil {
@@ -192,7 +193,7 @@ func apiServerRun(t *testing.T) (client.Client, *arv1.AgentRun) {
 // opens a run's next chunk (a create, not an update) keeps exactly-once.
 // A create stored whose answer was lost is retried and recognised as
 // ours; a stale writer whose append would open a chunk another writer
-// already opened with other entries gets ErrSeqTaken and writes nothing,
+// already opened with other entries gets store.ErrSeqTaken and writes nothing,
 // and after a reload appends after them.
 func TestANewChunkIsFencedToo(t *testing.T) {
 	c, run := apiServerRun(t)
@@ -232,8 +233,8 @@ func TestANewChunkIsFencedToo(t *testing.T) {
 	}
 	// The second writer still sees three entries: its append of other
 	// content at seq 3 would open chunk 1 too, which is taken.
-	if err := second.Append(ctx, run, entry(3, "other")); !errors.Is(err, ErrSeqTaken) {
-		t.Fatalf("a stale writer opening a taken chunk: %v, want ErrSeqTaken", err)
+	if err := second.Append(ctx, run, entry(3, "other")); !errors.Is(err, store.ErrSeqTaken) {
+		t.Fatalf("a stale writer opening a taken chunk: %v, want store.ErrSeqTaken", err)
 	}
 	var cm corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ChunkName(run, 1)}, &cm); err != nil {

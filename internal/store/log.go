@@ -1,0 +1,205 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+)
+
+// Log is one run's journal as a store's process knows it: its entries in
+// seq order and the text each is stored as, so a retried append is
+// recognised without a read and a reconcile never reads its journal back.
+// Backends keep their own details beside it (where the journal lies).
+type Log struct {
+	// Mu serialises the run's appends and loads.
+	Mu sync.Mutex
+	// Loaded: Entries hold the stored journal (or the run has none yet).
+	Loaded bool
+	// MustRead: what is stored is known to differ from what this process
+	// thought, so the journal is read even for a run that looks new.
+	MustRead bool
+	Entries  []journal.Entry
+	// Raw is each entry's stored text by seq.
+	Raw map[int64]string
+}
+
+// Planned is one entry an append writes: the entry, its stored text, and
+// when it issues an intent again under the same seq, the text it replaces.
+type Planned struct {
+	Entry    journal.Entry
+	Text     string
+	Replaces string
+}
+
+// Plan encodes es and returns what an append must write: an entry stored
+// already with the same text is left out (an earlier attempt of a retried
+// append was stored); an entry whose seq holds other text is ErrSeqTaken,
+// unless it supersedes the journal's last entry.
+func (l *Log) Plan(es []journal.Entry) ([]Planned, error) {
+	var out []Planned
+	for _, e := range es {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		p := Planned{Entry: e, Text: string(b)}
+		if have, ok := l.Raw[e.Seq]; ok {
+			if have == p.Text {
+				continue
+			}
+			if !l.supersedes(e) {
+				return nil, fmt.Errorf("journaling %s #%d: %w", e.Kind, e.Seq, ErrSeqTaken)
+			}
+			p.Replaces = have
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// supersedes says e may replace the journal's last entry: both are the
+// intent of one model call under one seq, still unanswered, and e issues
+// it again (after a restart, or a status write that failed), counting at
+// least as many earlier dispatches lost. Its answer, journaled after it,
+// then finds the intent it answers as dispatched.
+func (l *Log) supersedes(e journal.Entry) bool {
+	n := len(l.Entries)
+	if e.Kind != journal.ModelCallRequested || n == 0 {
+		return false
+	}
+	last := l.Entries[n-1]
+	return last.Seq == e.Seq && last.Kind == journal.ModelCallRequested && last.RequestHash == e.RequestHash && e.Lost >= last.Lost
+}
+
+// Commit adds what an append stored to the in-memory copy.
+func (l *Log) Commit(ps []Planned) {
+	for _, p := range ps {
+		if p.Replaces != "" {
+			l.Entries[len(l.Entries)-1] = p.Entry
+		} else {
+			l.Entries = append(l.Entries, p.Entry)
+		}
+		l.Raw[p.Entry.Seq] = p.Text
+	}
+	sort.SliceStable(l.Entries, func(i, j int) bool { return l.Entries[i].Seq < l.Entries[j].Seq })
+}
+
+// View is the entries as a caller may keep them (appends never write
+// into the slice it sees).
+func (l *Log) View() []journal.Entry {
+	return l.Entries[:len(l.Entries):len(l.Entries)]
+}
+
+// Logs are the journals a store's process holds in memory, by run.
+type Logs[L any] struct {
+	mu   sync.Mutex
+	runs map[types.UID]*L
+	// fresh makes a new, unloaded log.
+	fresh func(mustRead bool) *L
+}
+
+// NewLogs holds no run yet; fresh makes each run's log.
+func NewLogs[L any](fresh func(mustRead bool) *L) *Logs[L] {
+	return &Logs[L]{runs: map[types.UID]*L{}, fresh: fresh}
+}
+
+// Get is the run's log, made when there is none.
+func (s *Logs[L]) Get(uid types.UID) *L {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.runs[uid]
+	if !ok {
+		l = s.fresh(false)
+		s.runs[uid] = l
+	}
+	return l
+}
+
+// Stale replaces the run's log with one that reads the stored journal
+// first: the caller's view of it is behind what is stored.
+func (s *Logs[L]) Stale(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs[uid] = s.fresh(true)
+}
+
+// Forget drops the in-memory copy of a run (finished, deleted, or stale).
+func (s *Logs[L]) Forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, uid)
+}
+
+// Has reports whether the run's journal is held in memory.
+func (s *Logs[L]) Has(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.runs[uid]
+	return ok
+}
+
+// EachRun calls fn with every run whose journal is held in memory.
+func (s *Logs[L]) EachRun(fn func(types.UID)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.runs {
+		fn(uid)
+	}
+}
+
+// Cached reports how many runs' journals are held in memory.
+func (s *Logs[L]) Cached() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.runs)
+}
+
+// Dense checks a journal's entries are numbered 0, 1, 2, ... (an entry
+// issued again may repeat its seq): every write appends after the last
+// seq, so a number missing is an entry lost. object names the journal.
+func Dense(entries []journal.Entry, object string) error {
+	next := int64(0)
+	for _, e := range entries {
+		switch {
+		case e.Seq == next-1:
+			// issued again
+		case e.Seq != next:
+			return &CorruptError{Object: object, Key: fmt.Sprintf("%06d", next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
+		default:
+			next++
+		}
+	}
+	return nil
+}
+
+// ShorterThanStatus catches a journal that lost its end (or all of it):
+// the run's status records a call whose seq says how many entries came
+// before it, or completed model calls, which are only ever journaled.
+// object names the journal.
+func ShorterThanStatus(run *arv1.AgentRun, entries []journal.Entry, object string) error {
+	want := int64(0)
+	if p := run.Status.PendingCall; p != nil {
+		want = p.Seq
+	}
+	if run.Status.Usage.ModelCalls > 0 {
+		want = max(want, 2) // an intent and its completion
+	}
+	have := int64(0)
+	if n := len(entries); n > 0 {
+		have = entries[n-1].Seq + 1
+	}
+	if have >= want {
+		return nil
+	}
+	what := fmt.Sprintf("the run's status records %d completed model calls", run.Status.Usage.ModelCalls)
+	if p := run.Status.PendingCall; p != nil && p.Seq >= want {
+		what = fmt.Sprintf("the run's status records a pending call at seq %d", p.Seq)
+	}
+	return &CorruptError{Object: object, Problem: fmt.Sprintf("the journal holds %d entries but %s", have, what)}
+}

@@ -1,0 +1,211 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/money"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+)
+
+// archiveColumns are archived_runs' columns, in the order values are bound.
+var archiveColumns = []string{
+	"run_uid", "namespace", "name", "agent", "phase", "parent", "labels", "created_at", "finished_at", "archived_at",
+	"prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "lost_calls",
+	"cost_nano_usd", "priced_nano_usd", "unpriced_calls", "model", "record", "children", "output",
+}
+
+// Archive stores a finished run's record in one transaction, replacing an
+// earlier attempt's: one row per run. A journal the database does not hold
+// yet (rec.Entries: a run begun on ConfigMaps) is stored with it, and its
+// calls go into the ledger.
+func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
+	vals, err := archiveValues(rec, s.now())
+	if err != nil {
+		return err
+	}
+	run := rec.Run
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if rec.Entries != nil {
+			if err := s.importJournal(ctx, tx, rec); err != nil {
+				return err
+			}
+		}
+		ph := make([]string, len(archiveColumns))
+		set := make([]string, 0, len(archiveColumns)-1)
+		for i, c := range archiveColumns {
+			ph[i] = fmt.Sprintf("$%d", i+1)
+			if c != "run_uid" {
+				set = append(set, c+" = excluded."+c)
+			}
+		}
+		q := fmt.Sprintf("INSERT INTO archived_runs (%s) VALUES (%s) ON CONFLICT (run_uid) DO UPDATE SET %s",
+			strings.Join(archiveColumns, ", "), strings.Join(ph, ", "), strings.Join(set, ", "))
+		if _, err := tx.ExecContext(ctx, s.q(q), vals...); err != nil {
+			return fmt.Errorf("archiving run %s/%s: %w", run.Namespace, run.Name, err)
+		}
+		return nil
+	})
+}
+
+// importJournal stores a journal kept elsewhere until now, leaving rows
+// already stored as they are.
+func (s *Store) importJournal(ctx context.Context, tx *sql.Tx, rec *store.Record) error {
+	run := rec.Run
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO run_journals (run_uid, namespace, name, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (run_uid) DO NOTHING`), string(run.UID), run.Namespace, run.Name, run.CreationTimestamp.UnixMicro()); err != nil {
+		return err
+	}
+	l := &runLog{Log: store.Log{Raw: map[int64]string{}}}
+	plan, err := l.Plan(rec.Entries)
+	if err != nil {
+		return err
+	}
+	for _, p := range plan {
+		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO journal_entries (run_uid, seq, entry) VALUES ($1, $2, $3) ON CONFLICT (run_uid, seq) DO NOTHING"),
+			string(run.UID), p.Entry.Seq, p.Text); err != nil {
+			return err
+		}
+	}
+	l.Entries = rec.Entries
+	return s.ledger(ctx, tx, run, l, plan)
+}
+
+// archiveValues are the row's values, in archiveColumns' order.
+func archiveValues(rec *store.Record, now int64) ([]any, error) {
+	run := rec.Run.DeepCopy()
+	run.ManagedFields = nil
+	st := &run.Status
+	labels, err := json.Marshal(run.Labels)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := json.Marshal(run)
+	if err != nil {
+		return nil, err
+	}
+	children, err := json.Marshal(rec.Children)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Children == nil {
+		children = []byte("[]")
+	}
+	priced, err := money.ParseUSD(orZero(st.Usage.CostPricedUSD))
+	if err != nil {
+		return nil, fmt.Errorf("the run's priced cost %q: %w", st.Usage.CostPricedUSD, err)
+	}
+	var cost sql.NullInt64
+	if known, err := money.ParseUSD(orZero(st.Usage.CostUSD)); err == nil {
+		cost = sql.NullInt64{Int64: int64(known), Valid: true}
+	}
+	var output sql.NullString
+	if rec.Output != nil {
+		enc, _ := json.Marshal(*rec.Output)
+		output = sql.NullString{String: string(enc), Valid: true}
+	}
+	finished := now
+	if st.FinishedAt != nil {
+		finished = st.FinishedAt.UnixMicro()
+	}
+	u := st.Usage
+	return []any{
+		string(run.UID), run.Namespace, run.Name, run.Spec.Agent, string(st.Phase), st.ParentRun, string(labels),
+		run.CreationTimestamp.UnixMicro(), finished, now,
+		u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.ModelCalls, u.LostCalls,
+		cost, int64(priced), u.UnpricedCalls, st.Model, string(doc), string(children), output,
+	}, nil
+}
+
+func orZero(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// Archived reports whether the run's record is stored.
+func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
+	if err := s.ensure(ctx); err != nil {
+		return false, err
+	}
+	var one int
+	err := s.db.QueryRowContext(ctx, s.q("SELECT 1 FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, s.classify(err)
+}
+
+// ArchivedRun reads one archived record back: the run as it finished and
+// its output.
+func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun, *string, error) {
+	if err := s.ensure(ctx); err != nil {
+		return nil, nil, err
+	}
+	var doc string
+	var output sql.NullString
+	err := s.db.QueryRowContext(ctx, s.q("SELECT record, output FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&doc, &output)
+	if err != nil {
+		return nil, nil, s.classify(err)
+	}
+	run := &arv1.AgentRun{}
+	if err := json.Unmarshal([]byte(doc), run); err != nil {
+		return nil, nil, err
+	}
+	if !output.Valid {
+		return run, nil, nil
+	}
+	text, err := decodeOutput(output.String)
+	return run, &text, err
+}
+
+// Sweep deletes at most limit archived runs that finished before before,
+// with their journals and ledger rows, oldest first.
+func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := s.ensure(ctx); err != nil {
+		return 0, err
+	}
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT run_uid FROM archived_runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2"), before.UnixMicro(), limit)
+	if err != nil {
+		return 0, s.classify(err)
+	}
+	var uids []any
+	for rows.Next() {
+		var uid string
+		if err := rows.Scan(&uid); err != nil {
+			_ = rows.Close()
+			return 0, s.classify(err)
+		}
+		uids = append(uids, uid)
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil || len(uids) == 0 {
+		return 0, s.classify(err)
+	}
+	ph := make([]string, len(uids))
+	for i := range uids {
+		ph[i] = fmt.Sprintf("$%d", i+1)
+	}
+	in := "(" + strings.Join(ph, ", ") + ")"
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, table := range []string{"archived_runs", "journal_entries", "call_ledger", "run_journals"} {
+			if _, err := tx.ExecContext(ctx, s.q("DELETE FROM "+table+" WHERE run_uid IN "+in), uids...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(uids), nil
+}

@@ -1,0 +1,478 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pressly/goose/v3"
+	"k8s.io/apimachinery/pkg/types"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+)
+
+// dialect is what differs between the databases.
+type dialect struct {
+	name  string
+	goose goose.Dialect
+	// lockShared locks the rows a SELECT reads against updates until the
+	// transaction ends (SQLite's writer holds the whole database anyway).
+	lockShared string
+	// placeholder rewrites $1, $2, ... for the driver.
+	placeholder func(string) string
+}
+
+var numbered = regexp.MustCompile(`\$(\d+)`)
+
+var (
+	postgresDialect = dialect{name: KindPostgres, goose: goose.DialectPostgres, lockShared: " FOR SHARE", placeholder: func(q string) string { return q }}
+	sqliteDialect   = dialect{name: KindSQLite, goose: goose.DialectSQLite3, placeholder: func(q string) string { return numbered.ReplaceAllString(q, "?$1") }}
+)
+
+// Store keeps journals, the call ledger and the archive in a database.
+type Store struct {
+	cfg     Config
+	target  Target
+	dialect dialect
+	db      *sql.DB
+	logs    *store.Logs[runLog]
+
+	migrateMu sync.Mutex
+	migrated  atomic.Bool
+	// fences are the newest fence this process has recorded per Lease.
+	fencesMu sync.Mutex
+	fences   map[string]store.Fence
+	// beforeCommit, when set, runs in every transaction before it commits
+	// (tests hold an append there).
+	beforeCommit func()
+}
+
+// runLog is one run's journal as this process knows it.
+type runLog struct {
+	store.Log
+	// registered: the run's row in run_journals exists.
+	registered bool
+	output     *string
+}
+
+var (
+	_ store.Backend = (*Store)(nil)
+	_ store.Archive = (*Store)(nil)
+)
+
+// Kind names the backend.
+func (s *Store) Kind() string { return s.dialect.name }
+
+// Target says what the store is connected to, without a password.
+func (s *Store) Target() Target { return s.target }
+
+// Check reports whether the database can be used now: reachable, the
+// login and permissions accepted, the schema this binary's.
+func (s *Store) Check(ctx context.Context) error {
+	if err := s.ensure(ctx); err != nil {
+		return err
+	}
+	var one int
+	return s.classify(s.db.QueryRowContext(ctx, "SELECT 1 FROM run_journals WHERE run_uid = '' UNION ALL SELECT 1").Scan(&one))
+}
+
+// Close releases the connections.
+func (s *Store) Close() error { return s.db.Close() }
+
+// DB is the database, for tests and the history server's reads.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// q rewrites a statement for the dialect.
+func (s *Store) q(query string) string { return s.dialect.placeholder(query) }
+
+// ensure migrates on first contact with a database that was away at Open.
+func (s *Store) ensure(ctx context.Context) error {
+	if s.migrated.Load() {
+		return nil
+	}
+	return s.migrate(ctx)
+}
+
+// journalName names a run's journal in errors (its rows, not an object).
+func journalName(ns, name string) string {
+	return fmt.Sprintf("of run %s/%s in the database", ns, name)
+}
+
+// Load returns the run's entries in seq order, read once and then kept.
+func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
+	l := s.logs.Get(run.UID)
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	if err := s.ensureLoaded(ctx, run, l, empty); err != nil {
+		return nil, err
+	}
+	return l.View(), nil
+}
+
+func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog, empty bool) error {
+	if l.Loaded {
+		return nil
+	}
+	if !empty || l.MustRead {
+		if err := s.ensure(ctx); err != nil {
+			return err
+		}
+		entries, raw, out, found, err := s.read(ctx, run.Namespace, run.Name, run.UID)
+		if err == nil {
+			err = store.ShorterThanStatus(run, entries, journalName(run.Namespace, run.Name))
+		}
+		if err != nil {
+			return err
+		}
+		l.Entries, l.Raw, l.output, l.registered = entries, raw, out, found
+	}
+	l.Loaded, l.MustRead = true, false
+	return nil
+}
+
+// read reads a run's stored journal and output; found says its row exists.
+func (s *Store) read(ctx context.Context, ns, name string, uid types.UID) (entries []journal.Entry, raw map[int64]string, out *string, found bool, err error) {
+	var output sql.NullString
+	err = s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(uid)).Scan(&output)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return nil, nil, nil, false, s.classify(err)
+	default:
+		found = true
+		if output.Valid {
+			text, err := decodeOutput(output.String)
+			if err != nil {
+				return nil, nil, nil, false, &store.CorruptError{Object: journalName(ns, name), Key: "output", Problem: "the stored output does not decode"}
+			}
+			out = &text
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT seq, entry FROM journal_entries WHERE run_uid = $1 ORDER BY seq"), string(uid))
+	if err != nil {
+		return nil, nil, nil, false, s.classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	raw = map[int64]string{}
+	for rows.Next() {
+		var seq int64
+		var text string
+		if err := rows.Scan(&seq, &text); err != nil {
+			return nil, nil, nil, false, s.classify(err)
+		}
+		var e journal.Entry
+		if err := json.Unmarshal([]byte(text), &e); err != nil || e.Seq != seq {
+			return nil, nil, nil, false, &store.CorruptError{Object: journalName(ns, name), Key: fmt.Sprintf("%06d", seq), Problem: "the entry does not decode as the journal entry of its seq"}
+		}
+		entries = append(entries, e)
+		raw[seq] = text
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, false, s.classify(err)
+	}
+	if err := store.Dense(entries, journalName(ns, name)); err != nil {
+		return nil, nil, nil, false, err
+	}
+	return entries, raw, out, found, nil
+}
+
+// Append journals entries in one transaction.
+func (s *Store) Append(ctx context.Context, run *arv1.AgentRun, es ...journal.Entry) error {
+	return s.append(ctx, run, nil, es)
+}
+
+// AppendWithOutput is Append that also stores the final output.
+func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output string, es ...journal.Entry) error {
+	return s.append(ctx, run, &output, es)
+}
+
+func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	l := s.logs.Get(run.UID)
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
+		return err
+	}
+	plan, err := l.Plan(es)
+	if err != nil {
+		s.logs.Stale(run.UID)
+		return err
+	}
+	if len(plan) == 0 {
+		return nil
+	}
+	err = s.write(ctx, run, l, plan, output)
+	if errors.Is(err, errConflict) {
+		err = s.storedAlready(ctx, run, plan)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) {
+			s.logs.Stale(run.UID)
+		}
+		return err
+	}
+	l.registered = true
+	if output != nil {
+		l.output = output
+	}
+	l.Commit(plan)
+	return nil
+}
+
+// storedAlready settles a conflict: if every planned entry is stored with
+// exactly its text, an earlier attempt of this append was committed (its
+// answer lost); otherwise another writer holds the seq.
+func (s *Store) storedAlready(ctx context.Context, run *arv1.AgentRun, plan []store.Planned) error {
+	lo, hi := plan[0].Entry.Seq, plan[len(plan)-1].Entry.Seq
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT seq, entry FROM journal_entries WHERE run_uid = $1 AND seq >= $2 AND seq <= $3"), string(run.UID), lo, hi)
+	if err != nil {
+		return s.classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	stored := map[int64]string{}
+	for rows.Next() {
+		var seq int64
+		var text string
+		if err := rows.Scan(&seq, &text); err != nil {
+			return s.classify(err)
+		}
+		stored[seq] = text
+	}
+	if err := rows.Err(); err != nil {
+		return s.classify(err)
+	}
+	for _, p := range plan {
+		if stored[p.Entry.Seq] != p.Text {
+			return fmt.Errorf("journaling %s #%d: %w", p.Entry.Kind, p.Entry.Seq, store.ErrSeqTaken)
+		}
+	}
+	return nil
+}
+
+// write stores the planned entries (and the output) in one transaction,
+// fenced by the context's fence.
+func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan []store.Planned, output *string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.fenced(ctx, tx); err != nil {
+			return err
+		}
+		if !l.registered {
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO run_journals (run_uid, namespace, name, created_at) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (run_uid) DO NOTHING`), string(run.UID), run.Namespace, run.Name, s.now()); err != nil {
+				return err
+			}
+		}
+		var fresh []store.Planned
+		for _, p := range plan {
+			if p.Replaces == "" {
+				fresh = append(fresh, p)
+				continue
+			}
+			res, err := tx.ExecContext(ctx, s.q("UPDATE journal_entries SET entry = $1 WHERE run_uid = $2 AND seq = $3 AND entry = $4"), p.Text, string(run.UID), p.Entry.Seq, p.Replaces)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return fmt.Errorf("issuing %s #%d again: %w", p.Entry.Kind, p.Entry.Seq, store.ErrSeqTaken)
+			}
+		}
+		if err := s.insertEntries(ctx, tx, run.UID, fresh); err != nil {
+			return err
+		}
+		if err := s.ledger(ctx, tx, run, l, fresh); err != nil {
+			return err
+		}
+		if output != nil {
+			enc, _ := json.Marshal(*output)
+			if _, err := tx.ExecContext(ctx, s.q("UPDATE run_journals SET output = $1 WHERE run_uid = $2"), string(enc), string(run.UID)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// insertEntries inserts rows in one statement.
+func (s *Store) insertEntries(ctx context.Context, tx *sql.Tx, uid types.UID, fresh []store.Planned) error {
+	if len(fresh) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO journal_entries (run_uid, seq, entry) VALUES ")
+	args := []any{string(uid)}
+	for i, p := range fresh {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "($1, $%d, $%d)", len(args)+1, len(args)+2)
+		args = append(args, p.Entry.Seq, p.Text)
+	}
+	_, err := tx.ExecContext(ctx, s.q(b.String()), args...)
+	return err
+}
+
+// ledger records the model calls the entries complete: one row per
+// answered call, with its tokens and cost (NULL when unpriced), in the
+// append's transaction, so the ledger sums exactly to the journals.
+func (s *Store) ledger(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, l *runLog, fresh []store.Planned) error {
+	for _, p := range fresh {
+		e := p.Entry
+		if e.Kind != journal.ModelCallCompleted || e.Inherited {
+			continue
+		}
+		provider, model := e.Provider, e.Model
+		if provider == "" || model == "" {
+			if in := intentOf(l.Entries, fresh, e.Call); in != nil {
+				provider, model = in.Provider, in.Model
+			}
+		}
+		var u journal.Usage
+		if e.Usage != nil {
+			u = *e.Usage
+		}
+		var cost sql.NullInt64
+		if e.CostNanoUSD != nil {
+			cost = sql.NullInt64{Int64: *e.CostNanoUSD, Valid: true}
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO call_ledger (run_uid, seq, namespace, provider, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (run_uid, seq) DO NOTHING`),
+			string(run.UID), e.Seq, run.Namespace, provider, model, e.At.UnixMicro(), u.Prompt, u.Completion, u.Prompt+u.Completion, cost); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intentOf finds the intent seq in the journal or among the entries being
+// written.
+func intentOf(entries []journal.Entry, fresh []store.Planned, seq int64) *journal.Entry {
+	for i := range fresh {
+		if e := &fresh[i].Entry; e.Seq == seq && e.Kind == journal.ModelCallRequested {
+			return e
+		}
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if e := &entries[i]; e.Seq == seq && e.Kind == journal.ModelCallRequested {
+			return e
+		}
+	}
+	return nil
+}
+
+// PutOutput stores a finished run's final output; a database holds it, so
+// there is no object to name.
+func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
+	l := s.logs.Get(run.UID)
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
+		return "", err
+	}
+	if l.output != nil && *l.output == text {
+		return "", nil
+	}
+	enc, _ := json.Marshal(text)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.fenced(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO run_journals (run_uid, namespace, name, created_at, output) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (run_uid) DO UPDATE SET output = excluded.output`), string(run.UID), run.Namespace, run.Name, s.now(), string(enc))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("storing the final output: %w", err)
+	}
+	l.output, l.registered = &text, true
+	return "", nil
+}
+
+// Forget drops the in-memory copy of a run.
+func (s *Store) Forget(uid types.UID) { s.logs.Forget(uid) }
+
+// Has reports whether the run's journal is held in memory.
+func (s *Store) Has(uid types.UID) bool { return s.logs.Has(uid) }
+
+// EachRun calls fn with every run whose journal is held in memory.
+func (s *Store) EachRun(fn func(types.UID)) { s.logs.EachRun(fn) }
+
+// Cached reports how many runs' journals are held in memory.
+func (s *Store) Cached() int { return s.logs.Cached() }
+
+// Entries reads a run's journal as stored.
+func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry, error) {
+	if err := s.ensure(ctx); err != nil {
+		return nil, err
+	}
+	entries, _, _, _, err := s.read(ctx, run.Namespace, run.Name, run.UID)
+	return entries, err
+}
+
+// Output reads a run's stored final output.
+func (s *Store) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
+	if err := s.ensure(ctx); err != nil {
+		return "", false, err
+	}
+	var output sql.NullString
+	err := s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(run.UID)).Scan(&output)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !output.Valid) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, s.classify(err)
+	}
+	text, err := decodeOutput(output.String)
+	if err != nil {
+		return "", false, &store.CorruptError{Object: journalName(run.Namespace, run.Name), Key: "output", Problem: "the stored output does not decode"}
+	}
+	return text, true, nil
+}
+
+// decodeOutput reads an output stored as a JSON string (so any text,
+// NUL bytes included, fits a text column).
+func decodeOutput(s string) (string, error) {
+	var text string
+	err := json.Unmarshal([]byte(s), &text)
+	return text, err
+}
+
+// inTx runs fn in a transaction and commits it; any error rolls back and
+// is classified.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := s.ensure(ctx); err != nil {
+		return err
+	}
+	if f, ok := store.FenceFrom(ctx); ok {
+		if err := s.raise(ctx, f); err != nil {
+			return s.classify(err)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.classify(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) {
+			return err
+		}
+		return s.classify(err)
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit()
+	}
+	return s.classify(tx.Commit())
+}
+
+func (s *Store) now() int64 { return s.cfg.Clock.Now().UnixMicro() }
