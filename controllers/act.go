@@ -217,11 +217,13 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	call.Next = r.continuation(run)
 	r.track(run, &call)
 	// An intent already in the journal is issued again there (status would
-	// not be read over it); a fresh one goes there when status may wait.
+	// not be read over it); a fresh one goes there when status may wait,
+	// and always with a database store (a write there costs the API
+	// server nothing).
 	// The step journals it before it calls, so this reconcile waits on
 	// nothing; until then derive folds the copy kept here.
 	inJournal := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
-	if inJournal || (!a.Reissue && f.statusIntent == nil && r.intentMayWait(s)) {
+	if inJournal || (!a.Reissue && f.statusIntent == nil && (r.journals.Database() || r.intentMayWait(s))) {
 		call.JournalIntent = true
 		r.unjournaled.Put(run.UID, intent)
 		s.aborts = append(s.aborts, func() { r.unjournaled.Take(run.UID) })

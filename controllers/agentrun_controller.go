@@ -129,6 +129,9 @@ type Deps struct {
 	// Store keeps the runs' journals, routing each to where it began (nil:
 	// ConfigMaps, through Client and APIReader).
 	Store *router.Router
+	// ArchiveRetention is how long a database store keeps finished runs'
+	// records (no sweep when 0).
+	ArchiveRetention time.Duration
 	// JournalChunkBytes bounds each journal chunk's data
 	// (configmaps.DefaultChunkBytes when 0).
 	JournalChunkBytes int
@@ -221,6 +224,8 @@ type AgentRunReconciler struct {
 	policies *toolPolicies
 	// store says whether the runs' store can be used now.
 	store *storeHealth
+	// archiveRetention: see Deps.ArchiveRetention.
+	archiveRetention time.Duration
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -283,7 +288,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		return nil, err
 	}
 	r.steps = rt
-	r.store = newStoreHealth(r.journals.Check, r.wake)
+	r.store, r.archiveRetention = newStoreHealth(r.journals.Check, r.wake), d.ArchiveRetention
 	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
 	r.policies = newToolPolicies(d.Client, d.Namespaces)
@@ -365,6 +370,11 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	}
 	if err := mgr.Add(r.store); err != nil {
 		return err
+	}
+	if a := r.journals.Archive(); a != nil && r.archiveRetention > 0 {
+		if err := mgr.Add(archiveSweeper{archive: a, retention: r.archiveRetention, now: r.clock.Now}); err != nil {
+			return err
+		}
 	}
 	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})
 	if err := r.observeWrites(mgr); err != nil {

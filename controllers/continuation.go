@@ -50,6 +50,7 @@ func (r *AgentRunReconciler) continueRun(ctx context.Context, key types.Namespac
 	if err != nil || run == nil || run.UID != uid {
 		return nil
 	}
+	r.first.withHeld(run) // a new run's status not written yet
 	if !mayContinue(run) || !r.drives(run) {
 		return nil
 	}
@@ -148,7 +149,11 @@ func (r *AgentRunReconciler) statusDue(run *arv1.AgentRun, now time.Time) {
 	key := client.ObjectKeyFromObject(run)
 	left := time.Duration(0) // no interval, or never written: due now
 	if at, ok := r.statusWrites.Get(run.UID); ok && r.statusInterval > 0 {
-		left = at.Add(r.statusInterval).Sub(now)
+		interval := r.statusInterval
+		if r.first.held.Has(run.UID) {
+			interval = r.firstWait() // its first write: a second at most
+		}
+		left = at.Add(interval).Sub(now)
 	}
 	if left <= 0 {
 		r.wake(key)

@@ -95,6 +95,13 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		run.Status.ObservedGeneration = run.Generation
 		setConditions(run, conditionInputs{})
 	}
+	if !r.archived(run) {
+		stored, archived, err := r.archiveFinished(ctx, run)
+		if err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		before, run = stored, archived
+	}
 	undo := r.recordDelivery(run)
 	if _, err := r.runs.PatchStatus(ctx, before, run); err != nil {
 		undo()
@@ -104,6 +111,9 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		return ctrl.Result{}, err
 	}
 	r.deliverCallback(run)
+	if !r.archived(run) {
+		return ctrl.Result{RequeueAfter: archiveRetry}, nil // kept until archived
+	}
 	now := r.clock.Now()
 	res := r.retention(run, now, ctrl.Result{})
 	if ttl, ok := r.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {

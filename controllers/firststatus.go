@@ -1,6 +1,10 @@
 package controllers
 
 import (
+	"reflect"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -9,13 +13,17 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 )
 
-// A new run's first status write shows it left the queue: its phase is
-// Running (or Starting) within a second of its admission, never Queued
-// while it works. That write does not stand between the run and its first
-// call, though: when every intent the reconcile records is journaled by
-// the step that makes the call (the step writes it before calling), the
-// step starts before the status write (scope.go), so under load the
-// write's wait in the API server's queue is not the run's.
+// A new run's first status write used to stand between its creation and
+// its first model call: the reconcile recorded the snapshot and the
+// intent in status, waited for the API server, and only then started the
+// call. Under load that write, queued behind every other run's, was most
+// of a run's overhead. So a run this process saw created starts its first
+// call with the intent (and the snapshot it binds the run to) in the
+// journal, and its first status write waits, but never longer than
+// phaseShownWithin: a person reading the run must not see it Queued once
+// it works. A run that ends or parks within that second is written once,
+// at its end or its wait; any other shows Running a second after it was
+// admitted.
 //
 // Whether a run whose status records nothing has a journal is then a
 // question: this process knows for the runs it saw created (born), whose
@@ -24,18 +32,24 @@ import (
 // replicas are written at once as before, since a run may move between
 // shards without being created anew.
 
-// firstStatus knows which new runs cannot have a journal yet.
+// phaseShownWithin bounds how long a run's phase may go unwritten after it
+// changed: a new run's first write (it leaves Queued) waits at most this.
+const phaseShownWithin = time.Second
+
+// firstStatus holds what deferring a new run's first status write needs.
 type firstStatus struct {
-	// on: a new run's first intent may go into the journal, written by its
-	// step, before its first status write.
+	// on: new runs' first status writes may wait.
 	on bool
 	// born are the runs seen created by this process whose status was
-	// never written.
+	// never written; held is the status a reconcile projected for such a
+	// run and did not write (the stored one is empty), which the next
+	// reconcile and the run's steps read instead.
 	born *perrun.Box[struct{}]
+	held *perrun.Box[*arv1.AgentRunStatus]
 }
 
 func newFirstStatus(on bool) *firstStatus {
-	return &firstStatus{on: on, born: perrun.New[struct{}]()}
+	return &firstStatus{on: on, born: perrun.New[struct{}](), held: perrun.New[*arv1.AgentRunStatus]()}
 }
 
 // fresh says the run has no journal to read: its status records nothing,
@@ -55,15 +69,66 @@ func statusNeverWritten(st *arv1.AgentRunStatus) bool {
 	return (st.Phase == "" || st.Phase == arv1.PhaseQueued) && len(st.Conditions) == 0 && st.BlueprintSnapshot == "" && st.PendingCall == nil
 }
 
-// progressOnly says after differs from before, the stored status, only
-// by a running run's progress. A status never written is never that: the
-// first write shows the run has left the queue.
-func (fs *firstStatus) progressOnly(before, after *arv1.AgentRunStatus) bool {
-	return !statusNeverWritten(before) && onlyProgress(before, after)
+// waitsUnwritten says a status projected for a run whose status was never
+// written may stay unwritten: new runs' first writes may wait, and it
+// shows the run plainly running: no wait, error, end, flag or signal edge,
+// and no condition true but Reconciling for its progress (each of those
+// is written at once).
+func (fs *firstStatus) waitsUnwritten(after *arv1.AgentRunStatus) bool {
+	if !fs.on || after.Phase != arv1.PhaseRunning || after.WaitingOn != nil || after.Error != "" || after.FinalOutput != nil || after.Callback != nil {
+		return false
+	}
+	if !reflect.DeepEqual(after.Flags, arv1.RunFlags{}) || newSignalEdge(&arv1.AgentRunStatus{}, after) != nil {
+		return false
+	}
+	for _, c := range after.Conditions {
+		progressing := c.Type == arv1.ConditionReconciling && c.Reason == arv1.ReasonProgressing
+		if c.Status != metav1.ConditionFalse && !progressing {
+			return false
+		}
+	}
+	return true
 }
 
-// written forgets what was kept of a new run once its status is written.
-func (fs *firstStatus) written(uid types.UID) { fs.born.Take(uid) }
+// progressOnly says after differs from before only by a running run's
+// progress, before being the stored status, or when that was never
+// written, nothing at all.
+func (fs *firstStatus) progressOnly(before, after *arv1.AgentRunStatus) bool {
+	if statusNeverWritten(before) {
+		return fs.waitsUnwritten(after)
+	}
+	return onlyProgress(before, after)
+}
+
+// hold keeps a status projected and not written for a run whose stored
+// status is empty.
+func (fs *firstStatus) hold(uid types.UID, before, after *arv1.AgentRunStatus) {
+	if statusNeverWritten(before) {
+		fs.held.Put(uid, after.DeepCopy())
+	}
+}
+
+// written forgets what deferring kept once the run's status is written.
+func (fs *firstStatus) written(uid types.UID) {
+	fs.born.Take(uid)
+	fs.held.Take(uid)
+}
+
+// withHeld puts the status held for run in place of its empty stored one,
+// on run itself (a copy the caller owns), and says whether it did.
+func (fs *firstStatus) withHeld(run *arv1.AgentRun) bool {
+	if !statusNeverWritten(&run.Status) {
+		return false
+	}
+	h, ok := fs.held.Get(run.UID)
+	if ok {
+		run.Status = *h.DeepCopy()
+		// Its intent is durable in the journal (or about to be, by its
+		// step), never in a status that was not written.
+		run.Status.PendingCall = nil
+	}
+	return ok
+}
 
 // births is a predicate that passes every event and notes the runs this
 // process sees created (not listed at its start: those may have been

@@ -43,6 +43,7 @@ func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g.Register("rate holds", r.rateHolds)
 	g.Register("status timers", r.statusTimers)
 	g.Register("born", r.first.born)
+	g.Register("held first status", r.first.held)
 	g.Register("webhook reports", r.steps.Deliveries)
 	g.Register("journal refusals", r.steps.Refusals)
 	g.Register("unrecorded answers", r.steps.Unrecorded)

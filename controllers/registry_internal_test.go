@@ -69,8 +69,10 @@ func hold(t *testing.T, r *AgentRunReconciler, run *arv1.AgentRun, now time.Time
 	call.Held(now.Add(time.Minute))
 	r.statusTimers.arm(uid, time.Hour, func() {})
 	r.first.born.Put(uid, struct{}{})
+	r.first.held.Put(uid, &arv1.AgentRunStatus{})
 	r.steps.Deliveries.Put(uid, steps.DeliveryReport{})
 	r.steps.Refusals.Put(uid, errors.New("a refused journal write"))
+	r.steps.Unrecorded.Put(uid, steps.Unrecorded{})
 	if _, ok := r.pool.Reserve(r.stepOf(run, 1, "")); ok {
 		t.Fatal("the executor had room: the run does not wait for it")
 	}

@@ -67,9 +67,12 @@ type startable struct {
 }
 
 // begin starts a reconcile of run (a copy the reconcile owns): before is
-// the run as stored.
+// the run as stored, run starts from the status held for it if its stored
+// one was never written.
 func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
-	return &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: r.first.fresh(run), driver: r.identity}
+	s := &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: r.first.fresh(run), driver: r.identity}
+	r.first.withHeld(s.run)
+	return s
 }
 
 // start reserves nothing itself: it records a reserved step to start once
@@ -156,6 +159,9 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		markError(s.run, err, s.now)
 	}
 	s.run.Status.JournalStore = r.journals.Where(s.run)
+	if err == nil {
+		r.archiveEnd(ctx, s)
+	}
 	waits := r.statusWaits(s, err)
 	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
 		r.startSteps(s) // nothing they need waits on the status write

@@ -14,8 +14,8 @@ import (
 // the journal (which is as durable as status, and read back the same way)
 // and the status write waits until StatusInterval has passed since the
 // last one. Everything a person or another controller acts on is written at
-// once: the first write (the run has left the queue), a phase, a wait, a
-// condition, an error, a signal edge, the end.
+// once: a phase, a wait, a condition, an error, a signal edge, the end; a
+// new run's first write (it leaves Queued) within a second.
 
 // intentMayWait says, at dispatch, that this reconcile's status write may
 // wait: the stored status records the run's snapshot and shows it running,
@@ -27,9 +27,9 @@ func (r *AgentRunReconciler) intentMayWait(s *scope) bool {
 	b := &s.before.Status
 	at, ok := r.statusWrites.Get(s.run.UID)
 	if statusNeverWritten(b) {
-		// A new run: its first intent goes into the journal, so its step
-		// need not wait for the first status write (firststatus.go).
-		return r.first.on
+		// A new run: its first write may wait, a second at most
+		// (firststatus.go).
+		return r.first.on && (!ok || s.now.Sub(at) < r.firstWait())
 	}
 	if b.BlueprintSnapshot == "" || b.Phase != arv1.PhaseRunning || b.WaitingOn != nil {
 		return false
@@ -48,12 +48,25 @@ func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
 	if !r.first.progressOnly(&s.before.Status, &s.run.Status) {
 		return false
 	}
-	at, _ := r.statusWrites.Get(s.run.UID)
-	if left := at.Add(r.statusInterval).Sub(s.now); s.out.requeueAfter == 0 || left < s.out.requeueAfter {
+	at, ok := r.statusWrites.Get(s.run.UID)
+	if !ok {
+		// A new run's first status waits from now.
+		at = s.now
+		r.statusWrites.Put(s.run.UID, at)
+	}
+	r.first.hold(s.run.UID, &s.before.Status, &s.run.Status)
+	interval := r.statusInterval
+	if statusNeverWritten(&s.before.Status) {
+		interval = r.firstWait()
+	}
+	if left := at.Add(interval).Sub(s.now); s.out.requeueAfter == 0 || left < s.out.requeueAfter {
 		s.out.requeueAfter = max(left, time.Millisecond)
 	}
 	return true
 }
+
+// firstWait is how long a new run's first status write may wait.
+func (r *AgentRunReconciler) firstWait() time.Duration { return min(r.statusInterval, phaseShownWithin) }
 
 // onlyProgress: both statuses show the run running, unparked and without
 // error, with the same conditions, and no edge the runtime took (an error,

@@ -45,14 +45,16 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 		t.Errorf("%d status writes, want 1: the last", statusWrites)
 	}
 	// The first intent, then six completions, five of them with the next
-	// call's intent: one journal write per call, and one to start.
-	if journalWrites != 7 {
-		t.Errorf("%d journal writes, want 7", journalWrites)
+	// call's intent: one journal write per call, and one to start; none
+	// with a database store.
+	want := 7
+	if suiteStore != "" {
+		want = 0
 	}
-	entries, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
-	if err != nil {
-		t.Fatal(err)
+	if journalWrites != want {
+		t.Errorf("%d journal writes to the API server, want %d", journalWrites, want)
 	}
+	entries := journalEntries(t, ns, string(run.UID))
 	if got := journal.StartedFrom(entries); got == "" || got != done.Status.BlueprintSnapshot {
 		t.Errorf("the journal's first entry binds the run to snapshot %q, status names %q", got, done.Status.BlueprintSnapshot)
 	}
@@ -69,12 +71,13 @@ func TestStatusWaitsWhileARunOnlyProgresses(t *testing.T) {
 }
 
 // TestRestartWithTheIntentOnlyInTheJournal stops the manager while a call
-// whose intent only the journal holds (status waited) is at the provider,
-// before the run's status was ever written, and deletes the blueprint
-// ConfigMap. The next manager, which did not see the run created, reads
-// the journal: it uses the snapshot the journal binds the run to, issues
-// the call again once, counts the first dispatch as lost, and records that
-// in the journal over the unanswered intent.
+// whose intent the journal holds is at the provider (the run's first
+// status write waits up to a second, so status may not have recorded the
+// run, its snapshot or the call yet), and deletes the blueprint ConfigMap.
+// The next manager, which did not see the run created, reads the journal:
+// it uses the snapshot the journal binds the run to, issues the call again
+// once, counts the first dispatch as lost, and records that in the journal
+// over the unanswered intent.
 func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "slow", map[string]string{"agent.toml": slowMiddle})
@@ -87,9 +90,6 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 			t.Fatal("the slow second call never reached the provider")
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	if r := getRun(t, ns, "r"); len(r.Status.Conditions) != 0 || r.Status.BlueprintSnapshot != "" || r.Status.PendingCall != nil {
-		t.Fatalf("status %+v; want it never written yet (the status interval is an hour)", r.Status)
 	}
 	h1.stop()
 	bp := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slow"}}
@@ -111,10 +111,7 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 	if again := intentAt(t, ns, run, intent.Seq); again == nil || again.Lost != 1 {
 		t.Errorf("the journal's intent #%d is %+v after the restart, want it issued again with lost = 1", intent.Seq, again)
 	}
-	es, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := journalEntries(t, ns, string(run.UID))
 	if started := journal.StartedFrom(es); started == "" || done.Status.BlueprintSnapshot != started {
 		t.Errorf("status names snapshot %q, the journal binds the run to %q", done.Status.BlueprintSnapshot, started)
 	}
@@ -123,10 +120,7 @@ func TestRestartWithTheIntentOnlyInTheJournal(t *testing.T) {
 // lastIntent is the journal's last model-call intent.
 func lastIntent(t *testing.T, ns string, run *arv1.AgentRun) *journal.Entry {
 	t.Helper()
-	es, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := journalEntries(t, ns, string(run.UID))
 	for i := len(es) - 1; i >= 0; i-- {
 		if es[i].Kind == journal.ModelCallRequested {
 			return &es[i]
@@ -138,10 +132,7 @@ func lastIntent(t *testing.T, ns string, run *arv1.AgentRun) *journal.Entry {
 // intentAt is the journal's model-call intent under seq.
 func intentAt(t *testing.T, ns string, run *arv1.AgentRun, seq int64) *journal.Entry {
 	t.Helper()
-	es, err := configmaps.Read(context.Background(), k8s, ns, run.UID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := journalEntries(t, ns, string(run.UID))
 	for i := range es {
 		if es[i].Seq == seq && es[i].Kind == journal.ModelCallRequested {
 			return &es[i]

@@ -26,6 +26,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
@@ -52,6 +53,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopSuitePostgres()
 	if code != 0 && os.Getenv("DUMP_LOGS") != "" {
 		fmt.Fprintln(os.Stderr, logSink.String())
 	}
@@ -154,6 +156,9 @@ type managerOpts struct {
 	// scheduleClock is manager.Options.ScheduleClock (schedule tests step
 	// a fake one across schedule times).
 	scheduleClock clock.PassiveClock
+	// store is the manager's --store DSN, over the suite's (storeDSN);
+	// "-": ConfigMaps.
+	store string
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -177,6 +182,14 @@ func startManager(t *testing.T, o managerOpts) *harness {
 	}
 	if o.metricsAddr != "" {
 		opts.MetricsAddr = o.metricsAddr
+	}
+	opts.Store.DSN = storeDSN(t)
+	switch o.store {
+	case "":
+	case "-":
+		opts.Store.DSN = "" // ConfigMaps, whatever the suite's store
+	default:
+		opts.Store.DSN = o.store
 	}
 	mgr, err := manager.New(env.Config, opts)
 	if err != nil {
@@ -309,10 +322,17 @@ func keyOf(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
 
-// journalEntries reads a run's journal back from the API server.
+// journalEntries reads a run's journal back from where the test's store
+// keeps it.
 func journalEntries(t *testing.T, ns, uid string) []journal.Entry {
 	t.Helper()
-	out, err := configmaps.Read(context.Background(), k8s, ns, types.UID(uid))
+	var out []journal.Entry
+	var err error
+	if dsn := storeDSN(t); dsn != "" {
+		out, err = storeReader(t, dsn).Entries(context.Background(), store.RunRef{Namespace: ns, UID: types.UID(uid)})
+	} else {
+		out, err = configmaps.Read(context.Background(), k8s, ns, types.UID(uid))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func (r *AgentRunReconciler) policyDecided(run *arv1.AgentRun, tool string, d *j
 	case journal.PolicyAudit:
 		typ, reason, verb = corev1.EventTypeNormal, ReasonToolPolicyAudited, "audited"
 	}
-	note := fmt.Sprintf("Tool call %s %s by %s", tool, verb, d.Names())
+	note := fmt.Sprintf("Tool call %s %s by %s", tool, verb, d.Cause())
 	if d.Message != "" {
 		note += ": " + d.Message
 	}

@@ -3,7 +3,11 @@ package controllers_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +25,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
 // createPolicy applies a tool policy (cluster-scoped when ns is empty) and
@@ -150,6 +155,103 @@ func TestToolPolicyDeniesP0TicketsOutsideOps(t *testing.T) {
 		t.Errorf("policy decisions in ops = %+v, want only the Audit", d)
 	}
 	waitForEvent(t, "ops", "r", "ToolPolicyAudited", "rule audit-tickets")
+}
+
+// TestFailClosedDenialShowsItsCause: a Deny rule with a message whose
+// match fails on the call (args.severity on a call without it) denies it,
+// failing closed, and the model, the Event and the transcript show both
+// the rule's message and why its match failed, not only the message.
+func TestFailClosedDenialShowsItsCause(t *testing.T) {
+	srv := mcptest.New(t, mcptest.Options{})
+	ns := newNamespace(t)
+	const msg = "tickets need a severity the on-call can act on"
+	createPolicy(t, "", "severity-"+ns, arv1.ToolPolicyRule{Name: "high-severity", Action: arv1.ToolPolicyDeny, Message: msg,
+		Match: fmt.Sprintf(`tool.name == "create_ticket" && run.namespace == %q && args.severity == "high"`, ns)})
+	startManager(t, managerOpts{})
+	oa, run := ticketRun(t, ns, srv.URL(), `{"title":"db down"}`)
+	waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if srv.Calls("create_ticket") != 0 {
+		t.Fatalf("the MCP server received create_ticket %d times; the rule fails closed", srv.Calls("create_ticket"))
+	}
+	const cause = "no such key: severity"
+	rule := "ClusterAgentToolPolicy severity-" + ns + ", rule high-severity"
+	if told := toolMessage(oa.Last(), "c1"); !strings.Contains(told, msg) || !strings.Contains(told, cause) || !strings.Contains(told, rule) {
+		t.Errorf("the model was told %q, want the rule, its message and why its match failed", told)
+	}
+	waitForEvent(t, ns, "r", "ToolPolicyDenied", rule+" (its match could not be evaluated: "+cause+"; policies fail closed): "+msg)
+	if tr := transcriptOf(t, ns, run); !strings.Contains(tr, cause) || !strings.Contains(tr, msg) {
+		t.Errorf("the transcript does not show both the message and the cause:\n%s", tr)
+	}
+}
+
+// kubectlAgentrun builds the plugin once per test and returns a function
+// running `kubectl agentrun args...` as the suite's admin, with its
+// stdout, stderr and exit code.
+func kubectlAgentrun(t *testing.T) func(args ...string) (string, string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-agentrun"), "./cmd/kubectl-agentrun")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the plugin: %v\n%s", err, out)
+	}
+	kubeconfig, err := env.Kubeconfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(testenv.KubectlPath(), append([]string{"agentrun"}, args...)...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+	}
+}
+
+// TestKubectlApproveArgsSaysWhatBecameOfTheCall: a person approves a call
+// with `kubectl agentrun approve --args --wait`. Arguments the tool's
+// input schema refuses are Rejected naming that schema (not the run's
+// output schema). Arguments a cluster policy denies, evaluated again on
+// the edit, are not reported Applied: the plugin says the edited call was
+// denied, by which policy and rule, with the rule's message, and exits 1.
+func TestKubectlApproveArgsSaysWhatBecameOfTheCall(t *testing.T) {
+	agentrun := kubectlAgentrun(t)
+	srv := mcptest.New(t, mcptest.Options{})
+	oa := providertest.NewOpenAIServer(t)
+	oa.Push(
+		providertest.Reply{ToolCall: &providertest.ToolCall{ID: "c1", Name: "create_ticket", Args: `{"title":"printer jam"}`}, PromptTokens: 10, CompletionTokens: 2},
+		providertest.Reply{ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"done"}`}, PromptTokens: 10, CompletionTokens: 2},
+	)
+	ns := newNamespace(t)
+	const msg = "p0 tickets are opened by the on-call, not by agents"
+	policy := "edits-" + ns
+	createPolicy(t, "", policy, arv1.ToolPolicyRule{Name: "no-p0", Action: arv1.ToolPolicyDeny, Message: msg,
+		Match: fmt.Sprintf(`tool.name == "create_ticket" && args.?priority.orValue("") == "p0" && run.namespace == %q`, ns)})
+	startManager(t, managerOpts{})
+	askTicketsAgent(t, ns, oa, srv)
+	createRun(t, ns, "r", "tickets")
+	waitFor(t, ns, "r", 30*time.Second, "ToolApproval", waitingOn(arv1.WaitToolApproval))
+
+	out, errOut, code := agentrun("approve", "r", "-n", ns, "--args", `{"title":42}`, "--wait")
+	if code != 1 || !strings.Contains(out, "Rejected: ") || !strings.Contains(out, "'https://agentrun.dev/schemas/tools/create_ticket/input.json#'") || strings.Contains(out, "output.json") {
+		t.Errorf("args the tool's schema refuses: exit %d, stdout %q, stderr %q; want Rejected naming create_ticket's input schema", code, out, errOut)
+	}
+
+	out, errOut, code = agentrun("approve", "r", "-n", ns, "--args", `{"title":"printer jam","priority":"p0"}`, "--wait")
+	want := fmt.Sprintf("Denied: the edited call create_ticket was not made: denied by ClusterAgentToolPolicy %s, rule no-p0: %s\n", policy, msg)
+	if code != 1 || !strings.HasSuffix(out, want) || strings.Contains(out, "Applied") {
+		t.Errorf("args the policy denies: exit %d, stdout %q, stderr %q; want it to end with %q", code, out, errOut, want)
+	}
+	waitFor(t, ns, "r", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	if n := srv.Calls("create_ticket"); n != 0 {
+		t.Errorf("the MCP server received create_ticket %d times; the policy denies the edited call", n)
+	}
 }
 
 // grantTenant lets user edit ConfigMaps and AgentRuns in ns, as a tenant

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 )
@@ -61,6 +62,34 @@ func (d *PolicyDecision) Names() string {
 	return fmt.Sprintf("%s %s, rule %s", d.PolicyKind, where, d.Rule)
 }
 
+// FailedMatch is the error of the deciding rule's match when the rule
+// applied without its match being true (it could not be evaluated, and
+// policies fail closed); "" when its match was true.
+func (d *PolicyDecision) FailedMatch() string {
+	for _, m := range d.Matches {
+		if m.PolicyKind == d.PolicyKind && m.PolicyNamespace == d.PolicyNamespace && m.Policy == d.Policy && m.Rule == d.Rule {
+			return m.Error
+		}
+	}
+	return ""
+}
+
+// Cause is Names followed, when the deciding rule applied by failing
+// closed, by its match's error: "ClusterAgentToolPolicy tickets, rule
+// sev (its match could not be evaluated: no such key: severity; policies
+// fail closed)". The model, the Event, the approver and the transcript
+// name the rule this way, so the error is shown next to the rule's own
+// message, not only in the journal. A message that already states the
+// error (decisions journaled before it was shown here put it in the
+// message of a rule without one) is not repeated.
+func (d *PolicyDecision) Cause() string {
+	err := d.FailedMatch()
+	if err == "" || strings.Contains(d.Message, err) {
+		return d.Names()
+	}
+	return fmt.Sprintf("%s (its match could not be evaluated: %s; policies fail closed)", d.Names(), err)
+}
+
 // applyPolicy folds a ToolPolicyDecided: the decision is kept on the call,
 // and a denial settles it with the policy's message as its result.
 func (st *State) applyPolicy(bp *blueprint.Blueprint, h *CallState, e *Entry) {
@@ -73,7 +102,7 @@ func (st *State) applyPolicy(bp *blueprint.Blueprint, h *CallState, e *Entry) {
 		h.ReasonRequired = d.Names()
 	}
 	if d.Action == PolicyDeny {
-		msg := fmt.Sprintf("The call was not made: denied by %s.", d.Names())
+		msg := fmt.Sprintf("The call was not made: denied by %s.", d.Cause())
 		if d.Message != "" {
 			msg += " " + d.Message
 		}

@@ -4,6 +4,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/policystatus"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
@@ -266,6 +268,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if deps.Store, err = newStore(mgr, o); err != nil {
 		return nil, err
 	}
+	deps.ArchiveRetention = cmp.Or(o.Store.ArchiveRetention, DefaultArchiveRetention)
 	pc := newPriorityClasses(mgr, cfg, o)
 	deps.Priorities = pc.store
 	r, err = controllers.NewAgentRunReconciler(deps)
@@ -288,6 +291,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
 	}
 	if err := addScheduler(mgr, o, sink); err != nil {
+		return nil, err
+	}
+	if err := policystatus.Add(mgr, len(o.Namespaces) == 0, controller.Options{SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, err
 	}
 	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {

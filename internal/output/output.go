@@ -4,6 +4,7 @@
 package output
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -17,10 +18,15 @@ type Spec struct {
 	Format string
 	// Schema is a JSON Schema document (as JSON) the output must satisfy.
 	Schema string
+	// SchemaURL names Schema in validation messages; empty names it the
+	// run's output schema (outputSchemaURL). Another document checked
+	// here (a tool's input schema) gives its own name, so a message never
+	// points a person at a schema they did not write.
+	SchemaURL string
 }
 
-// schemaURL names the output schema in validation messages.
-const schemaURL = "https://agentrun.dev/schemas/output.json"
+// outputSchemaURL names the run's output schema in validation messages.
+const outputSchemaURL = "https://agentrun.dev/schemas/output.json"
 
 // MaxBytes is the stored output's cap (the seeds' 256 KiB); longer output
 // is stored truncated and flagged.
@@ -50,10 +56,11 @@ func Check(spec Spec, text string) string {
 	// An absolute name of our own: a relative one would be resolved against
 	// the manager's working directory, which would then show in the message
 	// a model, a status or an event gets.
-	if err := c.AddResource(schemaURL, schemaDoc); err != nil {
+	url := cmp.Or(spec.SchemaURL, outputSchemaURL)
+	if err := c.AddResource(url, schemaDoc); err != nil {
 		return fmt.Sprintf("the output schema cannot be used: %v", err)
 	}
-	sch, err := c.Compile(schemaURL)
+	sch, err := c.Compile(url)
 	if err != nil {
 		return fmt.Sprintf("the output schema cannot be used: %v", err)
 	}

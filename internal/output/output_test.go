@@ -31,3 +31,18 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckNamesTheSchemaChecked: a refusal names the schema checked: the
+// run's output schema by default, the name a caller gives otherwise (a
+// tool's input schema), never the output schema in its place.
+func TestCheckNamesTheSchemaChecked(t *testing.T) {
+	schema := `{"type":"object","properties":{"title":{"type":"string"}}}`
+	const tool = "https://agentrun.dev/schemas/tools/create_ticket/input.json"
+	if why := Check(Spec{Format: "json", Schema: schema}, `{"title":42}`); !strings.Contains(why, "'"+outputSchemaURL+"#'") {
+		t.Errorf("the output's refusal %q does not name the output schema", why)
+	}
+	why := Check(Spec{Format: "json", Schema: schema, SchemaURL: tool}, `{"title":42}`)
+	if !strings.Contains(why, "'"+tool+"#'") || strings.Contains(why, outputSchemaURL) {
+		t.Errorf("the refusal %q does not name the schema checked, %s", why, tool)
+	}
+}

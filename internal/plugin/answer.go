@@ -481,7 +481,9 @@ func newAnswer(run *arv1.AgentRun, w *arv1.WaitingOn, r reply, by string) *arv1.
 }
 
 // await polls the answer until the controller records what became of it,
-// and prints that: Applied, or Rejected with the reason (errRejected).
+// and prints that: Applied, or Rejected with the reason (errRejected). An
+// approval with edited arguments is followed on to what became of the
+// call (awaitEdit): the policies may deny it once it is Applied.
 func (a *app) await(ctx context.Context, c client.Client, ans *arv1.AgentRunAnswer) error {
 	deadline := time.Now().Add(a.waitFor)
 	for {
@@ -490,6 +492,9 @@ func (a *app) await(ctx context.Context, c client.Client, ans *arv1.AgentRunAnsw
 		}
 		switch ans.Status.State {
 		case arv1.AnswerApplied:
+			if ans.Spec.Args != nil {
+				return a.awaitEdit(ctx, c, ans, deadline)
+			}
 			fmt.Fprintln(a.stdout, "Applied")
 			return nil
 		case arv1.AnswerRejected:

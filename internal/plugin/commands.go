@@ -375,7 +375,10 @@ allowed) or a review the agent presented.
 A tool call (ToolApproval) may be approved with edited arguments: --args
 takes a JSON object inline, a file holding one, or - to read it from stdin.
 The run checks them against the tool's input schema; the call is made with
-them, and the agent is told it ran with them.`, func(fs *pflag.FlagSet, o *options) {
+them, and the agent is told it ran with them. The tool policies are
+evaluated again on them and may deny the call or hold it for another
+approval: with --wait, what became of the edited call is printed (Applied,
+Denied by a policy's rule, exit 1, or Held).`, func(fs *pflag.FlagSet, o *options) {
 				textVar(fs, &o.callArgs, "args", "a tool call: approve it with these arguments instead (a JSON object, a FILE holding one, or - for stdin)")
 				reasonFlag(fs, o)
 			}),

@@ -136,7 +136,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, errRejected), errors.Is(err, errFix): // the verdict is printed already
+	case errors.Is(err, errRejected), errors.Is(err, errEditDenied), errors.Is(err, errFix): // the verdict is printed already
 		return ExitError
 	case errors.As(err, &failed):
 		fmt.Fprintf(a.stderr, "error: %v\n", explain(failed.err))

@@ -280,7 +280,7 @@ func describeToolPolicy(e *journal.Entry) (string, string) {
 	if d == nil {
 		return "tool policy", e.Tool
 	}
-	t := fmt.Sprintf("%s %s by %s", e.Tool, d.Action, d.Names())
+	t := fmt.Sprintf("%s %s by %s", e.Tool, d.Action, d.Cause())
 	if d.Message != "" {
 		t += fmt.Sprintf(": %q", oneLine(d.Message, 120))
 	}

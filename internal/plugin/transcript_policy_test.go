@@ -35,3 +35,19 @@ func TestTranscriptNamesThePolicyAndRule(t *testing.T) {
 		}
 	}
 }
+
+// TestTranscriptShowsWhyARuleFailedClosed: a rule with a message that
+// applied because its match could not be evaluated reads with both, the
+// cause next to the rule, before the message (which may be cut).
+func TestTranscriptShowsWhyARuleFailedClosed(t *testing.T) {
+	d := &journal.PolicyDecision{Action: journal.PolicyDeny, PolicyKind: "ClusterAgentToolPolicy", Policy: "tickets", Rule: "sev", Message: "tickets need a severity",
+		Matches: []journal.PolicyMatch{{PolicyKind: "ClusterAgentToolPolicy", Policy: "tickets", Rule: "sev", Action: journal.PolicyDeny, Error: "no such key: severity"}}}
+	var buf bytes.Buffer
+	if err := RenderTranscript(&buf, []journal.Entry{{Seq: 3, Kind: journal.ToolPolicyDecided, Tool: "create_ticket", Policy: d}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := `tool policy create_ticket Deny by ClusterAgentToolPolicy tickets, rule sev (its match could not be evaluated: no such key: severity; policies fail closed): "tickets need a severity"`
+	if out := strings.Join(strings.Fields(buf.String()), " "); !strings.Contains(out, want) {
+		t.Errorf("transcript lacks %q:\n%s", want, out)
+	}
+}

@@ -3,6 +3,7 @@ package runstate
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,7 +180,7 @@ func approvalAnswer(h *journal.CallState, tool *ToolFact, ans *Answer, a AnswerS
 	if a.Decision != DecisionApprove {
 		return nil, fmt.Errorf("args replace the arguments of a call you approve; a denied call is not made")
 	}
-	args, err := checkArgs(*a.Args, tool)
+	args, err := checkArgs(*a.Args, h.Name, tool)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +188,9 @@ func approvalAnswer(h *journal.CallState, tool *ToolFact, ans *Answer, a AnswerS
 	return ans, nil
 }
 
-// checkArgs checks replacement arguments for the head call and returns
-// them as compact JSON.
-func checkArgs(raw string, tool *ToolFact) (string, error) {
+// checkArgs checks replacement arguments for the head call (of the tool
+// named name) and returns them as compact JSON.
+func checkArgs(raw, name string, tool *ToolFact) (string, error) {
 	var obj map[string]any
 	if err := json.Unmarshal([]byte(raw), &obj); err != nil || obj == nil {
 		return "", fmt.Errorf("args must be a JSON object (a tool call's arguments)")
@@ -202,12 +203,19 @@ func checkArgs(raw string, tool *ToolFact) (string, error) {
 		return "", fmt.Errorf("the tool's input schema is not known, so edited args cannot be checked; approve or deny the call as it is")
 	}
 	if s := tool.InputSchema; s != "" && s != "null" {
-		if why := output.Check(output.Spec{Format: blueprint.OutputJSON, Schema: s}, string(compact)); why != "" {
+		if why := output.Check(output.Spec{Format: blueprint.OutputJSON, Schema: s, SchemaURL: toolInputSchemaURL(name)}, string(compact)); why != "" {
 			why = strings.Replace(why, "the output schema", "the tool's input schema", 1)
 			return "", fmt.Errorf("%s", strings.Replace(why, "the output", "args", 1))
 		}
 	}
 	return string(compact), nil
+}
+
+// toolInputSchemaURL names a tool's input schema in the messages refusing
+// edited arguments: a name of our own (the MCP server gives the schema
+// none), with the tool's name in it.
+func toolInputSchemaURL(tool string) string {
+	return "https://agentrun.dev/schemas/tools/" + url.PathEscape(tool) + "/input.json"
 }
 
 func needDecision(a AnswerSpec, what string, allowed ...string) error {

@@ -38,7 +38,7 @@ func TestApprovalAnswers(t *testing.T) {
 		{"edited args are kept compact", ticket(), AnswerSpec{Point: "call-1-0-approval", Decision: "Approve", Args: s(`{ "title": "ask the DBA", "priority": "p3" }`)},
 			func(a *Answer) bool { return a.Approved && a.Args == `{"priority":"p3","title":"ask the DBA"}` }, ""},
 		{"args failing the schema", ticket(), AnswerSpec{Point: "call-1-0-approval", Decision: "Approve", Args: s(`{"title":"x","priority":"p0"}`)},
-			nil, "args does not match the schema"},
+			nil, "args does not match the schema: jsonschema validation failed with 'https://agentrun.dev/schemas/tools/create_ticket/input.json#'"},
 		{"args missing a required key", ticket(), AnswerSpec{Point: "call-1-0-approval", Decision: "Approve", Args: s(`{}`)},
 			nil, "title"},
 		{"args that are not an object", ticket(), AnswerSpec{Point: "call-1-0-approval", Decision: "Approve", Args: s(`["x"]`)},

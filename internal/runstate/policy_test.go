@@ -80,6 +80,32 @@ func TestPolicyDenialIsTheModelsResult(t *testing.T) {
 	}
 }
 
+// failedClosed is a decision whose rule applied because its match could
+// not be evaluated, with a message of its own.
+func failedClosed(action string) journal.Entry {
+	e := policyEntry(action)
+	e.Policy.Matches = []journal.PolicyMatch{{PolicyKind: "ClusterAgentToolPolicy", Policy: "p", Rule: "r", Action: action, Error: "no such key: severity"}}
+	return e
+}
+
+// TestFailedClosedShowsTheCause: a rule with a message that applied
+// because its match could not be evaluated shows both: the model's result
+// of a denial, and the question an approver reads, name the rule, its
+// match's error and the message.
+func TestFailedClosedShowsTheCause(t *testing.T) {
+	const cause = "ClusterAgentToolPolicy p, rule r (its match could not be evaluated: no such key: severity; policies fail closed)"
+	f := toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, failedClosed(journal.PolicyDeny))
+	turns := f.State.Turns
+	if len(turns) == 0 || len(turns[len(turns)-1].Tools) != 1 || turns[len(turns)-1].Tools[0].Result != "The call was not made: denied by "+cause+". because" {
+		t.Errorf("turns = %+v, want the model told the rule, the cause and the message", turns)
+	}
+	point := "call-1-0" + PolicyPointSuffix
+	f = with(asked(toolFacts(t, "upsert", `{}`, blueprint.EffectIdempotent, failedClosed(journal.PolicyRequireApproval)), point), func(f *Facts) { f.Yolo = true })
+	if a := Decide(f); a.Markers.Ask == nil || !strings.HasPrefix(a.Markers.Ask.Prompt, cause+" requires approval") || !strings.HasSuffix(a.Markers.Ask.Prompt, ": because") {
+		t.Errorf("the approver is asked %+v, want the rule, the cause and the message", a.Markers.Ask)
+	}
+}
+
 // TestEditAtThePolicyPoint: a person answering a policy's RequireApproval
 // with edited arguments has the policies decide again on those arguments.
 // A RequireApproval again is answered by that same approval (the person saw

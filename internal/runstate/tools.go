@@ -259,7 +259,7 @@ func policyStep(f Facts, h *journal.CallState, point string) (Action, bool) {
 	if t := f.Tool; t != nil {
 		effect, server = t.Effect, t.Server
 	}
-	prompt := fmt.Sprintf("%s requires approval of tool call %s (effect %s, server %s) with arguments %s", d.Names(), h.Name, effect, orDash(server), h.Arguments)
+	prompt := fmt.Sprintf("%s requires approval of tool call %s (effect %s, server %s) with arguments %s", d.Cause(), h.Name, effect, orDash(server), h.Arguments)
 	if d.Message != "" {
 		prompt += ": " + d.Message
 	}

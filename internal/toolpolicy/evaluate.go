@@ -258,6 +258,9 @@ func (e *Evaluator) Evaluate(policies []Policy, call Call) Decision {
 }
 
 // explain is the rule's message, or a sentence naming the policy and rule.
+// A match's Error is not part of it: it is journaled with the match, and
+// every surface shows it after the rule's name (journal.PolicyDecision's
+// Cause), whether or not the rule has a message.
 func (m *Match) explain() string {
 	if m.Message != "" {
 		return m.Message
@@ -271,11 +274,7 @@ func (m *Match) explain() string {
 	if m.PolicyNamespace != "" {
 		where = m.PolicyNamespace + "/" + m.Policy
 	}
-	s := fmt.Sprintf("this tool call %s under %s %s, rule %s", verb, m.PolicyKind, where, m.Rule)
-	if m.Error != "" {
-		s += " (its match could not be evaluated, so it applies: " + m.Error + ")"
-	}
-	return s
+	return fmt.Sprintf("this tool call %s under %s %s, rule %s", verb, m.PolicyKind, where, m.Rule)
 }
 
 // errArgsNotJSON makes every rule match a call whose arguments do not

@@ -170,8 +170,10 @@ func TestRuntimeErrorFailsClosed(t *testing.T) {
 	if !d.Denied() || len(d.Matches) != 1 || !strings.Contains(d.Matches[0].Error, "priority") {
 		t.Fatalf("missing key: %+v", d)
 	}
-	if !strings.Contains(d.Message, "could not be evaluated") {
-		t.Errorf("message %q does not say the match failed", d.Message)
+	// The message names the rule; the error stays on the match, which
+	// every surface shows after the rule's name (journal's Cause).
+	if !strings.Contains(d.Message, "rule deny-p0") || strings.Contains(d.Message, "priority") {
+		t.Errorf("message %q: want the rule named, its match's error left to the match", d.Message)
 	}
 	// A call the && already rules out does not reach the missing key.
 	if d := e.Evaluate(ps, call("list_tickets", `{}`, "team-a")); d.Action != "" {

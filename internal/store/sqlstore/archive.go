@@ -28,6 +28,8 @@ var archiveColumns = []string{
 // yet (rec.Entries: a run begun on ConfigMaps) is stored with it, and its
 // calls go into the ledger.
 func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	vals, err := archiveValues(rec, s.now())
 	if err != nil {
 		return err
@@ -134,6 +136,8 @@ func orZero(s string) string {
 
 // Archived reports whether the run's record is stored.
 func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return false, err
 	}
@@ -148,6 +152,8 @@ func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
 // ArchivedRun reads one archived record back: the run as it finished and
 // its output.
 func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun, *string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -171,6 +177,8 @@ func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun,
 // Sweep deletes at most limit archived runs that finished before before,
 // with their journals and ledger rows, oldest first.
 func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return 0, err
 	}

@@ -77,6 +77,8 @@ func (s *Store) Target() Target { return s.target }
 // Check reports whether the database can be used now: reachable, the
 // login and permissions accepted, the schema this binary's.
 func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
@@ -89,6 +91,15 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // DB is the database, for tests and the history server's reads.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// bound is ctx bounded by the operation timeout.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.cfg.OpTimeout
+	if d <= 0 {
+		d = DefaultOpTimeout
+	}
+	return context.WithTimeout(ctx, d)
+}
 
 // q rewrites a statement for the dialect.
 func (s *Store) q(query string) string { return s.dialect.placeholder(query) }
@@ -108,6 +119,8 @@ func journalName(ns, name string) string {
 
 // Load returns the run's entries in seq order, read once and then kept.
 func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l := s.logs.Get(run.UID)
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
@@ -195,6 +208,8 @@ func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output
 }
 
 func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if len(es) == 0 {
 		return nil
 	}
@@ -373,6 +388,8 @@ func intentOf(entries []journal.Entry, fresh []store.Planned, seq int64) *journa
 // PutOutput stores a finished run's final output; a database holds it, so
 // there is no object to name.
 func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l := s.logs.Get(run.UID)
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
@@ -412,6 +429,8 @@ func (s *Store) Cached() int { return s.logs.Cached() }
 
 // Entries reads a run's journal as stored.
 func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -421,6 +440,8 @@ func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry,
 
 // Output reads a run's stored final output.
 func (s *Store) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return "", false, err
 	}

@@ -1,0 +1,161 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/output"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+)
+
+// With a database store every finished run is archived (its spec, final
+// status, journal, output, children, usage and cost) before its custom
+// resource may be deleted: the archive is its history once the CR is gone.
+// The run that finishes is archived in the reconcile that ends it, before
+// its final status is written, which then says so (Archived=True). A
+// failed archive write is Archived=False with the cause; the finished
+// run's reconcile retries it, and its TTL deletion waits for it.
+
+// archiveRetry is how soon a failed archive write is tried again.
+const archiveRetry = 10 * time.Second
+
+// archiveEnd archives a run this reconcile ends and records the outcome in
+// its status (written next), when there is an archive.
+func (r *AgentRunReconciler) archiveEnd(ctx context.Context, s *scope) {
+	a := r.journals.Archive()
+	if a == nil || !s.run.Status.Phase.IsTerminal() || s.before.Status.Phase.IsTerminal() {
+		return
+	}
+	rec := &store.Record{Run: s.run, Children: childRecords(s.facts)}
+	if f := s.facts; f != nil && f.State.Output != nil {
+		text, _ := output.Stored(f.State.Output.Text)
+		rec.Output = &text
+	}
+	r.archiveWith(ctx, a, s.run, rec)
+}
+
+// archiveWith writes rec, importing the run's journal when the archive's
+// database does not hold it, and sets the run's Archived condition.
+func (r *AgentRunReconciler) archiveWith(ctx context.Context, a store.Archive, run *arv1.AgentRun, rec *store.Record) {
+	err := func() error {
+		if r.journals.Where(run) != arv1.JournalDatabase {
+			es, err := r.journals.Entries(ctx, store.RefOf(run))
+			if err != nil {
+				return fmt.Errorf("reading the journal to archive: %w", err)
+			}
+			rec.Entries = es
+		}
+		// The record holds the status as it will be written, archived.
+		archivedAs := run.DeepCopy()
+		setCondition(archivedAs, arv1.ConditionArchived, metav1.ConditionTrue, arv1.ReasonArchived, archivedMessage)
+		rec.Run = archivedAs
+		return a.Archive(ctx, rec)
+	}()
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Archiving the finished run failed; it is kept until the archive succeeds")
+		setCondition(run, arv1.ConditionArchived, metav1.ConditionFalse, arv1.ReasonArchiveFailed, clipTo("Archiving the finished run failed, retried every "+archiveRetry.String()+"; the run is not deleted until it succeeds: "+err.Error(), 1024))
+		return
+	}
+	setCondition(run, arv1.ConditionArchived, metav1.ConditionTrue, arv1.ReasonArchived, archivedMessage)
+}
+
+const archivedMessage = "The finished run's record, journal, output and cost are in the archive"
+
+// archived says a finished run needs no archive write: there is no
+// archive, or its record is stored.
+func (r *AgentRunReconciler) archived(run *arv1.AgentRun) bool {
+	return r.journals.Archive() == nil || meta.IsStatusConditionTrue(run.Status.Conditions, arv1.ConditionArchived)
+}
+
+// archiveFinished archives a finished run whose record is not stored yet
+// (the write failed at its end, or it ended before a database store was
+// configured), from its full record (the cache keeps a stub). It returns
+// the run as stored and as it is to be written, with its Archived
+// condition.
+func (r *AgentRunReconciler) archiveFinished(ctx context.Context, run *arv1.AgentRun) (stored, archived *arv1.AgentRun, err error) {
+	stored = &arv1.AgentRun{}
+	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
+		return nil, nil, err
+	}
+	archived = stored.DeepCopy()
+	rec := &store.Record{}
+	children, err := r.listChildren(ctx, stored)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range children {
+		c := &children[i]
+		rec.Children = append(rec.Children, store.ChildRecord{Name: c.Name, UID: c.UID, Phase: c.Status.Phase})
+	}
+	if stored.Status.FinalOutput != nil {
+		text, ok, err := r.journals.Output(ctx, store.RefOf(stored))
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the output to archive: %w", err)
+		}
+		if ok {
+			rec.Output = &text
+		}
+	}
+	r.archiveWith(ctx, r.journals.Archive(), archived, rec)
+	return stored, archived, nil
+}
+
+// childRecords are the run's children as the archive keeps them.
+func childRecords(f *facts) []store.ChildRecord {
+	if f == nil {
+		return nil
+	}
+	out := make([]store.ChildRecord, 0, len(f.children))
+	for i := range f.children {
+		c := &f.children[i]
+		out = append(out, store.ChildRecord{Name: c.Name, UID: c.UID, Phase: c.Status.Phase})
+	}
+	return out
+}
+
+// archiveSweeper deletes archived runs older than the retention, in
+// bounded batches, every hour.
+type archiveSweeper struct {
+	archive   store.Archive
+	retention time.Duration
+	now       func() time.Time
+}
+
+// NeedLeaderElection: one replica sweeps.
+func (w archiveSweeper) NeedLeaderElection() bool { return true }
+
+// Start sweeps until ctx ends.
+func (w archiveSweeper) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("archive")
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		total := 0
+		for {
+			n, err := w.archive.Sweep(ctx, w.now().Add(-w.retention), 500)
+			total += n
+			if err != nil {
+				log.Error(err, "Sweeping archived runs past their retention")
+				break
+			}
+			if n < 500 {
+				break
+			}
+		}
+		if total > 0 {
+			log.Info("Deleted archived runs past their retention", "runs", total, "retention", w.retention.String())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
