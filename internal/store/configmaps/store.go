@@ -120,19 +120,13 @@ func (c chunk) name() string { return c.obj.Name }
 func New(w client.Client, r client.Reader) *Store {
 	return &Store{writer: w, reader: r, logs: store.NewLogs(func(mustRead bool) *runLog {
 		return &runLog{Log: store.Log{MustRead: mustRead, Raw: map[int64]string{}}}
-	})}
+	}, func(l *runLog) *store.Log { return &l.Log })}
 }
 
 // Load returns the run's entries in seq order. empty says the run cannot
 // have a journal yet (its status was never written), so nothing is read.
 func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
-	l := s.logs.Get(run.UID)
-	l.Mu.Lock()
-	defer l.Mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, empty); err != nil {
-		return nil, err
-	}
-	return l.View(), nil
+	return s.logs.Load(run.UID, func(l *runLog) error { return s.ensureLoaded(ctx, run, l, empty) })
 }
 
 func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog, empty bool) error {
@@ -171,46 +165,30 @@ func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output
 }
 
 func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
-	if len(es) == 0 {
-		return nil
-	}
-	l := s.logs.Get(run.UID)
-	l.Mu.Lock()
-	defer l.Mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
-		return err
-	}
-	plan, err := l.Plan(es)
-	if err != nil {
-		s.logs.Stale(run.UID)
-		return err
-	}
-	if len(plan) == 0 {
-		return nil
-	}
-	add := map[string]string{}
-	size := 0
-	for _, p := range plan {
-		add[key(p.Entry.Seq)] = p.Text
-		size += len(p.Text) + 8
-	}
-	if output != nil {
-		add[OutputKey] = *output
-	}
-	c, err := s.write(ctx, run, l, add, size)
-	if err != nil {
+	load := func(l *runLog) error { return s.ensureLoaded(ctx, run, l, false) }
+	return s.logs.Append(run.UID, load, es, func(l *runLog, plan []store.Planned) error {
+		add := map[string]string{}
+		size := 0
+		for _, p := range plan {
+			add[key(p.Entry.Seq)] = p.Text
+			size += len(p.Text) + 8
+		}
+		if output != nil {
+			add[OutputKey] = *output
+		}
+		c, err := s.write(ctx, run, l, add, size)
 		if errors.Is(err, store.ErrSeqTaken) {
-			s.logs.Stale(run.UID)
 			return fmt.Errorf("journaling %s #%d: %w", plan[0].Entry.Kind, plan[0].Entry.Seq, store.ErrSeqTaken)
 		}
-		return refusal(err)
-	}
-	if output != nil {
-		l.output, l.outputChunk, l.hasOutput = *output, c, true
-	}
-	l.chunks[c].bytes += size
-	l.Commit(plan)
-	return nil
+		if err != nil {
+			return refusal(err)
+		}
+		if output != nil {
+			l.output, l.outputChunk, l.hasOutput = *output, c, true
+		}
+		l.chunks[c].bytes += size
+		return nil
+	})
 }
 
 // write stores add in the last chunk, or in a new one when it would
