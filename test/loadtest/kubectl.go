@@ -31,20 +31,20 @@ func (c *Cluster) AdminKubeconfig() (string, error) {
 // goes to stream i mod streams) as one multi-document YAML on stdin, which
 // kubectl creates one object after the other with its default client
 // settings. A run's create time is when its stream printed
-// "agentrun.agentrun.dev/<name> created". Before the first, one untimed
-// `kubectl get agentruns` fills the discovery cache the streams share, as
-// a person's kubectl has it warm.
-func (c *Cluster) KubectlCreate(streams int) func(ctx context.Context, b Batch) (map[string]time.Time, error) {
+// "agentrun.agentrun.dev/<name> created". KubectlCreate itself runs one
+// `kubectl get agentruns` to fill the discovery cache the streams share,
+// as a person's kubectl has it warm, before anything is timed.
+func (c *Cluster) KubectlCreate(ctx context.Context, streams int) (func(ctx context.Context, b Batch) (map[string]time.Time, error), error) {
+	kubeconfig, err := c.AdminKubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	cache := filepath.Join(c.dir, "kubectl-cache")
+	if out, err := exec.CommandContext(ctx, testenv.KubectlPath(), "--kubeconfig", kubeconfig, "--cache-dir", cache,
+		"get", "agentruns", "-n", "default", "-o", "name").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("kubectl get agentruns: %w: %s", err, out)
+	}
 	return func(ctx context.Context, b Batch) (map[string]time.Time, error) {
-		kubeconfig, err := c.AdminKubeconfig()
-		if err != nil {
-			return nil, err
-		}
-		cache := filepath.Join(c.dir, "kubectl-cache")
-		if out, err := exec.CommandContext(ctx, testenv.KubectlPath(), "--kubeconfig", kubeconfig, "--cache-dir", cache,
-			"get", "agentruns", "-n", b.Namespace, "-o", "name").CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("kubectl get agentruns: %w: %s", err, out)
-		}
 		var mu sync.Mutex
 		at := make(map[string]time.Time, b.N)
 		ctx, cancel := context.WithCancel(ctx)
@@ -77,7 +77,7 @@ func (c *Cluster) KubectlCreate(streams int) func(ctx context.Context, b Batch) 
 			return nil, fmt.Errorf("kubectl reported %d of %d runs created", len(at), b.N)
 		}
 		return at, nil
-	}
+	}, nil
 }
 
 // writeRunYAML appends one AgentRun manifest to buf.

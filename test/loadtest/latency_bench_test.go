@@ -282,7 +282,7 @@ func latencyScenario(b *testing.B, o latencyOptions) {
 		st := setupStore(b, ctx, o.store)
 		m := startManager(b, ctx, c, st.flags...)
 		r.row("store", "%s", st.describe)
-		r.row("load average", "%s at the start", loadAverage())
+		load0 := loadAverage()
 		warmOperator(b, ctx, c, m, r, "operator")
 		srv := newLatencyServer(b, d, 0)
 		r.row("server", "%s, every call held %v, no rate limit; %d runs of %d calls; provider table extra: %q", srv.URL(), d, n, loadtest.LatencyModelCalls, extra)
@@ -294,14 +294,16 @@ func latencyScenario(b *testing.B, o latencyOptions) {
 		}
 		lr.dbPID = st.dbPID
 		if o.kubectlStreams > 0 {
-			lr.create = c.KubectlCreate(o.kubectlStreams)
+			if lr.create, err = c.KubectlCreate(ctx, o.kubectlStreams); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if err := lr.run(ctx, c, m, n, o.timeout); err != nil {
 			b.Fatalf("%v\nmanager log tail:\n%s", err, m.LogTail(3000))
 		}
 		checkModelCalls(b, lr.res, loadtest.LatencyModelCalls)
 		op := lr
-		r.row("load average", "%s after the operator's batch", loadAverage())
+		load1 := loadAverage()
 		bares := []loadtest.BareLatencyResult{bare1}
 		bsts := []loadtest.LatencyStats{bst1}
 		if !skipSecond {
@@ -318,6 +320,7 @@ func latencyScenario(b *testing.B, o latencyOptions) {
 		if skipSecond {
 			r.row("bare client, pass 2", "skipped (set LOADTEST_BARE_TWICE=1 to run it): the mean is pass 1 alone")
 		}
+		r.row("load average", "%s at the start, %s after the operator's batch, %s at the end (1, 5, 15 minutes)", load0, load1, loadAverage())
 		res := op.res
 		opWall := secs(res.All())
 		ratio := bareWall / opWall

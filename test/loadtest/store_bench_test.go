@@ -230,8 +230,9 @@ func (o longRun) report(r *report, kind string, st storeSetup, lr *latencyRun, i
 	r.row(kind+": bare client", "%d clients x %d calls: wall %.2fs, then %.2fs (mean %.2fs); load average %s before, %s after", o.n, o.calls, secs(bares[0].Wall), secs(bares[1].Wall), bareWall, loads[0], loads[2])
 	r.row(kind+": operator", "first Complete %.2fs, half %.2fs, all (wall) %.2fs; creates done at %.2fs; load average %s after", secs(res.First()), secs(res.Half()), opWall, secs(res.CreatesDone), loads[1])
 	lead, gaps, tail := lr.server.Chain(res.CreatedAt, res.ReachedAt)
-	r.row(kind+": chain", "first call after the create p50 %.0fms p99 %.0fms; next call after an answer p50 %.0fms p99 %.0fms (%d gaps); seen Complete after the last answer p50 %.0fms p99 %.0fms",
-		ms(durQuantile(lead, 0.5).Seconds()), ms(durQuantile(lead, 0.99).Seconds()), ms(durQuantile(gaps, 0.5).Seconds()), ms(durQuantile(gaps, 0.99).Seconds()), len(gaps),
+	r.row(kind+": chain", "first call after the create p50 %.0fms p99 %.0fms; next call after an answer p50 %.0fms p99 %.0fms mean %.1fms (%d gaps: %.2fs a run); seen Complete after the last answer p50 %.0fms p99 %.0fms",
+		ms(durQuantile(lead, 0.5).Seconds()), ms(durQuantile(lead, 0.99).Seconds()), ms(durQuantile(gaps, 0.5).Seconds()), ms(durQuantile(gaps, 0.99).Seconds()),
+		ms(durMean(gaps).Seconds()), len(gaps), durMean(gaps).Seconds()*float64(o.calls-1),
 		ms(durQuantile(tail, 0.5).Seconds()), ms(durQuantile(tail, 0.99).Seconds()))
 	r.row(kind+": server", "%s", serverRow(lr.server))
 	r.row(kind+": waits seen", "%s", lr.waits)
@@ -270,6 +271,18 @@ func (o longRun) report(r *report, kind string, st storeSetup, lr *latencyRun, i
 	r.metric(bareWall, "bare_wall_s_"+kind)
 	r.metric(loadtest.MiB(res.Memory.RSS), "rss_MiB_"+kind)
 	r.metric(loadtest.MiB(res.Memory.HWM), "hwm_MiB_"+kind)
+}
+
+// durMean is the mean of ds (0 when empty).
+func durMean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
 }
 
 // verdict says whether a target was met.
