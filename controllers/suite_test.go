@@ -156,7 +156,8 @@ type managerOpts struct {
 	// scheduleClock is manager.Options.ScheduleClock (schedule tests step
 	// a fake one across schedule times).
 	scheduleClock clock.PassiveClock
-	// store is the manager's --store DSN, over the suite's (storeDSN).
+	// store is the manager's --store DSN, over the suite's (storeDSN);
+	// "-": ConfigMaps.
 	store string
 }
 
@@ -183,7 +184,11 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		opts.MetricsAddr = o.metricsAddr
 	}
 	opts.Store.DSN = storeDSN(t)
-	if o.store != "" {
+	switch o.store {
+	case "":
+	case "-":
+		opts.Store.DSN = "" // ConfigMaps, whatever the suite's store
+	default:
 		opts.Store.DSN = o.store
 	}
 	mgr, err := manager.New(env.Config, opts)

@@ -127,7 +127,8 @@ func New(o Options) (*Runtime, error) {
 }
 
 // record journals a call's intent and its outcome in one write, retrying a
-// few times so an API server blip does not cost the result. final, when
+// few times so an API server blip does not cost the result (a database
+// store that cannot be used is not retried: see keep). final, when
 // set, is the output the answer submits, stored in the same write. A cancelled
 // step journals nothing and returns nil: its intent stays pending by
 // design. Another writer holding the seq (the run changed hands) is final,
@@ -142,7 +143,10 @@ func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, final *string
 		} else {
 			err = rt.Journal.Append(ctx, run, es...)
 		}
-		return !errors.Is(err, store.ErrSeqTaken) && !errors.Is(err, store.ErrRefused), err
+		// A store that cannot be used now is not retried here: the answer
+		// is kept for the reconcile (keep), which shows the run waiting on
+		// the store and journals it once the store answers again.
+		return !errors.Is(err, store.ErrSeqTaken) && !errors.Is(err, store.ErrRefused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrFenced), err
 	})
 	if ctx.Err() != nil {
 		return nil

@@ -77,6 +77,8 @@ func (s *Store) Target() Target { return s.target }
 // Check reports whether the database can be used now: reachable, the
 // login and permissions accepted, the schema this binary's.
 func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
@@ -89,6 +91,15 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // DB is the database, for tests and the history server's reads.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// bound is ctx bounded by the operation timeout.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.cfg.OpTimeout
+	if d <= 0 {
+		d = DefaultOpTimeout
+	}
+	return context.WithTimeout(ctx, d)
+}
 
 // q rewrites a statement for the dialect.
 func (s *Store) q(query string) string { return s.dialect.placeholder(query) }
@@ -108,13 +119,9 @@ func journalName(ns, name string) string {
 
 // Load returns the run's entries in seq order, read once and then kept.
 func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
-	l := s.logs.Get(run.UID)
-	l.Mu.Lock()
-	defer l.Mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, empty); err != nil {
-		return nil, err
-	}
-	return l.View(), nil
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.logs.Load(run.UID, func(l *runLog) error { return s.ensureLoaded(ctx, run, l, empty) })
 }
 
 func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog, empty bool) error {
@@ -195,39 +202,23 @@ func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output
 }
 
 func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
-	if len(es) == 0 {
-		return nil
-	}
-	l := s.logs.Get(run.UID)
-	l.Mu.Lock()
-	defer l.Mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
-		return err
-	}
-	plan, err := l.Plan(es)
-	if err != nil {
-		s.logs.Stale(run.UID)
-		return err
-	}
-	if len(plan) == 0 {
-		return nil
-	}
-	err = s.write(ctx, run, l, plan, output)
-	if errors.Is(err, errConflict) {
-		err = s.storedAlready(ctx, run, plan)
-	}
-	if err != nil {
-		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) {
-			s.logs.Stale(run.UID)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	load := func(l *runLog) error { return s.ensureLoaded(ctx, run, l, false) }
+	return s.logs.Append(run.UID, load, es, func(l *runLog, plan []store.Planned) error {
+		err := s.write(ctx, run, l, plan, output)
+		if errors.Is(err, errConflict) {
+			err = s.storedAlready(ctx, run, plan)
 		}
-		return err
-	}
-	l.registered = true
-	if output != nil {
-		l.output = output
-	}
-	l.Commit(plan)
-	return nil
+		if err != nil {
+			return err
+		}
+		l.registered = true
+		if output != nil {
+			l.output = output
+		}
+		return nil
+	})
 }
 
 // storedAlready settles a conflict: if every planned entry is stored with
@@ -373,6 +364,8 @@ func intentOf(entries []journal.Entry, fresh []store.Planned, seq int64) *journa
 // PutOutput stores a finished run's final output; a database holds it, so
 // there is no object to name.
 func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l := s.logs.Get(run.UID)
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
@@ -412,6 +405,8 @@ func (s *Store) Cached() int { return s.logs.Cached() }
 
 // Entries reads a run's journal as stored.
 func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -421,6 +416,8 @@ func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry,
 
 // Output reads a run's stored final output.
 func (s *Store) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return "", false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -18,6 +19,10 @@ import (
 //
 //go:embed migrations/*.sql
 var migrations embed.FS
+
+// migrateTimeout bounds bringing the schema up to date (beyond the
+// operation's own bound: the first use migrates).
+const migrateTimeout = time.Minute
 
 // ErrSchemaNewer is a database whose schema a newer operator migrated:
 // this binary does not know what its tables mean, so it refuses to write.
@@ -45,6 +50,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	if s.migrated.Load() {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
 		return err

@@ -46,7 +46,15 @@ type Config struct {
 	Log logr.Logger
 	// Clock stamps archive and ledger rows (the real clock when nil).
 	Clock clock.PassiveClock
+	// OpTimeout bounds each operation (DefaultOpTimeout when 0): a database
+	// that froze (a host paused, a network partition) holds a connection
+	// open and never answers, and must read as unavailable, not hang a run.
+	OpTimeout time.Duration
 }
+
+// DefaultOpTimeout bounds one operation: an append is a few milliseconds,
+// and a database slower than this is as good as away for runs.
+const DefaultOpTimeout = 5 * time.Second
 
 // DefaultMaxConns bounds the pool: appends are short transactions, and a
 // database shared with other services should not see one replica take
@@ -168,6 +176,6 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.logs = store.NewLogs(func(mustRead bool) *runLog {
 		return &runLog{Log: store.Log{MustRead: mustRead, Raw: map[int64]string{}}}
-	})
+	}, func(l *runLog) *store.Log { return &l.Log })
 	return s, nil
 }
