@@ -56,9 +56,32 @@ type Batch struct {
 	// ProfileAfter delays the profile's start from the first create (to
 	// profile a batch's end alone).
 	ProfileAfter time.Duration
+	// ManagerProfileTo, if set, receives a CPU profile of the manager over
+	// the same span, and ManagerProfileTo + ".goroutines.txt" a dump of
+	// its goroutines at the span's middle (where its runs wait); the
+	// manager must serve pprof (--pprof-bind-address).
+	ManagerProfileTo string
 	// Observe, if set, is given every run of the namespace the batch's
 	// watch sees, as it sees it.
 	Observe func(*arv1.AgentRun)
+	// DatabasePID, if set, is a database server whose process tree's CPU
+	// (TreeCPU) is sampled with the others, as DatabaseCPU.
+	DatabasePID int
+	// Create, if set, creates the batch's runs instead of the harness's
+	// own client (N runs named RunName(Prefix, i), task RunTask(name), of
+	// Agent), returning when each create returned; KubectlCreate is one.
+	Create func(ctx context.Context, b Batch) (map[string]time.Time, error)
+}
+
+// cpuNow samples the processes the batch measures.
+func (b Batch) cpuNow() CPUSample {
+	s := CPUNow(b.Manager)
+	if b.DatabasePID != 0 {
+		if d, err := TreeCPU(b.DatabasePID); err == nil {
+			s[DatabaseCPU] = d
+		}
+	}
+	return s
 }
 
 // BatchResult is what RunBatch measured.
@@ -262,7 +285,7 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 		return nil, err
 	}
 	res.FirstCreate = time.Now()
-	marks.cpu = CPUNow(b.Manager)
+	marks.cpu = b.cpuNow()
 	if b.ProfileTo != "" {
 		// Not cancelled with the batch: a profile longer than the batch
 		// still arrives.
@@ -271,17 +294,24 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 			c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
 		}()
 	}
+	if b.ManagerProfileTo != "" && b.Manager != nil {
+		go b.Manager.profile(context.WithoutCancel(ctx), b.ManagerProfileTo, b.ProfileAfter, b.ProfileFor)
+	}
 	created := make(chan error, 1)
 	go func() {
 		var err error
-		res.CreatedAt, err = c.createRunsTimed(ctx, b)
+		if b.Create != nil {
+			res.CreatedAt, err = b.Create(ctx, b)
+		} else {
+			res.CreatedAt, err = c.createRunsTimed(ctx, b)
+		}
 		res.CreatesDone = time.Since(res.FirstCreate)
 		created <- err
 	}()
 	if err := w.follow(ctx, b, events, created); err != nil {
 		return nil, err
 	}
-	res.CPUToLast = CPUNow(b.Manager).Sub(marks.cpu)
+	res.CPUToLast = b.cpuNow().Sub(marks.cpu)
 	lastAt := res.reached(w)
 	select {
 	case <-time.After(time.Until(lastAt.Add(b.Settle))):
@@ -404,7 +434,7 @@ func (c *Cluster) measureBatch(ctx context.Context, b Batch, res *BatchResult, m
 		return err
 	}
 	res.Writes, res.Window = rev1-marks.rev, time.Since(res.FirstCreate)
-	res.CPU = CPUNow(b.Manager).Sub(marks.cpu)
+	res.CPU = b.cpuNow().Sub(marks.cpu)
 	req1, err := c.APIRequests(ctx)
 	if err != nil {
 		return err

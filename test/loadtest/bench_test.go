@@ -111,12 +111,12 @@ func startCluster(b *testing.B) *loadtest.Cluster {
 	return c
 }
 
-// startManager starts the manager process, waits until it is idle, and
-// stops it (SIGTERM, 30s grace) at the benchmark's end unless it was
-// stopped before.
-func startManager(b *testing.B, ctx context.Context, c *loadtest.Cluster) *loadtest.Manager {
+// startManager starts the manager process (with LOADTEST_MANAGER_FLAGS,
+// then extra), waits until it is idle, and stops it (SIGTERM, 30s grace)
+// at the benchmark's end unless it was stopped before.
+func startManager(b *testing.B, ctx context.Context, c *loadtest.Cluster, extra ...string) *loadtest.Manager {
 	b.Helper()
-	m, err := c.StartManager(ctx, b.TempDir(), managerFlags()...)
+	m, err := c.StartManager(ctx, b.TempDir(), append(managerFlags(), extra...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -193,12 +193,18 @@ func batch(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.M
 // serve /debug/pprof: AGENTRUN_TESTENV_PROFILING=1), written there as
 // NAME.pprof; LOADTEST_APISERVER_PROFILE_FOR sets its length and
 // LOADTEST_APISERVER_PROFILE_AFTER its start after the batch's first create.
+// A manager serving pprof (--pprof-bind-address in LOADTEST_MANAGER_FLAGS)
+// is profiled over the same span too, into NAME-manager.pprof, with its
+// goroutines at the span's middle in NAME-manager.pprof.goroutines.txt.
 func profileAPIServer(spec *loadtest.Batch, name string) {
 	dir := os.Getenv("LOADTEST_APISERVER_PROFILE_DIR")
 	if dir == "" {
 		return
 	}
 	spec.ProfileTo = filepath.Join(dir, name+".pprof")
+	if spec.Manager != nil && spec.Manager.PprofURL() != "" {
+		spec.ManagerProfileTo = filepath.Join(dir, name+"-manager.pprof")
+	}
 	if s, err := time.ParseDuration(os.Getenv("LOADTEST_APISERVER_PROFILE_FOR")); err == nil {
 		spec.ProfileFor = s
 	}

@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +48,10 @@ type Cluster struct {
 	// (testenv.Env.ManagerKubeconfig).
 	Kubeconfig string
 
-	dir string
+	dir       string
+	adminOnce sync.Once
+	admin     string
+	adminErr  error
 }
 
 // StartCluster starts etcd and kube-apiserver (with the AgentRun CRDs) and

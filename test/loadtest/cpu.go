@@ -15,29 +15,62 @@ const clockTick = 10 * time.Millisecond
 
 // ProcCPU is the CPU time (user + system) a process has used so far.
 func ProcCPU(pid int) (time.Duration, error) {
+	own, _, err := procTimes(pid)
+	return own, err
+}
+
+// procTimes reads a process's own CPU time (utime + stime) and that of
+// its children it has waited for (cutime + cstime: the whole lives of
+// children that ended and were reaped).
+func procTimes(pid int) (own, reaped time.Duration, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The command name is in parentheses and may hold spaces: the fields
 	// that follow are counted from the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
-	// f[0] is field 3 (state), so utime (14) and stime (15) are f[11], f[12].
-	var total time.Duration
-	for _, v := range f[11:13] {
+	// f[0] is field 3 (state), so utime (14), stime (15), cutime (16)
+	// and cstime (17) are f[11] to f[14].
+	var t [4]time.Duration
+	for k, v := range f[11:15] {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		total += time.Duration(n) * clockTick
+		t[k] = time.Duration(n) * clockTick
+	}
+	return t[0] + t[1], t[2] + t[3], nil
+}
+
+// TreeCPU is the CPU time a process tree has used so far: the process
+// itself, the children it has reaped (their whole lives), and, recursively,
+// its children alive now. A server that forks a process per connection or
+// task (PostgreSQL's postmaster: backends, autovacuum workers, the
+// checkpointer) is measured whole this way by two readings, whatever
+// children came and went between them: a child alive at the first reading
+// and reaped by the second is counted in the live sum, then in the
+// parent's reaped time, so the difference is what it used in between.
+func TreeCPU(pid int) (time.Duration, error) {
+	own, reaped, err := procTimes(pid)
+	if err != nil {
+		return 0, err
+	}
+	total := own + reaped
+	for _, child := range childPids(pid) {
+		// A child that ended since the listing is in reaped (or will be):
+		// skipping it loses nothing the next reading will not count.
+		if d, err := TreeCPU(child); err == nil {
+			total += d
+		}
 	}
 	return total, nil
 }
@@ -47,6 +80,10 @@ func ProcCPU(pid int) (time.Duration, error) {
 // control plane's kube-apiserver and etcd (children of this process), and
 // the manager when there is one.
 type CPUSample map[string]time.Duration
+
+// DatabaseCPU is the CPUSample key of a database server's process tree
+// (Batch.DatabasePID).
+const DatabaseCPU = "database"
 
 // CPUNow samples the harness, its kube-apiserver and etcd children, and
 // the managers given.
@@ -83,7 +120,7 @@ func (s CPUSample) Sub(prev CPUSample) CPUSample {
 // PerRun formats each process's CPU milliseconds per run of n.
 func (s CPUSample) PerRun(n int) string {
 	var parts []string
-	for _, k := range []string{"kube-apiserver", "etcd", "manager", "harness"} {
+	for _, k := range []string{"kube-apiserver", "etcd", "manager", DatabaseCPU, "harness"} {
 		if d, ok := s[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(d.Microseconds())/1000/float64(n)))
 		}

@@ -26,6 +26,18 @@ import (
 // system prompt; BareLatency's last call of a run carries it.
 const FinalStageMarker = "[final stage]"
 
+// WriteToolMarker is the text whose presence in a chat-completion
+// request's system prompt (its first system message) makes the
+// LatencyServer answer with a call of the MCP write tool create_ticket
+// (mcptest's unannotated tool), titled with the run's name, unless the
+// request's last message is a tool result: then it answers "ok", so a
+// stage carrying the marker makes exactly two calls, the write between
+// them. ChainBlueprint's write stage has it.
+const WriteToolMarker = "[write tool]"
+
+// WriteTool is the tool a WriteToolMarker call asks for.
+const WriteTool = "create_ticket"
+
 // LatencyModelCalls is how many model calls a run of LatencyBlueprint
 // makes (one per stage).
 const LatencyModelCalls = 3
@@ -112,7 +124,9 @@ func (c *Cluster) CreateSecret(ctx context.Context, ns, name string, data map[st
 // (POST /v1/chat/completions) that answers every accepted call after a
 // fixed delay, holding the connection meanwhile, as a real model does. A
 // call whose messages hold FinalStageMarker gets a complete tool call
-// ({"output": "done"}, finish_reason tool_calls), any other the text "ok".
+// ({"output": "done"}, finish_reason tool_calls), one whose system prompt
+// holds WriteToolMarker a WriteTool call (see there), any other the text
+// "ok".
 // With a rate limit it keeps a token bucket of that many calls, refilled at
 // that many per second, and answers a call that finds it empty with HTTP 429
 // at once (Retry-After: 1, OpenAI's rate_limit_exceeded error body).
@@ -133,6 +147,7 @@ type LatencyServer struct {
 	runs        map[string][]CallSpan
 	limited     int64
 	finals      int64
+	writes      int64
 	bad         int64
 }
 
@@ -168,8 +183,9 @@ func (s *LatencyServer) Close() error { return s.srv.Close() }
 type LatencyStats struct {
 	// Requests is every call received; RateLimited those answered 429;
 	// Accepted those held and answered 200 (Finals of them with the
-	// complete tool call); Bad those refused as malformed (400).
-	Requests, RateLimited, Accepted, Finals, Bad int64
+	// complete tool call, Writes with a WriteTool call); Bad those refused
+	// as malformed (400).
+	Requests, RateLimited, Accepted, Finals, Writes, Bad int64
 	// Starts is each accepted call's arrival, ascending.
 	Starts []time.Time
 	// MaxInFlight is the most accepted calls held at once.
@@ -229,16 +245,16 @@ func (s *LatencyServer) Take() LatencyStats {
 	defer s.mu.Unlock()
 	st := LatencyStats{
 		Requests: s.requests.Swap(0), RateLimited: s.limited, Accepted: int64(len(s.starts)),
-		Finals: s.finals, Bad: s.bad, Starts: s.starts, MaxInFlight: s.maxInFlight, Runs: s.runs,
+		Finals: s.finals, Writes: s.writes, Bad: s.bad, Starts: s.starts, MaxInFlight: s.maxInFlight, Runs: s.runs,
 	}
 	sort.Slice(st.Starts, func(i, j int) bool { return st.Starts[i].Before(st.Starts[j]) })
-	s.starts, s.limited, s.finals, s.bad, s.maxInFlight, s.runs = nil, 0, 0, 0, s.inFlight, nil
+	s.starts, s.limited, s.finals, s.writes, s.bad, s.maxInFlight, s.runs = nil, 0, 0, 0, 0, s.inFlight, nil
 	return st
 }
 
 // admit takes a token (true) or says the call is over the limit (false),
 // and records an admitted call's start.
-func (s *LatencyServer) admit(now time.Time, final bool) bool {
+func (s *LatencyServer) admit(now time.Time, answer answerKind) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rate > 0 {
@@ -251,8 +267,11 @@ func (s *LatencyServer) admit(now time.Time, final bool) bool {
 		s.tokens--
 	}
 	s.starts = append(s.starts, now)
-	if final {
+	switch answer {
+	case answerComplete:
 		s.finals++
+	case answerWrite:
+		s.writes++
 	}
 	s.inFlight++
 	s.maxInFlight = max(s.maxInFlight, s.inFlight)
@@ -306,14 +325,8 @@ func (s *LatencyServer) handle(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "invalid_request")
 		return
 	}
-	final := false
-	for _, m := range req.Messages {
-		if bytes.Contains(m, []byte(FinalStageMarker)) {
-			final = true
-			break
-		}
-	}
-	if !s.admit(now, final) {
+	answer := answerFor(req.Messages)
+	if !s.admit(now, answer) {
 		w.Header().Set("Retry-After", "1")
 		writeOpenAIError(w, http.StatusTooManyRequests, "Rate limit reached", "requests", "rate_limit_exceeded")
 		return
@@ -333,7 +346,7 @@ func (s *LatencyServer) handle(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		}
 	}
-	writeJSONBody(w, http.StatusOK, chatCompletion(req.Model, final))
+	writeJSONBody(w, http.StatusOK, chatCompletion(req.Model, answer, name))
 }
 
 func writeOpenAIError(w http.ResponseWriter, status int, message, typ, code string) {
@@ -348,20 +361,71 @@ func writeJSONBody(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-var completionIDs atomic.Int64
+var completionIDs, toolCallIDs atomic.Int64
 
-// chatCompletion is an OpenAI chat.completion answer: the text "ok", or for
-// a final call a complete tool call; usage 100 prompt + 10 completion.
-func chatCompletion(model string, final bool) map[string]any {
+// answerKind is what the server answers a call with.
+type answerKind int
+
+const (
+	answerText answerKind = iota
+	answerComplete
+	answerWrite
+)
+
+// answerFor reads a call's messages: FinalStageMarker anywhere asks for
+// complete; WriteToolMarker in the first system message, with anything
+// but a tool result last, asks for the write.
+func answerFor(messages []json.RawMessage) answerKind {
+	write := false
+	for _, m := range messages {
+		if bytes.Contains(m, []byte(FinalStageMarker)) {
+			return answerComplete
+		}
+		write = write || bytes.Contains(m, []byte(WriteToolMarker))
+	}
+	if !write {
+		return answerText
+	}
+	type message struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	var last message
+	if json.Unmarshal(messages[len(messages)-1], &last) != nil || last.Role == "tool" {
+		return answerText
+	}
+	for _, m := range messages {
+		var msg message
+		if json.Unmarshal(m, &msg) == nil && msg.Role == "system" {
+			if bytes.Contains(msg.Content, []byte(WriteToolMarker)) {
+				return answerWrite
+			}
+			return answerText
+		}
+	}
+	return answerText
+}
+
+// chatCompletion is an OpenAI chat.completion answer: the text "ok", for
+// a final call a complete tool call, for a write call a WriteTool call
+// titled run; usage 100 prompt + 10 completion.
+func chatCompletion(model string, answer answerKind, run string) map[string]any {
 	msg := map[string]any{"role": "assistant", "content": "ok", "refusal": nil}
 	finish := "stop"
-	if final {
+	call := func(name, args string) {
 		msg["content"] = nil
 		msg["tool_calls"] = []any{map[string]any{
-			"id": "call_1", "type": "function",
-			"function": map[string]any{"name": "complete", "arguments": `{"output": "done"}`},
+			"id": fmt.Sprintf("call_%d", toolCallIDs.Add(1)), "type": "function",
+			"function": map[string]any{"name": name, "arguments": args},
 		}}
 		finish = "tool_calls"
+	}
+	switch answer {
+	case answerComplete:
+		call("complete", `{"output": "done"}`)
+	case answerWrite:
+		args, _ := json.Marshal(map[string]string{"title": run})
+		call(WriteTool, string(args))
 	}
 	return map[string]any{
 		"id":      fmt.Sprintf("chatcmpl-loadtest-%d", completionIDs.Add(1)),

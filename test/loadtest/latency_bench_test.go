@@ -79,12 +79,21 @@ type latencyRun struct {
 	res    *loadtest.BatchResult
 	waits  *loadtest.BlockerWatch
 	server loadtest.LatencyStats
+	// dbPID, if set, is the database server whose CPU the batch samples;
+	// create, if set, creates the runs (Batch.Create).
+	dbPID  int
+	create func(context.Context, loadtest.Batch) (map[string]time.Time, error)
 }
 
-// prepareLatency makes the namespace (blueprint, providers.toml naming srv
-// with extra in its table, the key's Secret).
+// prepareLatency makes the namespace (LatencyBlueprint, providers.toml
+// naming srv with extra in its table, the key's Secret).
 func prepareLatency(ctx context.Context, c *loadtest.Cluster, name string, srv *loadtest.LatencyServer, extra string) (*latencyRun, error) {
-	ns, err := c.SetupLatencyNamespace(ctx, name, "bench", loadtest.LatencyBlueprint, loadtest.LatencyProvidersTOML(srv.BaseURL(), extra))
+	return prepareLatencyOf(ctx, c, name, srv, extra, loadtest.LatencyBlueprint)
+}
+
+// prepareLatencyOf is prepareLatency with another blueprint.
+func prepareLatencyOf(ctx context.Context, c *loadtest.Cluster, name string, srv *loadtest.LatencyServer, extra, manifest string) (*latencyRun, error) {
+	ns, err := c.SetupLatencyNamespace(ctx, name, "bench", manifest, loadtest.LatencyProvidersTOML(srv.BaseURL(), extra))
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +130,8 @@ func (lr *latencyRun) run(ctx context.Context, c *loadtest.Cluster, m *loadtest.
 			}
 		}
 	}()
-	spec := loadtest.Batch{Namespace: lr.ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m, Observe: lr.waits.Observe}
+	spec := loadtest.Batch{Namespace: lr.ns, Agent: "bench", Prefix: "r", N: n, Concurrency: concurrency, Timeout: timeout, Manager: m, Observe: lr.waits.Observe,
+		DatabasePID: lr.dbPID, Create: lr.create}
 	profileAPIServer(&spec, lr.name)
 	res, err := c.RunBatch(ctx, spec)
 	lr.server = lr.srv.Take()
@@ -164,8 +174,14 @@ func newLatencyServer(b *testing.B, delay time.Duration, rate int) *loadtest.Lat
 
 func bareLatency(b *testing.B, ctx context.Context, srv *loadtest.LatencyServer, n int) (loadtest.BareLatencyResult, loadtest.LatencyStats) {
 	b.Helper()
+	return bareLatencyCalls(b, ctx, srv, n, loadtest.LatencyModelCalls)
+}
+
+// bareLatencyCalls is bareLatency with calls calls per client.
+func bareLatencyCalls(b *testing.B, ctx context.Context, srv *loadtest.LatencyServer, n, calls int) (loadtest.BareLatencyResult, loadtest.LatencyStats) {
+	b.Helper()
 	srv.Take()
-	res, err := loadtest.BareLatency(ctx, srv.URL(), n, loadtest.LatencyModelCalls)
+	res, err := loadtest.BareLatency(ctx, srv.URL(), n, calls)
 	st := srv.Take()
 	if err != nil {
 		b.Fatal(err)
@@ -237,24 +253,57 @@ func serverRow(st loadtest.LatencyStats) string {
 		st.Requests, st.Accepted, st.Finals, st.RateLimited, st.Bad, st.BusiestSecond(), st.MaxInFlight, secs(st.Span()))
 }
 
+// latencyOptions shape a latency scenario.
+type latencyOptions struct {
+	// n is the default run count (LOADTEST_N replaces it); timeout bounds
+	// the operator's batch; skipSecond leaves out the second bare pass.
+	n          int
+	timeout    time.Duration
+	skipSecond bool
+	// store is the runs' store (storeConfigMaps, storePostgres,
+	// storeSQLite; "": ConfigMaps, as the manager's default).
+	store string
+	// kubectlStreams, if above 0, creates the runs with the real kubectl in
+	// that many parallel streams instead of the harness's client.
+	kubectlStreams int
+	// targets adds issue 47's targets for Latency1000Kubectl to the table.
+	targets bool
+}
+
 // latencyScenario: bare client, operator, bare client again (unless
 // skipSecond), N runs of 3 calls each, on one server answering after D.
-func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSecond bool) {
+func latencyScenario(b *testing.B, o latencyOptions) {
 	scenario(b, func(b *testing.B, ctx context.Context, r *report) {
-		n := envInt(b, "LOADTEST_N", defaultN)
+		n := envInt(b, "LOADTEST_N", o.n)
 		d := envDuration(b, "LOADTEST_LATENCY", 2*time.Second)
 		extra := envTOML("LOADTEST_PROVIDER_EXTRA", "")
-		if os.Getenv("LOADTEST_BARE_TWICE") == "1" {
-			skipSecond = false
-		}
+		skipSecond := o.skipSecond && os.Getenv("LOADTEST_BARE_TWICE") != "1"
 		c := startCluster(b)
-		m := startManager(b, ctx, c)
+		st := setupStore(b, ctx, o.store)
+		m := startManager(b, ctx, c, st.flags...)
+		r.row("store", "%s", st.describe)
+		load0 := loadAverage()
 		warmOperator(b, ctx, c, m, r, "operator")
 		srv := newLatencyServer(b, d, 0)
 		r.row("server", "%s, every call held %v, no rate limit; %d runs of %d calls; provider table extra: %q", srv.URL(), d, n, loadtest.LatencyModelCalls, extra)
 
 		bare1, bst1 := bareLatency(b, ctx, srv, n)
-		op := latencyBatch(b, ctx, c, m, "latency", srv, extra, n, timeout)
+		lr, err := prepareLatency(ctx, c, "latency", srv, extra)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lr.dbPID = st.dbPID
+		if o.kubectlStreams > 0 {
+			if lr.create, err = c.KubectlCreate(ctx, o.kubectlStreams); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := lr.run(ctx, c, m, n, o.timeout); err != nil {
+			b.Fatalf("%v\nmanager log tail:\n%s", err, m.LogTail(3000))
+		}
+		checkModelCalls(b, lr.res, loadtest.LatencyModelCalls)
+		op := lr
+		load1 := loadAverage()
 		bares := []loadtest.BareLatencyResult{bare1}
 		bsts := []loadtest.LatencyStats{bst1}
 		if !skipSecond {
@@ -271,11 +320,16 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		if skipSecond {
 			r.row("bare client, pass 2", "skipped (set LOADTEST_BARE_TWICE=1 to run it): the mean is pass 1 alone")
 		}
+		r.row("load average", "%s at the start, %s after the operator's batch, %s at the end (1, 5, 15 minutes)", load0, load1, loadAverage())
 		res := op.res
 		opWall := secs(res.All())
 		ratio := bareWall / opWall
 		incomplete := res.N - len(res.Reached)
-		r.row("operator", "%d runs created by %d goroutines (creates done at %.2fs); first Complete %.2fs, half %.2fs, all (wall) %.2fs", n, res.Concurrency, secs(res.CreatesDone), secs(res.First()), secs(res.Half()), opWall)
+		creator := fmt.Sprintf("%d goroutines of the harness's client", res.Concurrency)
+		if o.kubectlStreams > 0 {
+			creator = fmt.Sprintf("the real kubectl, %d `kubectl create -f -` streams", o.kubectlStreams)
+		}
+		r.row("operator", "%d runs created by %s (creates done at %.2fs); first Complete %.2fs, half %.2fs, all (wall) %.2fs", n, creator, secs(res.CreatesDone), secs(res.First()), secs(res.Half()), opWall)
 		r.row("operator: server", "%s", serverRow(op.server))
 		lead, gaps, tail := op.server.Chain(res.CreatedAt, res.ReachedAt)
 		r.row("operator: chain", "first call after the create returned p50 %.0fms p99 %.0fms (%d runs); next call after an answer p50 %.0fms p99 %.0fms (%d gaps); seen Complete after the last answer p50 %.0fms p99 %.0fms",
@@ -299,6 +353,13 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		w := res.WakeWait
 		r.row("operator: reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms; waited in the queue p50 %.1fms p99 %.1fms; %.0f woken by the manager waited p50 %.1fms p99 %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(q.Quantile(0.5)), ms(q.Quantile(0.99)), w.Count, ms(w.Quantile(0.5)), ms(w.Quantile(0.99)))
 		r.row("ratio", "%.3f (mean bare wall %.2fs / operator wall %.2fs: the operator's throughput as a fraction of the bare client's)", ratio, bareWall, opWall)
+		if st.dbPID != 0 {
+			r.row("operator: database CPU", "%.2f ms/run (the postmaster's process tree)", float64(res.CPU[loadtest.DatabaseCPU].Microseconds())/1000/float64(res.N))
+		}
+		if o.targets {
+			r.row("targets", "ratio %.3f (>= 0.6: %s), first Complete %.2fs (<= 9s: %s), manager VmHWM %.0f MiB (<= 256: %s)",
+				ratio, verdict(ratio >= 0.6), secs(res.First()), verdict(res.First() <= 9*time.Second), loadtest.MiB(res.Memory.HWM), verdict(loadtest.MiB(res.Memory.HWM) <= 256))
+		}
 
 		var bareBusiest float64
 		for _, st := range bsts {
@@ -316,19 +377,32 @@ func latencyScenario(b *testing.B, defaultN int, timeout time.Duration, skipSeco
 		r.metric(floor, "cpu_floor_s")
 		r.metric(loadtest.MiB(res.Memory.HWM), "hwm_MiB")
 		r.metric(float64(incomplete), "incomplete")
+		if o.kubectlStreams > 0 || o.store != "" {
+			r.metric(secs(res.CreatesDone), "creates_s")
+			r.metric(loadtest.MiB(res.Memory.RSS), "rss_MiB")
+			if st.dbPID != 0 {
+				r.metric(float64(res.CPU[loadtest.DatabaseCPU].Microseconds())/1000/float64(res.N), "database_ms/run")
+			}
+		}
 	})
 }
 
 // BenchmarkLatency300: 300 runs of LatencyBlueprint (3 calls, each held D =
 // 2s by the server) against a bare client making the same 900 calls from
 // 300 goroutines, before and after.
-func BenchmarkLatency300(b *testing.B) { latencyScenario(b, 300, 20*time.Minute, false) }
+func BenchmarkLatency300(b *testing.B) {
+	latencyScenario(b, latencyOptions{n: 300, timeout: 20 * time.Minute})
+}
 
 // BenchmarkLatency1000: the same with 1,000 runs.
-func BenchmarkLatency1000(b *testing.B) { latencyScenario(b, 1000, 30*time.Minute, false) }
+func BenchmarkLatency1000(b *testing.B) {
+	latencyScenario(b, latencyOptions{n: 1000, timeout: 30 * time.Minute})
+}
 
 // BenchmarkLatency5000: the same with 5,000 runs, one bare pass (before).
-func BenchmarkLatency5000(b *testing.B) { latencyScenario(b, 5000, 90*time.Minute, true) }
+func BenchmarkLatency5000(b *testing.B) {
+	latencyScenario(b, latencyOptions{n: 5000, timeout: 90 * time.Minute, skipSecond: true})
+}
 
 // latencyPair runs two batches of n at once on one manager, each in its
 // own namespace against its own server, failing the benchmark if either

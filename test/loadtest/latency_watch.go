@@ -46,6 +46,9 @@ func (c *Cluster) CreateRunsWith(ctx context.Context, ns, agent, prefix string, 
 type BlockerWatch struct {
 	mu   sync.Mutex
 	seen map[string]map[string]bool // run -> "Reason" or "NeedsSetup/Blocker"
+	// storeError is the first waitingOn.storeError seen: why a run found
+	// the store unavailable, which a report must say beside the count.
+	storeError string
 }
 
 // NewBlockerWatch is an empty BlockerWatch.
@@ -69,6 +72,9 @@ func (w *BlockerWatch) Observe(r *arv1.AgentRun) {
 		w.seen[r.Name] = map[string]bool{}
 	}
 	w.seen[r.Name][key] = true
+	if w.storeError == "" && wo.StoreError != "" {
+		w.storeError = wo.StoreError
+	}
 }
 
 // Ever is how many runs ever waited on NeedsSetup with blocker b.
@@ -102,6 +108,11 @@ func (w *BlockerWatch) String() string {
 			s += ", "
 		}
 		s += fmt.Sprintf("%s %d", k, counts[k])
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.storeError != "" {
+		s += fmt.Sprintf(" (the first store error: %s)", w.storeError)
 	}
 	return s
 }

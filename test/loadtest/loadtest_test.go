@@ -428,10 +428,20 @@ type managerSeat struct {
 	c      *loadtest.Cluster
 	LogDir string
 	M      *loadtest.Manager
+	// Flags are passed to every manager Start starts.
+	Flags []string
 }
 
+// newManagerSeat's managers log into a temporary directory, or into
+// LOADTEST_LOG_DIR when it is set (kept, to read after a failure).
 func newManagerSeat(t *testing.T, ctx context.Context, c *loadtest.Cluster) *managerSeat {
-	s := &managerSeat{t: t, ctx: ctx, c: c, LogDir: t.TempDir()}
+	dir := os.Getenv("LOADTEST_LOG_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &managerSeat{t: t, ctx: ctx, c: c, LogDir: dir}
 	t.Cleanup(func() {
 		if s.M != nil {
 			_ = s.M.Kill()
@@ -443,7 +453,7 @@ func newManagerSeat(t *testing.T, ctx context.Context, c *loadtest.Cluster) *man
 // Start starts a manager process and returns once its workers run.
 func (s *managerSeat) Start() {
 	s.t.Helper()
-	m, err := s.c.StartManager(s.ctx, s.LogDir)
+	m, err := s.c.StartManager(s.ctx, s.LogDir, s.Flags...)
 	if err != nil {
 		s.t.Fatal(err)
 	}

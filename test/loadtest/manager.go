@@ -373,3 +373,62 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// PprofURL is the root of the manager's /debug/pprof, from its
+// --pprof-bind-address flag ("" when it serves none).
+func (m *Manager) PprofURL() string {
+	for _, a := range m.Args {
+		if addr, ok := strings.CutPrefix(a, "--pprof-bind-address="); ok && addr != "" {
+			return "http://" + addr + "/debug/pprof"
+		}
+	}
+	return ""
+}
+
+// profile writes a CPU profile of the manager over d (default 10s),
+// starting after, to path, and its goroutines at the span's middle to
+// path + ".goroutines.txt". Failures are only logged: profiles are
+// diagnostics, not results.
+func (m *Manager) profile(ctx context.Context, path string, after, d time.Duration) {
+	root := m.PprofURL()
+	if root == "" {
+		fmt.Fprintln(os.Stderr, "profiling the manager: it serves no pprof (pass --pprof-bind-address in LOADTEST_MANAGER_FLAGS)")
+		return
+	}
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	time.Sleep(after)
+	go func() {
+		time.Sleep(d / 2)
+		if err := fetchTo(ctx, root+"/goroutine?debug=1", path+".goroutines.txt", time.Minute); err != nil {
+			fmt.Fprintf(os.Stderr, "dumping the manager's goroutines: %v\n", err)
+		}
+	}()
+	if err := fetchTo(ctx, fmt.Sprintf("%s/profile?seconds=%d", root, int(d.Seconds())), path, d+time.Minute); err != nil {
+		fmt.Fprintf(os.Stderr, "profiling the manager: %v\n", err)
+	}
+}
+
+// fetchTo GETs url into the file path.
+func fetchTo(ctx context.Context, url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return os.WriteFile(path, body, 0o644)
+}

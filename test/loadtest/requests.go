@@ -10,7 +10,9 @@ import (
 // Requests counts the API server's requests by verb and resource (with the
 // subresource, e.g. "PATCH agentruns/status", "WATCH configmaps"), from its
 // own apiserver_request_total counter: what every client asked of it, the
-// manager's reads included.
+// manager's reads included. Requests answered with an error are counted
+// apart, their code after the resource ("POST configmaps 409"): they cost
+// the API server and store nothing.
 type Requests map[string]float64
 
 // APIRequests scrapes the API server's request counters.
@@ -27,6 +29,9 @@ func (c *Cluster) APIRequests(ctx context.Context) (Requests, error) {
 		res := s.Labels["resource"]
 		if sub := s.Labels["subresource"]; sub != "" {
 			res += "/" + sub
+		}
+		if code := s.Labels["code"]; code != "" && !strings.HasPrefix(code, "2") {
+			res += " " + code
 		}
 		out[s.Labels["verb"]+" "+res] += s.Value
 	}

@@ -28,8 +28,11 @@ var archiveColumns = []string{
 // yet (rec.Entries: a run begun on ConfigMaps) is stored with it, and its
 // calls go into the ledger.
 func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	vals, err := archiveValues(rec, s.now())
 	if err != nil {
 		return err
@@ -136,13 +139,16 @@ func orZero(s string) string {
 
 // Archived reports whether the run's record is stored.
 func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return false, err
 	}
 	var one int
-	err := s.db.QueryRowContext(ctx, s.q("SELECT 1 FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&one)
+	err = s.db.QueryRowContext(ctx, s.q("SELECT 1 FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -152,14 +158,17 @@ func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
 // ArchivedRun reads one archived record back: the run as it finished and
 // its output.
 func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun, *string, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return nil, nil, err
 	}
 	var doc string
 	var output sql.NullString
-	err := s.db.QueryRowContext(ctx, s.q("SELECT record, output FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&doc, &output)
+	err = s.db.QueryRowContext(ctx, s.q("SELECT record, output FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&doc, &output)
 	if err != nil {
 		return nil, nil, s.classify(err)
 	}
@@ -176,12 +185,15 @@ func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun,
 
 // Deleted marks the journal of a run deleted before it was archived.
 func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`UPDATE run_journals SET deleted_at = $1 WHERE run_uid = $2 AND deleted_at IS NULL
+	_, err = s.db.ExecContext(ctx, s.q(`UPDATE run_journals SET deleted_at = $1 WHERE run_uid = $2 AND deleted_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM archived_runs WHERE run_uid = $2)`), s.now(), string(uid))
 	return s.classify(err)
 }
@@ -190,8 +202,11 @@ func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
 // or journals of runs deleted before then, with their journals and ledger
 // rows, oldest first.
 func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return 0, err
 	}

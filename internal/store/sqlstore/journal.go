@@ -44,6 +44,8 @@ type Store struct {
 	dialect dialect
 	db      *sql.DB
 	logs    *store.Logs[runLog]
+	// line gives each operation its turn at the pool (line.go).
+	line *line
 
 	migrateMu sync.Mutex
 	migrated  atomic.Bool
@@ -77,8 +79,11 @@ func (s *Store) Target() Target { return s.target }
 // Check reports whether the database can be used now: reachable, the
 // login and permissions accepted, the schema this binary's.
 func (s *Store) Check(ctx context.Context) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
@@ -92,13 +97,22 @@ func (s *Store) Close() error { return s.db.Close() }
 // DB is the database, for tests and the history server's reads.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// bound is ctx bounded by the operation timeout.
-func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+// bound waits for the operation's turn at the database (line.go) and
+// returns ctx bounded by the operation timeout from then; done ends the
+// turn. An error is the database answering nothing while it waited.
+func (s *Store) bound(ctx context.Context) (context.Context, func(), error) {
 	d := s.cfg.OpTimeout
 	if d <= 0 {
 		d = DefaultOpTimeout
 	}
-	return context.WithTimeout(ctx, d)
+	if err := s.line.wait(ctx, d); err != nil {
+		return nil, nil, s.classify(err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, d)
+	return bctx, func() {
+		s.line.leave(bctx.Err() == nil)
+		cancel()
+	}, nil
 }
 
 // q rewrites a statement for the dialect.
@@ -119,8 +133,11 @@ func journalName(ns, name string) string {
 
 // Load returns the run's entries in seq order, read once and then kept.
 func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	return s.logs.Load(run.UID, func(l *runLog) error { return s.ensureLoaded(ctx, run, l, empty) })
 }
 
@@ -202,8 +219,11 @@ func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output
 }
 
 func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	load := func(l *runLog) error { return s.ensureLoaded(ctx, run, l, false) }
 	return s.logs.Append(run.UID, load, es, func(l *runLog, plan []store.Planned) error {
 		err := s.write(ctx, run, l, plan, output)
@@ -364,8 +384,11 @@ func intentOf(entries []journal.Entry, fresh []store.Planned, seq int64) *journa
 // PutOutput stores a finished run's final output; a database holds it, so
 // there is no object to name.
 func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer done()
 	l := s.logs.Get(run.UID)
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
@@ -376,7 +399,7 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 		return "", nil
 	}
 	enc, _ := json.Marshal(text)
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := s.fenced(ctx, tx); err != nil {
 			return err
 		}
@@ -405,8 +428,11 @@ func (s *Store) Cached() int { return s.logs.Cached() }
 
 // Entries reads a run's journal as stored.
 func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -416,13 +442,16 @@ func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry,
 
 // Output reads a run's stored final output.
 func (s *Store) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	defer done()
 	if err := s.ensure(ctx); err != nil {
 		return "", false, err
 	}
 	var output sql.NullString
-	err := s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(run.UID)).Scan(&output)
+	err = s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(run.UID)).Scan(&output)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !output.Valid) {
 		return "", false, nil
 	}

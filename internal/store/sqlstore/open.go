@@ -144,7 +144,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = logr.Discard()
 	}
-	s := &Store{cfg: cfg, target: t}
+	s := &Store{cfg: cfg, target: t, line: newLine(1)}
 	switch t.Kind {
 	case KindSQLite:
 		s.dialect = sqliteDialect
@@ -171,6 +171,7 @@ func Open(cfg Config) (*Store, error) {
 			n = DefaultMaxConns
 		}
 		s.db.SetMaxOpenConns(n)
+		s.line = newLine(n)
 		s.db.SetMaxIdleConns(n)
 		s.db.SetConnMaxIdleTime(5 * time.Minute)
 	}

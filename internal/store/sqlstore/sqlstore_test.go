@@ -416,3 +416,50 @@ func TestFenceWaitsForAppendsInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestBusyPoolIsNotAnOutage: more appends at once than the pool has
+// connections, each transaction held 300 ms, queue for longer than the
+// operation bound (1 s) while the database answers every one: none may
+// read as the database being away (a thousand runs created at once parked
+// on StoreUnavailable so in BenchmarkLatency1000Kubectl). A transaction
+// that never ends, though, still makes the appends waiting behind it
+// unavailable within the bound.
+func TestBusyPoolIsNotAnOutage(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, err := sqlstore.Open(sqlstore.Config{DSN: dsn, MaxConns: 1, OpTimeout: time.Second})
+		must(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		must(t, s.Check(ctx))
+		sqlstore.SetBeforeCommit(s, func() {
+			time.Sleep(300 * time.Millisecond) // the database taking its time to answer, not a wait for a result
+		})
+		const n = 8
+		errs := make(chan error, n)
+		for range n {
+			go func() { errs <- s.Append(ctx, newRun(), intent(0, 0)) }()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Errorf("an append behind %d others of 300 ms each, with a 1 s bound: %v", n-1, err)
+			}
+		}
+
+		// A transaction that never ends: the next append gives up.
+		stuck, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		sqlstore.SetBeforeCommit(s, func() { once.Do(func() { close(stuck) }); <-release })
+		go func() { _ = s.Append(ctx, newRun(), intent(0, 0)) }()
+		<-stuck
+		start := time.Now()
+		err = s.Append(ctx, newRun(), intent(0, 0))
+		close(release)
+		var ue *store.UnavailableError
+		if !errors.As(err, &ue) {
+			t.Fatalf("an append behind a transaction that never ends = %v, want the store unavailable", err)
+		}
+		if waited := time.Since(start); waited > 3*time.Second {
+			t.Errorf("the append behind a transaction that never ends gave up after %v, want about the 1 s bound", waited)
+		}
+	})
+}
