@@ -85,7 +85,7 @@ func TestChartNamespaceScopedInstallReadsSecretsOnlyWhereItWatches(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRun(t, c, watched, "review-pr", 60*time.Second, "Complete", func(r *arv1.AgentRun) bool { return r.Status.Phase == arv1.PhaseComplete })
+	waitRun(t, c, watched, "review-pr", 2*time.Minute, "Complete", func(r *arv1.AgentRun) bool { return r.Status.Phase == arv1.PhaseComplete })
 	left := waitRun(t, c, other, "review-pr", time.Second, "present", func(*arv1.AgentRun) bool { return true })
 	// Queued is the phase the API server defaults; a reconcile would have
 	// added a finalizer and written conditions.
