@@ -188,7 +188,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		s.unstart()
 		return ctrl.Result{}, nil
 	}
-	r.startSteps(s)
+	r.startSteps(ctx, s)
 	r.releaseIfIdle(s.run, s.out)
 	if s.run.Status.Phase.IsTerminal() {
 		// A finished run is never folded again: what was kept to drive it
@@ -203,7 +203,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	for _, fn := range s.effects {
 		fn()
 	}
-	r.deliverCallback(s.run)
+	r.deliverCallback(ctx, s.run)
 	return r.wakeup(ctx, s), nil
 }
 
@@ -218,7 +218,7 @@ func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err erro
 	}
 	waits := r.statusWaits(s, err)
 	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
-		r.startSteps(s)
+		r.startSteps(ctx, s)
 	}
 	return waits
 }
@@ -226,12 +226,12 @@ func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err erro
 // startSteps starts the steps the reconcile reserved, unless the shard's
 // Lease has ended (whoever drives the shard now takes their intents up):
 // once started, nothing of theirs is undone.
-func (r *AgentRunReconciler) startSteps(s *scope) {
+func (r *AgentRunReconciler) startSteps(ctx context.Context, s *scope) {
 	if len(s.tickets) == 0 || !r.drives(s.run) {
 		return
 	}
 	for _, t := range s.tickets {
-		t.ticket.Start(r.step(s.run, t.fn))
+		t.ticket.Start(r.step(ctx, s.run, t.fn))
 	}
 	r.unstarted.clearAll(s)
 	s.tickets, s.intents, s.aborts = nil, nil, nil
