@@ -29,6 +29,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/controllers/schedules"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
@@ -387,7 +388,7 @@ func addScheduler(mgr ctrl.Manager, o Options, rec events.EventRecorder) error {
 	if c == nil {
 		c = o.Clock
 	}
-	r := &controllers.ScheduleReconciler{
+	r := &schedules.Reconciler{
 		Client: mgr.GetClient(), Fresh: mgr.GetAPIReader(), Uncached: o.Shards > 1, Clock: c, Recorder: rec,
 	}
 	if err := r.SetupWithManager(mgr, controller.Options{SkipNameValidation: &o.SkipNameValidation}); err != nil {
