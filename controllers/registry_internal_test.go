@@ -16,7 +16,7 @@ import (
 // the reconcile that started it: its context carries that logger.
 func TestStepLogsAsTheReconcileThatStartedIt(t *testing.T) {
 	var lines []string
-	log := funcr.New(func(p, args string) { lines = append(lines, args) }, funcr.Options{}).WithValues("reconcileID", "abc")
+	log := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{}).WithValues("reconcileID", "abc")
 	reconcile := ctrl.LoggerInto(context.Background(), log)
 	run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u"}}
 	r := &AgentRunReconciler{}
