@@ -377,18 +377,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		}
 	}
 	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})
-	if err := r.observeWrites(mgr); err != nil {
-		return err
-	}
 	r.scheme, r.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
-	if r.watchCaps {
-		if err := r.watchNamespaceCaps(context.Background(), mgr); err != nil {
-			return err
-		}
-	}
-	if err := r.policies.watch(context.Background(), mgr); err != nil {
-		return err
-	}
 	o.MaxConcurrentReconciles = max(o.MaxConcurrentReconciles, 1)
 	if r.sharded() {
 		// Every replica reconciles the runs of the shards it holds; the

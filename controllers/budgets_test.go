@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,9 +28,13 @@ func TestBudgetParksAndRaisingResumes(t *testing.T) {
 	if w.Budget.Kind != arv1.BudgetSteps || w.Budget.Limit != "2" || w.Observed != "2" || !w.NeedsAPerson {
 		t.Errorf("waitingOn = %+v budget %+v, want Steps limit 2 observed 2", w, w.Budget)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if calls := h.scripted.Calls(string(run.UID)); calls != 2 {
-		t.Errorf("provider calls = %d, want 2: the call that would cross the budget is not made", calls)
+	if err := holdsFor(500*time.Millisecond, func() error {
+		if calls := h.scripted.Calls(string(run.UID)); calls != 2 {
+			return fmt.Errorf("provider calls = %d, want 2: the call that would cross the budget is not made", calls)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	tp := waitFor(t, ns, "tokens", 20*time.Second, "token BudgetExceeded", func(r *arv1.AgentRun) bool {
 		return r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitBudgetExceeded

@@ -29,12 +29,12 @@ func callbackDue(run *arv1.AgentRun) bool {
 // deliverCallback sends a due delivery on an executor step (never on the
 // reconcile path) unless one is already under way. Its outcome comes back
 // as a report that the run's reconcile records.
-func (r *AgentRunReconciler) deliverCallback(run *arv1.AgentRun) {
+func (r *AgentRunReconciler) deliverCallback(ctx context.Context, run *arv1.AgentRun) {
 	if !callbackDue(run) || r.steps.Deliveries.Has(run.UID) {
 		return // nothing owed, or an outcome waits to be recorded
 	}
 	d := steps.Delivery{Run: steps.RunRef(run), Body: func(run *arv1.AgentRun) ([]byte, error) { return callbackBody(run, r.clock.Now()) }}
-	r.pool.Submit(r.stepOf(run, steps.CallbackSeq, ""), r.step(run, func(ctx context.Context) { r.steps.RunDelivery(ctx, d) }))
+	r.pool.Submit(r.stepOf(run, steps.CallbackSeq, ""), r.step(ctx, run, func(ctx context.Context) { r.steps.RunDelivery(ctx, d) }))
 }
 
 // recordDelivery puts a finished delivery's report in the run's status.

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -118,9 +119,13 @@ func TestCallbackDeliveredOnceAcrossARestart(t *testing.T) {
 	if done.Status.Callback.DeliveryID != want || done.Status.Callback.DeliveredAt == nil {
 		t.Errorf("callback status = %+v", done.Status.Callback)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if again, _, _ := rc.counts(); again[want] != 1 {
-		t.Errorf("delivered %d times after being recorded", again[want])
+	if err := holdsFor(300*time.Millisecond, func() error {
+		if again, _, _ := rc.counts(); again[want] != 1 {
+			return fmt.Errorf("delivered %d times after being recorded", again[want])
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	body := rc.bodies[0]
 	if body["event"] != "agent_completed" || body["phase"] != "Complete" || body["run_id"] != string(run.UID) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +16,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
@@ -235,65 +235,45 @@ func treeUsage(own arv1.Usage, children []arv1.AgentRun) *arv1.Usage {
 // expectations remembers children created but not yet seen in the cache,
 // the way the ReplicaSet controller does, so a reconcile on a stale cache
 // neither forgets them nor over-creates.
+// Its Box (Forget, Has, EachRun) holds, per parent, the expected children
+// by name; each is changed under the Box's lock.
 type expectations struct {
-	mu sync.Mutex
-	m  map[types.UID]map[string]runstate.ChildFact
+	*perrun.Box[map[string]runstate.ChildFact]
 }
 
 func newExpectations() *expectations {
-	return &expectations{m: map[types.UID]map[string]runstate.ChildFact{}}
+	return &expectations{perrun.New[map[string]runstate.ChildFact]()}
 }
 
 func (e *expectations) expect(parent types.UID, c runstate.ChildFact) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.m[parent] == nil {
-		e.m[parent] = map[string]runstate.ChildFact{}
-	}
-	e.m[parent][c.Name] = c
+	e.Update(parent, func(m map[string]runstate.ChildFact, _ bool) (map[string]runstate.ChildFact, bool) {
+		if m == nil {
+			m = map[string]runstate.ChildFact{}
+		}
+		m[c.Name] = c
+		return m, true
+	})
 }
 
 func (e *expectations) forget(parent types.UID, name string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.m[parent], name)
+	e.Update(parent, func(m map[string]runstate.ChildFact, ok bool) (map[string]runstate.ChildFact, bool) {
+		delete(m, name)
+		return m, ok
+	})
 }
 
 // pending returns the expected children not in seen, dropping those seen.
 func (e *expectations) pending(parent types.UID, seen sets.Set[string]) []runstate.ChildFact {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var out []runstate.ChildFact
-	for name, c := range e.m[parent] {
-		if seen.Has(name) {
-			delete(e.m[parent], name)
-			continue
+	e.Update(parent, func(m map[string]runstate.ChildFact, ok bool) (map[string]runstate.ChildFact, bool) {
+		for name, c := range m {
+			if seen.Has(name) {
+				delete(m, name)
+				continue
+			}
+			out = append(out, c)
 		}
-		out = append(out, c)
-	}
+		return m, ok
+	})
 	return out
-}
-
-// Forget drops what is expected of the parent.
-func (e *expectations) Forget(parent types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.m, parent)
-}
-
-// Has reports whether anything is expected of the parent.
-func (e *expectations) Has(parent types.UID) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, ok := e.m[parent]
-	return ok
-}
-
-// EachRun calls fn with every parent something is expected of.
-func (e *expectations) EachRun(fn func(types.UID)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for uid := range e.m {
-		fn(uid)
-	}
 }

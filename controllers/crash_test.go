@@ -115,12 +115,16 @@ func TestKillingTheManagerNeverRepeatsAWrite(t *testing.T) {
 		}
 	}
 	// A last look after everything settled: no late re-execution either.
-	time.Sleep(time.Second)
-	for i := range kills {
-		run := getRun(t, ns, fmt.Sprintf("w%02d", i))
-		if n := callsOf(srv, string(run.UID)); n > 1 {
-			t.Errorf("%s: %d calls in the end", run.Name, n)
+	if err := holdsFor(time.Second, func() error {
+		for i := range kills {
+			run := getRun(t, ns, fmt.Sprintf("w%02d", i))
+			if n := callsOf(srv, string(run.UID)); n > 1 {
+				return fmt.Errorf("%s: %d calls in the end", run.Name, n)
+			}
 		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	t.Logf("%d kills: %d while the write was at the server, %d runs complete, %d parked on NeedsReconciliation", kills, inFlightKills, complete, parked)
 	if inFlightKills == 0 {

@@ -69,8 +69,23 @@ func TestFinishedRunsLeaveOneObject(t *testing.T) {
 		waitFor(t, ns, fmt.Sprintf("r%d", i), 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	}
 	// Events may give way to the runs' writes for up to DefaultGiveWayFor:
-	// every one the runs leave must be in to be counted.
-	time.Sleep(eventsink.DefaultGiveWayFor + 500*time.Millisecond)
+	// look for a second one of a run for that long, so every one the runs
+	// leave is in to be counted.
+	if err := holdsFor(eventsink.DefaultGiveWayFor+500*time.Millisecond, func() error {
+		var evs eventsv1.EventList
+		if err := k8s.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		events := map[string]int{}
+		for _, e := range evs.Items {
+			if events[e.Regarding.Name]++; events[e.Regarding.Name] > 1 {
+				return fmt.Errorf("%s left %d events, want at most one", e.Regarding.Name, events[e.Regarding.Name])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 	var cms corev1.ConfigMapList
 	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -133,9 +148,14 @@ func TestRetentionDeletesAfterTheWebhook(t *testing.T) {
 	createRun(t, ns, "kept", "three")
 
 	waitFor(t, ns, "hooked", 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	time.Sleep(2500 * time.Millisecond) // past its TTL, while the receiver holds the delivery
-	if r := getRun(t, ns, "hooked"); r.Status.Callback == nil || r.Status.Callback.State != arv1.CallbackPending {
-		t.Fatalf("callback %+v, want the delivery still pending", r.Status.Callback)
+	// Past its TTL, while the receiver holds the delivery, it stays.
+	if err := holdsFor(2500*time.Millisecond, func() error {
+		if r := getRun(t, ns, "hooked"); r.Status.Callback == nil || r.Status.Callback.State != arv1.CallbackPending {
+			return fmt.Errorf("callback %+v, want the delivery still pending", r.Status.Callback)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	close(rc.hold)
 	gone(t, ns, "hooked", 15*time.Second)
@@ -184,9 +204,13 @@ func TestDefaultRetentionSparesGitOpsRuns(t *testing.T) {
 	for _, name := range []string{"argo", "flux"} {
 		waitFor(t, ns, name, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	}
-	time.Sleep(2 * time.Second)
-	for _, name := range []string{"argo", "flux"} {
-		getRun(t, ns, name) // fails the test if it went
+	if err := holdsFor(2*time.Second, func() error {
+		for _, name := range []string{"argo", "flux"} {
+			getRun(t, ns, name) // fails the test if it went
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -251,7 +275,15 @@ func TestAdmissionIsFirstComeFirstServed(t *testing.T) {
 	for i := range n {
 		waitFor(t, ns, fmt.Sprintf("r%02d", i), 90*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The watch sees the last completions a little after the reads above.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		seen := len(order)
+		mu.Unlock()
+		if seen == n || time.Now().After(deadline) {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	pos := map[string]int{}
@@ -326,9 +358,14 @@ func TestUnusedSnapshotsAreSwept(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // more sweeps
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: b.Status.BlueprintSnapshot}, &corev1.ConfigMap{}); err != nil {
-		t.Errorf("the snapshot run b refers to was swept: %v", err)
+	// More sweeps leave it.
+	if err := holdsFor(500*time.Millisecond, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: b.Status.BlueprintSnapshot}, &corev1.ConfigMap{}); err != nil {
+			return fmt.Errorf("the snapshot run b refers to was swept: %v", err)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -399,16 +436,19 @@ func TestDeadToolServerRetriesCostNoWrites(t *testing.T) {
 	for _, name := range names {
 		createRun(t, ns, name, "tooling")
 	}
-	before := map[string]string{}
 	for _, name := range names {
 		waitFor(t, ns, name, 30*time.Second, "parked on the dead server", func(r *arv1.AgentRun) bool {
 			return r.Status.WaitingOn != nil && r.Status.WaitingOn.Blocker == arv1.BlockerToolServerUnavailable
 		})
 	}
-	time.Sleep(time.Second) // let the parks' own writes land
-	for _, name := range names {
-		before[name] = getRun(t, ns, name).ResourceVersion
-	}
+	// Once the parks' own writes have landed, note where each run is.
+	before := steady(t, time.Second, 30*time.Second, "the parked runs' resourceVersions", func() map[string]string {
+		rvs := map[string]string{}
+		for _, name := range names {
+			rvs[name] = getRun(t, ns, name).ResourceVersion
+		}
+		return rvs
+	})
 	from := accepted.Load()
 	deadline := time.Now().Add(30 * time.Second)
 	for accepted.Load() < from+4 && time.Now().Before(deadline) {

@@ -110,7 +110,7 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		}
 		return ctrl.Result{}, err
 	}
-	r.deliverCallback(run)
+	r.deliverCallback(ctx, run)
 	if !r.archived(run) {
 		return ctrl.Result{RequeueAfter: archiveRetry}, nil // kept until archived
 	}

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -59,9 +60,13 @@ func TestInteractionPointParksAttendedAndPassesUnattended(t *testing.T) {
 	if !done.Status.Flags.GatesForced {
 		t.Error("the unattended run passed a checkpoint without a person but gatesForced is false")
 	}
-	time.Sleep(500 * time.Millisecond)
-	if r := getRun(t, ns, "attended"); r.Status.Phase != arv1.PhaseWaitingInput {
-		t.Errorf("the attended run moved on without an answer: %s", r.Status.Phase)
+	if err := holdsFor(500*time.Millisecond, func() error {
+		if r := getRun(t, ns, "attended"); r.Status.Phase != arv1.PhaseWaitingInput {
+			return fmt.Errorf("the attended run moved on without an answer: %s", r.Status.Phase)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
@@ -58,7 +57,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	case journal.PurposeTitle:
 		// The titling call: the task alone, a short answer, no turns.
 		req.Purpose, req.Script, req.SystemPrompt, req.OutputInstructions = journal.PurposeTitle, nil, "", ""
-		req.Task = "Give this task a short title of at most eight words. Answer with the title only, no quotes.\n\nTask: " + run.Spec.Task
+		req.Task = steps.TitleTask(run.Spec.Task)
 		call.Request = req
 		return call, nil
 	case journal.PurposeCompact:
@@ -68,7 +67,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	req.History = append(history(st.Carried()), history(st.Turns)...)
 	req.StageNote = st.Note()
 	if stage != nil {
-		req.TransitionPrompt = transitionPrompt(&st, f.Blueprint, stage)
+		req.TransitionPrompt = steps.TransitionPrompt(&st, f.Blueprint, stage)
 	}
 	req.Document, req.Directive, req.Choices = documentOf(&st, f.Blueprint), st.Directive, st.PointChoices
 	if f.offer != nil {
@@ -194,41 +193,8 @@ func compactRequest(req providers.Request, st journal.State, task string) provid
 	job := st.Compacting()
 	req.Purpose, req.Script, req.SystemPrompt, req.OutputInstructions, req.Tools = journal.PurposeCompact, nil, "", "", nil
 	req.History = history(job.Turns)
-	req.Task = fmt.Sprintf("Summarize the work on this task so far for the next stage, %q: what was decided, what was found, what is left to do. Answer with the summary only.", st.Stage)
-	if job.Prompt != "" {
-		req.Task += "\n\n" + job.Prompt
-	}
-	req.Task += "\n\nTask: " + task
+	req.Task = steps.CompactTask(st.Stage, job.Prompt, task)
 	return req
-}
-
-// transitionPrompt tells the model how to leave the stage: its
-// transition_prompt (else a built-in sentence), then the edges it may
-// choose, that is the llm_choice edges whose targets have revisits left.
-// Edges that fire on runtime signals are never offered: a dead_end edge
-// offered as a choice would be a shortcut past the pipeline.
-func transitionPrompt(st *journal.State, bp *blueprint.Blueprint, stage *blueprint.Stage) string {
-	choices := st.Choices(bp, stage)
-	if len(choices) == 0 {
-		return stage.TransitionPrompt
-	}
-	var b strings.Builder
-	if stage.TransitionPrompt != "" {
-		b.WriteString(stage.TransitionPrompt)
-	} else {
-		b.WriteString("When this stage's work is done, call the transition tool with the target that fits best.")
-	}
-	b.WriteString("\nTargets:")
-	for _, t := range choices {
-		b.WriteString("\n- " + t.Target)
-		if t.Hint != "" {
-			b.WriteString(": " + t.Hint)
-		}
-	}
-	if stage.AllowComplete {
-		b.WriteString("\nOr call complete to finish the whole run.")
-	}
-	return b.String()
 }
 
 // measurable: no stuck edge of the stage relies on edits it cannot see.

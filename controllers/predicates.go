@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -104,17 +103,6 @@ func wakeEvent(namespace, name string) event.GenericEvent {
 }
 
 func wakeOf(run *arv1.AgentRun) event.GenericEvent { return wakeEvent(run.Namespace, run.Name) }
-
-// observeWrites tells the run cache when the informer has caught up with a
-// status write, so the copy kept from the write can go.
-func (r *AgentRunReconciler) observeWrites(mgr ctrl.Manager) error {
-	inf, err := mgr.GetCache().GetInformer(context.Background(), &arv1.AgentRun{})
-	if err != nil {
-		return err
-	}
-	_, err = inf.AddEventHandler(r.runs.Handler(r.wake))
-	return err
-}
 
 // created passes only creations: a fork waiting for its source
 // (ForkSourceMissing) is woken when a run of that name is created.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -70,10 +71,12 @@ func (r *AgentRunReconciler) HeldFor(uid types.UID) []string { return r.runState
 // step is a step of run, as the executor runs it. A step that was stopped
 // (its run deleted, or its shard gone to another replica) may have put
 // state back after the run was forgotten; once it ends, the run is
-// forgotten again if it is no longer driven here.
-func (r *AgentRunReconciler) step(run *arv1.AgentRun, fn func(context.Context)) func(context.Context) {
-	key, uid := client.ObjectKeyFromObject(run), run.UID
+// forgotten again if it is no longer driven here. The step logs as the
+// reconcile that started it (ctx's logger: the run and the reconcile).
+func (r *AgentRunReconciler) step(ctx context.Context, run *arv1.AgentRun, fn func(context.Context)) func(context.Context) {
+	key, uid, log := client.ObjectKeyFromObject(run), run.UID, ctrl.LoggerFrom(ctx)
 	return func(ctx context.Context) {
+		ctx = ctrl.LoggerInto(ctx, log)
 		fn(ctx)
 		if ctx.Err() == nil {
 			return

@@ -28,21 +28,32 @@ func TestFixingOneSecretWakesOnlyItsRuns(t *testing.T) {
 	waitAll(t, ns, 30*time.Second, "s1 runs complete", func(r *arv1.AgentRun) bool {
 		return r.Name[len(r.Name)-2:] != "s1" || r.Status.Phase == arv1.PhaseComplete
 	})
-	time.Sleep(300 * time.Millisecond)
+	// The runs of the other Secrets stay untouched while the s1 runs'
+	// last writes land.
+	if err := holdsFor(300*time.Millisecond, func() error {
+		for name, n := range before {
+			if name[len(name)-2:] == "s1" {
+				continue
+			}
+			if after := h.reconcileCount(types.NamespacedName{Namespace: ns, Name: name}); after != n {
+				return fmt.Errorf("%s waits on another Secret but was reconciled %d more times", name, after-n)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 	woken, reconciles := 0, int64(0)
 	for name, n := range before {
-		after := h.reconcileCount(types.NamespacedName{Namespace: ns, Name: name})
-		if name[len(name)-2:] == "s1" {
-			if after == n {
-				t.Errorf("%s was not reconciled after its Secret appeared", name)
-			}
-			woken++
-			reconciles += after - n
+		if name[len(name)-2:] != "s1" {
 			continue
 		}
-		if after != n {
-			t.Errorf("%s waits on another Secret but was reconciled %d more times", name, after-n)
+		after := h.reconcileCount(types.NamespacedName{Namespace: ns, Name: name})
+		if after == n {
+			t.Errorf("%s was not reconciled after its Secret appeared", name)
 		}
+		woken++
+		reconciles += after - n
 	}
 	t.Logf("reconciled after the fix: %d runs (the Secret's own), %d reconciles in all through completion; other runs: 0", woken, reconciles)
 }
@@ -80,17 +91,21 @@ func parkAndFixOneSecret(tb testing.TB, count func(types.NamespacedName) int64) 
 	}
 	waitAll(tb, ns, 60*time.Second, "all 200 parked on SecretMissing", func(r *arv1.AgentRun) bool { return blockedOn(arv1.BlockerSecretMissing)(r) })
 
-	// Let the parked state settle, then snapshot every run's reconcile count.
-	time.Sleep(500 * time.Millisecond)
+	// Once the parked state has settled (the reconciles the parking writes
+	// trigger have run), snapshot every run's reconcile count.
 	before := map[string]int64{}
 	var list arv1.AgentRunList
 	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		tb.Fatal(err)
 	}
-	for _, r := range list.Items {
-		if count != nil {
-			before[r.Name] = count(types.NamespacedName{Namespace: ns, Name: r.Name})
-		}
+	if count != nil {
+		before = steady(tb, 500*time.Millisecond, 30*time.Second, "the parked runs' reconcile counts", func() map[string]int64 {
+			counts := map[string]int64{}
+			for _, r := range list.Items {
+				counts[r.Name] = count(types.NamespacedName{Namespace: ns, Name: r.Name})
+			}
+			return counts
+		})
 	}
 
 	fixed := time.Now()
@@ -187,12 +202,16 @@ func TestRejectedKeyWaitsForSecretChange(t *testing.T) {
 	}
 	// An unrelated Secret changing, and time passing, must not retry.
 	setSecretData(t, ns, "unrelated", map[string]string{"x": "z"})
-	time.Sleep(2 * time.Second)
-	if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
-		t.Fatalf("provider called again (%d calls) though the Secret did not change", calls)
-	}
-	if r := getRun(t, ns, "r"); !blockedOn(arv1.BlockerAuthFailed)(r) {
-		t.Fatalf("run left AuthFailed without a fix: %+v", r.Status.WaitingOn)
+	if err := holdsFor(2*time.Second, func() error {
+		if calls := h.scripted.Calls(string(run.UID)); calls != 1 {
+			return fmt.Errorf("provider called again (%d calls) though the Secret did not change", calls)
+		}
+		if r := getRun(t, ns, "r"); !blockedOn(arv1.BlockerAuthFailed)(r) {
+			return fmt.Errorf("run left AuthFailed without a fix: %+v", r.Status.WaitingOn)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	setSecretData(t, ns, "model-creds", map[string]string{"api-key": "good"})
 	waitFor(t, ns, "r", 20*time.Second, "Complete after the key was replaced", phaseIs(arv1.PhaseComplete))

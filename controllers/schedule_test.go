@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/controllers/schedules"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
 	"github.com/agentrun-dev/agentrun-operator/internal/schedule"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
@@ -454,7 +454,7 @@ func TestScheduleMissedTimeIsAWarning(t *testing.T) {
 		st := getSchedule(t, ns, "late").Status
 		return st.MissedCount == 1 && st.LastMissedTime != nil && st.LastMissedTime.Equal(&metav1.Time{Time: missed}), fmt.Sprintf("%+v", st)
 	})
-	waitForEvent(t, ns, "late", controllers.EventMissSchedule, missed.UTC().Format(time.RFC3339))
+	waitForEvent(t, ns, "late", schedules.EventMissSchedule, missed.UTC().Format(time.RFC3339))
 	poke(t, ns, "late")
 	if err := holdsFor(time.Second, func() error {
 		if runs := scheduleRuns(t, ns, "late"); len(runs) != 0 {
@@ -472,7 +472,7 @@ func TestScheduleMissedTimeIsAWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if e.Reason == controllers.EventMissSchedule && e.Type != corev1.EventTypeWarning {
+		if e.Reason == schedules.EventMissSchedule && e.Type != corev1.EventTypeWarning {
 			t.Errorf("MissSchedule event of type %s, want Warning", e.Type)
 		}
 	}

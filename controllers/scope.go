@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -189,7 +188,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		s.unstart()
 		return ctrl.Result{}, nil
 	}
-	r.startSteps(s)
+	r.startSteps(ctx, s)
 	r.releaseIfIdle(s.run, s.out)
 	if s.run.Status.Phase.IsTerminal() {
 		// A finished run is never folded again: what was kept to drive it
@@ -204,7 +203,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	for _, fn := range s.effects {
 		fn()
 	}
-	r.deliverCallback(s.run)
+	r.deliverCallback(ctx, s.run)
 	return r.wakeup(ctx, s), nil
 }
 
@@ -219,7 +218,7 @@ func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err erro
 	}
 	waits := r.statusWaits(s, err)
 	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
-		r.startSteps(s)
+		r.startSteps(ctx, s)
 	}
 	return waits
 }
@@ -227,12 +226,12 @@ func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err erro
 // startSteps starts the steps the reconcile reserved, unless the shard's
 // Lease has ended (whoever drives the shard now takes their intents up):
 // once started, nothing of theirs is undone.
-func (r *AgentRunReconciler) startSteps(s *scope) {
+func (r *AgentRunReconciler) startSteps(ctx context.Context, s *scope) {
 	if len(s.tickets) == 0 || !r.drives(s.run) {
 		return
 	}
 	for _, t := range s.tickets {
-		t.ticket.Start(r.step(s.run, t.fn))
+		t.ticket.Start(r.step(ctx, s.run, t.fn))
 	}
 	r.unstarted.clearAll(s)
 	s.tickets, s.intents, s.aborts = nil, nil, nil
@@ -296,55 +295,32 @@ func (f *failures) take(uid types.UID) (string, bool) { return f.box.Take(uid) }
 // cost two status writes to show and clear.
 const pressureShownAfter = 5 * time.Second
 
-// pressure remembers since when each run has found the executor full.
-type pressure struct {
-	mu    sync.Mutex
-	since map[types.UID]time.Time
-}
+// pressure remembers since when each run has found the executor full (its
+// Box: Forget, Has, EachRun).
+type pressure struct{ *perrun.Box[time.Time] }
 
-func newPressure() *pressure { return &pressure{since: map[types.UID]time.Time{}} }
-
-// Forget drops since when the run has found the executor full.
-func (p *pressure) Forget(uid types.UID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.since, uid)
-}
-
-// Has reports whether the run is finding the executor full.
-func (p *pressure) Has(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.since[uid]
-	return ok
-}
-
-// EachRun calls fn with every run finding the executor full.
-func (p *pressure) EachRun(fn func(types.UID)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for uid := range p.since {
-		fn(uid)
-	}
-}
+func newPressure() *pressure { return &pressure{perrun.New[time.Time]()} }
 
 // lasted records whether the run found backpressure now and reports
 // whether it has lasted pressureShownAfter, or else how long until it
 // would have (0 when there is none).
 func (p *pressure) lasted(uid types.UID, now bool, at time.Time) (bool, time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !now {
-		delete(p.since, uid)
+		p.Forget(uid)
 		return false, 0
 	}
-	since, ok := p.since[uid]
-	if !ok {
-		p.since[uid] = at
-		return false, pressureShownAfter
-	}
-	if waited := at.Sub(since); waited < pressureShownAfter {
-		return false, pressureShownAfter - waited
-	}
-	return true, 0
+	var shown bool
+	var left time.Duration
+	p.Update(uid, func(since time.Time, ok bool) (time.Time, bool) {
+		switch waited := at.Sub(since); {
+		case !ok:
+			since, left = at, pressureShownAfter
+		case waited < pressureShownAfter:
+			left = pressureShownAfter - waited
+		default:
+			shown = true
+		}
+		return since, true
+	})
+	return shown, left
 }

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -200,9 +199,7 @@ func TestNeedsSetupBlockersResumeWhenFixed(t *testing.T) {
 			if stalled == nil || stalled.Status != "True" || stalled.Reason != string(arv1.WaitNeedsSetup) || stalled.Message != w.Remedy {
 				t.Errorf("Stalled = %+v, want True/NeedsSetup with the remedy", stalled)
 			}
-			if got := kstatusOf(t, run); got != status.FailedStatus {
-				t.Errorf("kstatus = %s, want Failed while it needs setup", got)
-			}
+			// (That kstatus reads this as Failed is test/kstatus's to prove.)
 			if run.Status.Active != nil && run.Status.Active.Since != nil {
 				t.Error("the active clock runs while parked on setup")
 			}

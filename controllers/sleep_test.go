@@ -63,13 +63,23 @@ func TestSleepOverdueWhileNobodyDrivesIt(t *testing.T) {
 	createRun(t, ns, "r", "napper")
 	s := waitFor(t, ns, "r", 20*time.Second, "Sleeping", sleeping)
 	h.stop()
-	time.Sleep(time.Until(s.Status.WaitingOn.WakeAt.Time) + 1500*time.Millisecond)
-	r := getRun(t, ns, "r")
-	st := wire.Status(r, time.Now())
-	state, _ := st.Get("state")
-	overdue, _ := st.Get("overdue")
-	if state != "sleeping" || overdue != true {
-		t.Fatalf("wire status while nobody drives it = %v, want sleeping and overdue", st)
+	// Nobody drives it, so it stays sleeping, and reads overdue once wakeAt
+	// is behind it.
+	deadline := s.Status.WaitingOn.WakeAt.Add(20 * time.Second)
+	for {
+		st := wire.Status(getRun(t, ns, "r"), time.Now())
+		state, _ := st.Get("state")
+		overdue, _ := st.Get("overdue")
+		if state != "sleeping" {
+			t.Fatalf("wire status while nobody drives it = %v, want sleeping and overdue", st)
+		}
+		if overdue == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wire status while nobody drives it = %v, want sleeping and overdue", st)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	startManager(t, managerOpts{})
 	waitFor(t, ns, "r", 20*time.Second, "Complete once driven again", phaseIs(arv1.PhaseComplete))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -302,6 +303,29 @@ func holdsFor(window time.Duration, check func() error) error {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// steady polls read until what it returns has not changed for quiet, and
+// returns that value: it waits out trailing writes (the reconcile a status
+// write triggers, an Event giving way) before a snapshot is taken, rather
+// than sleeping for a guess. It fails the test if the value still moves
+// after within.
+func steady[T any](t testing.TB, quiet, within time.Duration, what string, read func() T) T {
+	t.Helper()
+	start := time.Now()
+	last, since := read(), start
+	for {
+		time.Sleep(20 * time.Millisecond)
+		now := time.Now()
+		if v := read(); !reflect.DeepEqual(v, last) {
+			last, since = v, now
+		} else if now.Sub(since) >= quiet {
+			return last
+		}
+		if now.Sub(start) > within {
+			t.Fatalf("%s still changing after %v", what, within)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
@@ -62,16 +60,12 @@ func (c *namespaceCaps) observe(name string, annotations map[string]string, gone
 	return false
 }
 
-// watchNamespaceCaps feeds the caps from the manager's cache (metadata
-// only) and refills admission when a bound changes, so a raised bound
-// admits waiting runs at once.
-func (r *AgentRunReconciler) watchNamespaceCaps(ctx context.Context, mgr ctrl.Manager) error {
+// namespaceCapsHandler feeds the caps from the manager's cache of
+// namespaces (metadata only) and refills admission when a bound changes,
+// so a raised bound admits waiting runs at once.
+func (r *AgentRunReconciler) namespaceCapsHandler() InformerHandler {
 	ns := &metav1.PartialObjectMetadata{}
 	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	inf, err := mgr.GetCache().GetInformer(ctx, ns)
-	if err != nil {
-		return err
-	}
 	seen := func(obj any, gone bool) {
 		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -81,10 +75,9 @@ func (r *AgentRunReconciler) watchNamespaceCaps(ctx context.Context, mgr ctrl.Ma
 			r.admission.Refill()
 		}
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	return InformerHandler{Object: ns, Handler: toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { seen(obj, false) },
 		UpdateFunc: func(_, obj any) { seen(obj, false) },
 		DeleteFunc: func(obj any) { seen(obj, true) },
-	})
-	return err
+	}}
 }

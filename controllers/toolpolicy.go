@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -35,24 +34,15 @@ func newToolPolicies(reader client.Reader, namespaces []string) *toolPolicies {
 	return &toolPolicies{reader: reader, eval: toolpolicy.NewEvaluator(), cluster: len(namespaces) == 0}
 }
 
-// watch starts the policies' informers with the manager (so the first
-// tool call does not wait for a list) and drops a deleted policy's
-// compiled rules.
-func (p *toolPolicies) watch(ctx context.Context, mgr ctrl.Manager) error {
-	kinds := []client.Object{&arv1.AgentToolPolicy{}}
+// handlers drop a deleted policy's compiled rules. Registered with the
+// manager, they also start the policies' informers with it, so the first
+// tool call does not wait for a list.
+func (p *toolPolicies) handlers() []InformerHandler {
+	hs := []InformerHandler{{Object: &arv1.AgentToolPolicy{}, Handler: toolscache.ResourceEventHandlerFuncs{DeleteFunc: p.forget}}}
 	if p.cluster {
-		kinds = append(kinds, &arv1.ClusterAgentToolPolicy{})
+		hs = append(hs, InformerHandler{Object: &arv1.ClusterAgentToolPolicy{}, Handler: toolscache.ResourceEventHandlerFuncs{DeleteFunc: p.forget}})
 	}
-	for _, obj := range kinds {
-		inf, err := mgr.GetCache().GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("watching %T: %w", obj, err)
-		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: p.forget}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return hs
 }
 
 func (p *toolPolicies) forget(obj any) {

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -384,9 +385,13 @@ func TestManagerBinaryTracesFromEnv(t *testing.T) {
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
 	run := createRun(t, ns, "b", "one", func(r *arv1.AgentRun) { r.Spec.Task = "BINARY-TASK-7" })
 	waitFor(t, ns, "b", 60*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
-	time.Sleep(500 * time.Millisecond)
-	if n := len(rcv.Spans()); n != 0 {
-		t.Fatalf("%d spans sent before shutdown with a 10-minute batch delay: the environment was not read", n)
+	if err := holdsFor(500*time.Millisecond, func() error {
+		if n := len(rcv.Spans()); n != 0 {
+			return fmt.Errorf("%d spans sent before shutdown with a 10-minute batch delay: the environment was not read", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

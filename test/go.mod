@@ -1,8 +1,11 @@
 // Module test holds the operator's test-only packages: the Helm chart's tests
-// (helmchart) and the load tests and benchmarks (loadtest). It is a separate
-// module so that the Helm SDK (with its database and registry clients) and
-// k8s.io/pod-security-admission, which only these tests use, stay out of the
-// operator's go.mod. `make test` runs it after the operator's own tests.
+// (helmchart), the load tests and benchmarks (loadtest), the README tour
+// (tour), the web console's browser tests (consolebrowser) and the kstatus
+// reading of runs (kstatus). It is a separate module so that what only these
+// tests use stays out of the operator's go.mod: the Helm SDK (with its
+// database and registry clients), k8s.io/pod-security-admission, chromedp
+// and sigs.k8s.io/cli-utils. `make test` runs it after the operator's own
+// tests.
 //
 // Its import path lies under the operator's, so Go's internal-package rule
 // (which compares import paths) lets it import the operator's internal/
@@ -15,6 +18,7 @@ replace github.com/agentrun-dev/agentrun-operator => ../
 
 require (
 	github.com/agentrun-dev/agentrun-operator v0.0.0-00010101000000-000000000000
+	github.com/chromedp/chromedp v0.23.1
 	github.com/go-logr/logr v1.4.4
 	github.com/jackc/pgx/v5 v5.13.0
 	golang.org/x/sys v0.49.0
@@ -25,6 +29,7 @@ require (
 	k8s.io/client-go v0.37.2
 	k8s.io/pod-security-admission v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
+	sigs.k8s.io/cli-utils v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -52,6 +57,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chai2010/gettext-go v1.0.2 // indirect
+	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/cloudflare/circl v1.6.3 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
@@ -67,6 +73,7 @@ require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.4.2 // indirect
 	github.com/go-gorp/gorp/v3 v3.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect

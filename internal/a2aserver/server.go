@@ -178,18 +178,28 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*caller, 
 		return nil, false
 	}
 	review := &authenticationv1.SelfSubjectReview{}
-	switch err := c.Create(r.Context(), review); {
-	case apierrors.IsUnauthorized(err):
-		unauthorized(w)
-		return nil, false
-	case apierrors.IsForbidden(err):
-		http.Error(w, err.Error(), http.StatusForbidden)
-		return nil, false
-	case err != nil:
-		http.Error(w, "asking the API server who the caller is: "+err.Error(), http.StatusBadGateway)
+	if err := c.Create(r.Context(), review); err != nil {
+		if !refused(w, err) {
+			http.Error(w, "asking the API server who the caller is: "+err.Error(), http.StatusBadGateway)
+		}
 		return nil, false
 	}
 	return &caller{c: c, user: review.Status.UserInfo.Username}, true
+}
+
+// refused answers the API server's refusal of the caller's token as the
+// API server gave it, 401 (with WWW-Authenticate) or 403, and says whether
+// err was one.
+func refused(w http.ResponseWriter, err error) bool {
+	switch {
+	case apierrors.IsUnauthorized(err):
+		unauthorized(w)
+	case apierrors.IsForbidden(err):
+		http.Error(w, err.Error(), http.StatusForbidden)
+	default:
+		return false
+	}
+	return true
 }
 
 func (s *Server) serveCard(w http.ResponseWriter, r *http.Request) {
@@ -200,11 +210,7 @@ func (s *Server) serveCard(w http.ResponseWriter, r *http.Request) {
 	agent := r.PathValue("agent")
 	bp, err := s.blueprintOf(r.Context(), who.c, agent)
 	switch {
-	case apierrors.IsUnauthorized(err):
-		unauthorized(w)
-		return
-	case apierrors.IsForbidden(err):
-		http.Error(w, err.Error(), http.StatusForbidden)
+	case refused(w, err):
 		return
 	case apierrors.IsNotFound(err), errors.Is(err, errNotExposed):
 		http.Error(w, fmt.Sprintf("no A2A agent %q in namespace %s: %v", agent, s.cfg.Namespace, err), http.StatusNotFound)

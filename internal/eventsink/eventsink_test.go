@@ -153,6 +153,21 @@ func waitSent(t *testing.T, c client.Client, n int) {
 	}
 }
 
+// noneFor looks, for the whole window, for a sent Event beyond want, and
+// fails the test at the first: it proves that Events wait, for which there
+// is no event to wait on.
+func noneFor(t *testing.T, c client.Client, window time.Duration, want func([]eventsv1.Event) bool, what string) {
+	t.Helper()
+	for end := time.Now().Add(window); ; time.Sleep(10 * time.Millisecond) {
+		if got := sent(t, c); !want(got) {
+			t.Fatalf("sent %+v: %s", got, what)
+		}
+		if time.Now().After(end) {
+			return
+		}
+	}
+}
+
 // While the manager's own writes are in flight an Event waits, and it goes
 // out as soon as none is.
 func TestGivesWayToTheRunsWrites(t *testing.T) {
@@ -167,10 +182,8 @@ func TestGivesWayToTheRunsWrites(t *testing.T) {
 	defer cancel()
 	go func() { _ = s.Start(ctx) }()
 	s.Eventf(run(1), nil, "Normal", "Succeeded", "Complete", "The run completed")
-	time.Sleep(300 * time.Millisecond)
-	if n := len(sent(t, c)); n != 0 {
-		t.Fatalf("%d Events sent while the run writes were in flight, want 0", n)
-	}
+	noneFor(t, c, 300*time.Millisecond, func(got []eventsv1.Event) bool { return len(got) == 0 },
+		"Events sent while the run writes were in flight, want 0")
 	busy.Store(false)
 	waitSent(t, c, 1)
 }
@@ -208,12 +221,14 @@ func TestWarningsGiveWayBriefly(t *testing.T) {
 	for i := range senders + 1 {
 		s.Eventf(run(i), nil, "Normal", "Succeeded", "Complete", "The run completed")
 	}
-	time.Sleep(100 * time.Millisecond) // every Normal sender holds one
+	// Every Normal sender holds one: one is left queued.
+	for deadline := time.Now().Add(20 * time.Second); len(s.queue) != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Normal Events still queued, want 1 with every sender holding one", len(s.queue))
+		}
+	}
 	s.Eventf(run(senders+1), nil, "Warning", "NeedsSetup", "Park", "Secret s is missing")
 	waitSent(t, c, 1)
-	time.Sleep(300 * time.Millisecond)
-	got := sent(t, c)
-	if len(got) != 1 || got[0].Type != "Warning" {
-		t.Fatalf("sent %+v, want the Warning alone while the Normal Events give way", got)
-	}
+	noneFor(t, c, 300*time.Millisecond, func(got []eventsv1.Event) bool { return len(got) == 1 && got[0].Type == "Warning" },
+		"want the Warning alone while the Normal Events give way")
 }

@@ -29,6 +29,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers"
+	"github.com/agentrun-dev/agentrun-operator/controllers/schedules"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/eventsink"
@@ -286,8 +287,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.Add(memoryReleaser{interval: 30 * time.Second, threshold: 16 << 20}); err != nil {
 		return nil, err
 	}
-	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
-		return nil, fmt.Errorf("setting up the AgentRun controller: %w", err)
+	if err := addRunController(mgr, r, o); err != nil {
+		return nil, err
 	}
 	if err := addScheduler(mgr, o, sink); err != nil {
 		return nil, err
@@ -387,11 +388,30 @@ func addScheduler(mgr ctrl.Manager, o Options, rec events.EventRecorder) error {
 	if c == nil {
 		c = o.Clock
 	}
-	r := &controllers.ScheduleReconciler{
+	r := &schedules.Reconciler{
 		Client: mgr.GetClient(), Fresh: mgr.GetAPIReader(), Uncached: o.Shards > 1, Clock: c, Recorder: rec,
 	}
 	if err := r.SetupWithManager(mgr, controller.Options{SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the AgentRunSchedule controller: %w", err)
+	}
+	return nil
+}
+
+// addRunController sets up the AgentRun controller and registers its raw
+// informer handlers with the manager's cache (their informers start with
+// it).
+func addRunController(mgr ctrl.Manager, r *controllers.AgentRunReconciler, o Options) error {
+	if err := r.SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: &o.SkipNameValidation}); err != nil {
+		return fmt.Errorf("setting up the AgentRun controller: %w", err)
+	}
+	for _, h := range r.InformerHandlers() {
+		inf, err := mgr.GetCache().GetInformer(context.Background(), h.Object)
+		if err != nil {
+			return fmt.Errorf("watching %T: %w", h.Object, err)
+		}
+		if _, err := inf.AddEventHandler(h.Handler); err != nil {
+			return fmt.Errorf("handling the events of %T: %w", h.Object, err)
+		}
 	}
 	return nil
 }

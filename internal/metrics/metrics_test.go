@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -42,21 +41,17 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	out := map[string]float64{}
 	for _, f := range fams {
 		for _, m := range f.Metric {
-			out[sampleKey(f.GetName(), m)] = m.GetGauge().GetValue()
+			k := f.GetName() + "{"
+			for i, l := range m.Label {
+				if i > 0 {
+					k += ","
+				}
+				k += l.GetName() + "=" + l.GetValue()
+			}
+			out[k+"}"] = m.GetGauge().GetValue()
 		}
 	}
 	return out
-}
-
-func sampleKey(name string, m *dto.Metric) string {
-	k := name + "{"
-	for i, l := range m.Label {
-		if i > 0 {
-			k += ","
-		}
-		k += l.GetName() + "=" + l.GetValue()
-	}
-	return k + "}"
 }
 
 // TestStateGauges: the oldest wait per namespace and reason is measured

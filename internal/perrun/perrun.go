@@ -63,6 +63,28 @@ func (b *Box[V]) Restore(uid types.UID, v V) {
 	}
 }
 
+// Update calls fn with the run's value (ok: there is one) under the box's
+// lock, and keeps what fn returns, or drops the run's value when keep is
+// false: a read and a write no other caller can come between. fn must not
+// call back into the box.
+func (b *Box[V]) Update(uid types.UID, fn func(v V, ok bool) (_ V, keep bool)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.m[uid]
+	if v, keep := fn(v, ok); keep {
+		b.m[uid] = v
+	} else {
+		delete(b.m, uid)
+	}
+}
+
+// Len is how many runs have a value.
+func (b *Box[V]) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.m)
+}
+
 // Forget drops the run's value, if there is one.
 func (b *Box[V]) Forget(uid types.UID) {
 	b.mu.Lock()

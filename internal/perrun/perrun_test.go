@@ -26,6 +26,29 @@ func TestBoxTakesOnceAndRestoresUnlessNewer(t *testing.T) {
 	}
 }
 
+func TestBoxUpdatesUnderItsLock(t *testing.T) {
+	b := New[int]()
+	add := func(v int, _ bool) (int, bool) { return v + 1, true }
+	b.Update("a", add)
+	b.Update("a", add)
+	if v, ok := b.Get("a"); !ok || v != 2 {
+		t.Fatalf("after two increments from nothing: %d %v, want 2", v, ok)
+	}
+	b.Update("b", func(v int, ok bool) (int, bool) {
+		if ok {
+			t.Error("b had no value")
+		}
+		return v, false
+	})
+	if b.Has("b") || b.Len() != 1 {
+		t.Fatalf("an update that keeps nothing left b %v, len %d", b.Has("b"), b.Len())
+	}
+	b.Update("a", func(v int, _ bool) (int, bool) { return v, false })
+	if b.Has("a") || b.Len() != 0 {
+		t.Fatalf("an update that keeps nothing dropped a's value: has %v, len %d", b.Has("a"), b.Len())
+	}
+}
+
 func TestRegistryForgetsARunEverywhere(t *testing.T) {
 	a, b := New[string](), New[int]()
 	g := NewRegistry()

@@ -200,7 +200,7 @@ api_key_secret = { name = "provider-key", key = "api-key" }
 		}
 
 		// The console serves with the role's own credentials (what it
-		// shows each role is internal/console/browser's to test).
+		// shows each role is test/consolebrowser's to test).
 		covered["console"] = true
 		lines, stop = streamPlugin(t, as(user, "console")...)
 		awaitLine(t, lines, 30*time.Second, user+"'s console URL", func(l string) bool {

@@ -229,7 +229,7 @@ func taintGate(f Facts, h *journal.CallState, t *ToolFact, point string) Action 
 	if a, done := gateAnswer(f, journal.GateTaint, expired); done {
 		return a
 	}
-	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point + "-taint", Subject: h.Name, Prompt: clip(fmt.Sprintf(
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{TaintGate: true, Ask: &Question{Point: point + "-taint", Subject: h.Name, Prompt: Clip(fmt.Sprintf(
 		"The run read %s, which is above its clearance. Allow the write %s (server %s) with arguments %s?",
 		f.State.TaintSource, h.Name, t.Server, h.Arguments), 2048)}}}
 }
@@ -266,7 +266,7 @@ func policyStep(f Facts, h *journal.CallState, point string) (Action, bool) {
 	if d.RequireReason {
 		prompt += " (answer with a reason)"
 	}
-	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: q, Subject: h.Name, Prompt: clip(prompt, 2048)}}}, true
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: q, Subject: h.Name, Prompt: Clip(prompt, 2048)}}}, true
 }
 
 func orDash(s string) string {
@@ -286,7 +286,7 @@ func approvalGate(f Facts, h *journal.CallState, t *ToolFact, point string) Acti
 	if a, done := gateAnswer(f, journal.GateApproval, expired); done {
 		return a
 	}
-	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + approvalSuffix, Subject: h.Name, Prompt: clip(fmt.Sprintf(
+	return Action{Kind: ActPark, RetryAt: expiry, Markers: Markers{HubRequest: arv1.WaitToolApproval, Ask: &Question{Point: point + approvalSuffix, Subject: h.Name, Prompt: Clip(fmt.Sprintf(
 		"Approve tool call %s (effect %s, server %s) with arguments %s?", h.Name, t.Effect, t.Server, h.Arguments), 2048)}}}
 }
 
@@ -319,7 +319,7 @@ func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 		if h.Name == builtin.PresentForReview {
 			subject = "review"
 		}
-		q := &Question{Point: point, Subject: subject, Prompt: clip(promptOf(h), 2048)}
+		q := &Question{Point: point, Subject: subject, Prompt: Clip(promptOf(h), 2048)}
 		if h.Name == builtin.AskUser {
 			var args AskArgs
 			_ = json.Unmarshal([]byte(h.Arguments), &args)
@@ -340,7 +340,7 @@ func decideBuiltin(f Facts, h *journal.CallState, point string) (Action, bool) {
 		if len(args.InputSchema) > 0 && string(args.InputSchema) != "null" {
 			q.InputSchema = string(args.InputSchema)
 		}
-		return Action{Kind: ActPark, Markers: Markers{Signal: clip(reason, 1024), Ask: q}}, true
+		return Action{Kind: ActPark, Markers: Markers{Signal: Clip(reason, 1024), Ask: q}}, true
 	}
 	return Action{}, false
 }

@@ -92,7 +92,7 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 		return nil
 	}
 	if q := m.Ask; q != nil && w.Reason != arv1.WaitNeedsSetup && w.Reason != arv1.WaitBudgetExceeded && w.Point == "" {
-		w.Point, w.Question = clip(q.Point, 253), clip(q.Prompt, 2048)
+		w.Point, w.Question = Clip(q.Point, 253), Clip(q.Prompt, 2048)
 	}
 	w.NeedsAPerson = w.Reason.NeedsAPerson()
 	w.Summary = summary(w)
@@ -100,10 +100,10 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 		w.InputSchema = q.InputSchema
 	}
 	if q := m.Ask; q != nil && q.Subject != "" && (w.Reason == arv1.WaitToolApproval || w.Reason == arv1.WaitTaintGate || w.Reason == arv1.WaitUserPrompt) {
-		w.Summary = clip(fmt.Sprintf("%s: %s", w.Reason, q.Subject), 128)
+		w.Summary = Clip(fmt.Sprintf("%s: %s", w.Reason, q.Subject), 128)
 	}
 	if m.AwaitedChild != "" && w.Reason == arv1.WaitChildren {
-		w.Summary = clip(fmt.Sprintf("%s: wait_for_agent %s", w.Summary, m.AwaitedChild), 128)
+		w.Summary = Clip(fmt.Sprintf("%s: wait_for_agent %s", w.Summary, m.AwaitedChild), 128)
 	}
 	since := metav1.NewTime(now)
 	if prev != nil && prev.Reason == w.Reason && prev.Since != nil {
@@ -125,7 +125,7 @@ func derive(m Markers) *arv1.WaitingOn {
 	case m.TaintGate:
 		return &arv1.WaitingOn{Reason: arv1.WaitTaintGate}
 	case m.InteractionPoint != nil:
-		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint, Point: clip(m.InteractionPoint.Point, 253), Question: clip(m.InteractionPoint.Prompt, 2048)}
+		return &arv1.WaitingOn{Reason: arv1.WaitInteractionPoint, Point: Clip(m.InteractionPoint.Point, 253), Question: Clip(m.InteractionPoint.Prompt, 2048)}
 	case m.FanOutOutstanding != nil:
 		n := *m.FanOutOutstanding
 		return &arv1.WaitingOn{Reason: arv1.WaitFanOutWorkers, Outstanding: &n}
@@ -140,7 +140,7 @@ func derive(m Markers) *arv1.WaitingOn {
 	case m.Signal != "":
 		return &arv1.WaitingOn{Reason: arv1.WaitSignal, Signal: m.Signal}
 	case m.RateLimited != nil:
-		w := &arv1.WaitingOn{Reason: arv1.WaitRateLimited, Provider: clip(m.RateLimited.Provider, 253), Model: clip(m.RateLimited.Model, 253)}
+		w := &arv1.WaitingOn{Reason: arv1.WaitRateLimited, Provider: Clip(m.RateLimited.Provider, 253), Model: Clip(m.RateLimited.Model, 253)}
 		if at := m.RateLimited.RetryAt; !at.IsZero() {
 			t := metav1.NewTime(at)
 			w.RetryAt = &t
@@ -168,13 +168,14 @@ func summary(w *arv1.WaitingOn) string {
 	case arv1.WaitSleeping:
 		return "Sleeping until " + w.WakeAt.UTC().Format(time.RFC3339)
 	case arv1.WaitRateLimited:
-		return clip(fmt.Sprintf("RateLimited: %s/%s", w.Provider, w.Model), 128)
+		return Clip(fmt.Sprintf("RateLimited: %s/%s", w.Provider, w.Model), 128)
 	}
 	return string(w.Reason)
 }
 
-// clip bounds a string to n bytes (the CRD's limit for the field).
-func clip(s string, n int) string {
+// Clip bounds a string to n bytes (the CRD's limit for a status field),
+// marking the cut.
+func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

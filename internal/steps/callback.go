@@ -48,7 +48,7 @@ func NewDeliveries() *Deliveries { return perrun.New[DeliveryReport]() }
 // wait on its Secret. The delivery id is the same on every attempt and
 // after restarts, so a receiver that saw it before can drop it.
 func (rt *Runtime) RunDelivery(ctx context.Context, d Delivery) {
-	log := logFor(rt.Log.WithName("callback"), d.Run)
+	log := rt.logFor(ctx, "callback", d.Run)
 	run := &arv1.AgentRun{}
 	if err := rt.Reader.Get(ctx, client.ObjectKeyFromObject(d.Run), run); err != nil {
 		return

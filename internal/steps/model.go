@@ -124,7 +124,7 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 		// made that a restarted manager could not find.
 		if err := rt.record(ctx, c.Run, nil, c.Intent); err != nil || ctx.Err() != nil {
 			if err != nil {
-				logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq).Error(err, "Journaling the call's intent failed; the call was not made")
+				rt.logFor(ctx, "step", c.Run, "seq", c.Intent.Seq).Error(err, "Journaling the call's intent failed; the call was not made")
 			}
 			rt.Breakers.Release(string(c.Run.UID)) // not made: a probe goes back
 			return
@@ -156,7 +156,7 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 // call's intent when there is one to make (returned).
 func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation {
 	started, start := time.Now(), rt.Clock.Now()
-	log := logFor(rt.Log.WithName("step"), c.Run, "seq", c.Intent.Seq)
+	log := rt.logFor(ctx, "step", c.Run, "seq", c.Intent.Seq)
 	result, callErr := rt.callModel(ctx, c)
 	if ctx.Err() != nil {
 		rt.Breakers.Release(string(c.Run.UID)) // no verdict on the provider: a probe goes back

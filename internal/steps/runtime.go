@@ -82,7 +82,8 @@ type Options struct {
 	Clock          clock.PassiveClock
 	StepTimeout    time.Duration
 	CallbackPolicy webhook.Policy
-	Log            logr.Logger
+	// Log is for steps whose context carries no logger of their run.
+	Log logr.Logger
 }
 
 // New is the runtime over o's dependencies, with defaults for what o leaves
@@ -201,6 +202,12 @@ func runRef(run *arv1.AgentRun) *arv1.AgentRun {
 // RunRef is runRef for callers that build steps.
 func RunRef(run *arv1.AgentRun) *arv1.AgentRun { return runRef(run) }
 
-func logFor(l logr.Logger, run *arv1.AgentRun, kv ...any) logr.Logger {
-	return l.WithValues(append([]any{"AgentRun", run.Namespace + "/" + run.Name}, kv...)...)
+// logFor is the logger of the run a step works for: the one ctx carries
+// (the reconcile that started the step puts its own there, naming the run
+// and the reconcile), else the runtime's, naming the run.
+func (rt *Runtime) logFor(ctx context.Context, name string, run *arv1.AgentRun, kv ...any) logr.Logger {
+	if l, err := logr.FromContext(ctx); err == nil {
+		return l.WithName(name).WithValues(kv...)
+	}
+	return rt.Log.WithName(name).WithValues(append([]any{"AgentRun", run.Namespace + "/" + run.Name}, kv...)...)
 }

@@ -52,7 +52,7 @@ func (rt *Runtime) RunToolCall(ctx context.Context, c ToolCall) {
 // toolCallOnce makes one tool call and journals its outcome, with the next
 // call's intent when there is one to make (returned).
 func (rt *Runtime) toolCallOnce(ctx context.Context, c ToolCall) *Continuation {
-	log := logFor(rt.Log.WithName("tool"), c.Run, "seq", c.Intent.Seq, "tool", c.Intent.Tool)
+	log := rt.logFor(ctx, "tool", c.Run, "seq", c.Intent.Seq, "tool", c.Intent.Tool)
 	started, start := time.Now(), rt.Clock.Now()
 	res, err := rt.callTool(ctx, c)
 	stopped := ctx.Err() != nil

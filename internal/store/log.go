@@ -11,6 +11,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 )
 
 // Log is one run's journal as a store's process knows it: its entries in
@@ -100,8 +101,7 @@ func (l *Log) View() []journal.Entry {
 // Logs are the journals a store's process holds in memory, by run: each a
 // Log with what its backend keeps beside it (L).
 type Logs[L any] struct {
-	mu   sync.Mutex
-	runs map[types.UID]*L
+	runs *perrun.Box[*L]
 	// fresh makes a new, unloaded log; log is its Log.
 	fresh func(mustRead bool) *L
 	log   func(*L) *Log
@@ -110,7 +110,7 @@ type Logs[L any] struct {
 // NewLogs holds no run yet; fresh makes each run's log, log finds the Log
 // in it.
 func NewLogs[L any](fresh func(mustRead bool) *L, log func(*L) *Log) *Logs[L] {
-	return &Logs[L]{runs: map[types.UID]*L{}, fresh: fresh, log: log}
+	return &Logs[L]{runs: perrun.New[*L](), fresh: fresh, log: log}
 }
 
 // Load returns the run's entries, loading its log first (load reads the
@@ -158,54 +158,32 @@ func (s *Logs[L]) Append(uid types.UID, load func(*L) error, es []journal.Entry,
 
 // Get is the run's log, made when there is none.
 func (s *Logs[L]) Get(uid types.UID) *L {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.runs[uid]
-	if !ok {
-		l = s.fresh(false)
-		s.runs[uid] = l
-	}
+	var l *L
+	s.runs.Update(uid, func(have *L, ok bool) (*L, bool) {
+		if !ok {
+			have = s.fresh(false)
+		}
+		l = have
+		return have, true
+	})
 	return l
 }
 
 // Stale replaces the run's log with one that reads the stored journal
 // first: the caller's view of it is behind what is stored.
-func (s *Logs[L]) Stale(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.runs[uid] = s.fresh(true)
-}
+func (s *Logs[L]) Stale(uid types.UID) { s.runs.Put(uid, s.fresh(true)) }
 
 // Forget drops the in-memory copy of a run (finished, deleted, or stale).
-func (s *Logs[L]) Forget(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.runs, uid)
-}
+func (s *Logs[L]) Forget(uid types.UID) { s.runs.Forget(uid) }
 
 // Has reports whether the run's journal is held in memory.
-func (s *Logs[L]) Has(uid types.UID) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.runs[uid]
-	return ok
-}
+func (s *Logs[L]) Has(uid types.UID) bool { return s.runs.Has(uid) }
 
 // EachRun calls fn with every run whose journal is held in memory.
-func (s *Logs[L]) EachRun(fn func(types.UID)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid := range s.runs {
-		fn(uid)
-	}
-}
+func (s *Logs[L]) EachRun(fn func(types.UID)) { s.runs.EachRun(fn) }
 
 // Cached reports how many runs' journals are held in memory.
-func (s *Logs[L]) Cached() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.runs)
-}
+func (s *Logs[L]) Cached() int { return s.runs.Len() }
 
 // Dense checks a journal's entries are numbered 0, 1, 2, ... (an entry
 // issued again may repeat its seq): every write appends after the last

@@ -8,12 +8,12 @@ package router
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
@@ -24,8 +24,7 @@ type Router struct {
 	// on it finish there); nil when primary is the ConfigMap store.
 	legacy store.Backend
 
-	mu     sync.Mutex
-	routes map[types.UID]store.Backend
+	routes *perrun.Box[store.Backend]
 	// unavailable is told of every ErrUnavailable a store returns.
 	unavailable func(error)
 }
@@ -46,7 +45,7 @@ func (r *Router) note(err error) error {
 // New routes new runs to primary, and runs begun on legacy (the ConfigMap
 // store, when primary is a database; nil otherwise) to legacy.
 func New(primary, legacy store.Backend) *Router {
-	return &Router{primary: primary, legacy: legacy, routes: map[types.UID]store.Backend{}}
+	return &Router{primary: primary, legacy: legacy, routes: perrun.New[store.Backend]()}
 }
 
 var _ store.Journal = (*Router)(nil)
@@ -67,9 +66,7 @@ func (r *Router) Archive() store.Archive {
 // Where says where the run's journal is kept, once it has been routed
 // (by a Load or an append); the configured store's before.
 func (r *Router) Where(run *arv1.AgentRun) arv1.JournalStore {
-	r.mu.Lock()
-	b, ok := r.routes[run.UID]
-	r.mu.Unlock()
+	b, ok := r.routes.Get(run.UID)
 	switch {
 	case r.legacy == nil:
 		return arv1.JournalConfigMaps
@@ -91,9 +88,7 @@ func (r *Router) Where(run *arv1.AgentRun) arv1.JournalStore {
 // where (an older operator's), its ConfigMaps; otherwise whichever store
 // holds entries of it, the configured one first.
 func (r *Router) route(ctx context.Context, run *arv1.AgentRun, empty bool) (store.Backend, error) {
-	r.mu.Lock()
-	b, ok := r.routes[run.UID]
-	r.mu.Unlock()
+	b, ok := r.routes.Get(run.UID)
 	if ok {
 		return b, nil
 	}
@@ -113,13 +108,12 @@ func (r *Router) route(ctx context.Context, run *arv1.AgentRun, empty bool) (sto
 			}
 		}
 	}
-	r.mu.Lock()
-	if have, ok := r.routes[run.UID]; ok {
-		b = have
-	} else {
-		r.routes[run.UID] = b
-	}
-	r.mu.Unlock()
+	r.routes.Update(run.UID, func(have store.Backend, ok bool) (store.Backend, bool) {
+		if ok {
+			b = have // another caller routed it meanwhile
+		}
+		return b, true
+	})
 	return b, nil
 }
 
@@ -171,9 +165,7 @@ func (r *Router) PutOutput(ctx context.Context, run *arv1.AgentRun, text string)
 
 // Forget drops what any store and the router keep of the run.
 func (r *Router) Forget(uid types.UID) {
-	r.mu.Lock()
-	delete(r.routes, uid)
-	r.mu.Unlock()
+	r.routes.Forget(uid)
 	r.each(func(b store.Backend) { b.Forget(uid) })
 }
 

@@ -192,13 +192,17 @@ func TestFencing(t *testing.T) {
 			must(t, a.Append(old, runs[i], intent(0, 0)))
 		}
 		var wg sync.WaitGroup
-		var fencedAt atomic.Int64 // when b's first fenced write returned
-		var late atomic.Int64     // a's appends begun after that which committed
+		var fencedAt atomic.Int64  // when b's first fenced write returned
+		var late atomic.Int64      // a's appends begun after that which committed
+		var running sync.WaitGroup // each of a's appenders until its first commit (or end)
+		running.Add(len(runs))
 		stop := make(chan struct{})
 		for i := range runs {
 			wg.Add(1)
 			go func(run *arv1.AgentRun) {
 				defer wg.Done()
+				var first sync.Once
+				defer first.Do(running.Done)
 				for seq := int64(1); ; seq++ {
 					select {
 					case <-stop:
@@ -207,6 +211,9 @@ func TestFencing(t *testing.T) {
 					}
 					begun := time.Now().UnixNano()
 					err := a.Append(old, run, answer(seq, seq-1, "a", nil))
+					if err == nil {
+						first.Do(running.Done)
+					}
 					if err == nil && fencedAt.Load() != 0 && begun > fencedAt.Load() {
 						late.Add(1)
 					}
@@ -219,13 +226,21 @@ func TestFencing(t *testing.T) {
 				}
 			}(runs[i])
 		}
-		time.Sleep(50 * time.Millisecond) // let a's appends run
+		// Once a's appends run on every run, b's newer hold writes.
+		running.Wait()
 		other := newRun()
 		must(t, b.Append(newer, other, intent(0, 0)))
 		fencedAt.Store(time.Now().UnixNano())
-		time.Sleep(50 * time.Millisecond)
-		close(stop)
-		wg.Wait()
+		// Each of a's appenders stops at its first fenced append; those
+		// still going after a while are stopped.
+		ended := make(chan struct{})
+		go func() { wg.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+			close(stop)
+			<-ended
+		}
 		if n := late.Load(); n > 0 {
 			t.Fatalf("%d appends of the older hold committed after the newer hold wrote", n)
 		}

@@ -1,4 +1,4 @@
-package controllers
+package schedules
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/schedule"
 )
 
@@ -28,12 +29,12 @@ import (
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentrunschedules/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=agentrun.dev,resources=agentrunschedules/finalizers,verbs=update
 
-// ScheduleReconciler creates the runs of AgentRunSchedules at their times
+// Reconciler creates the runs of AgentRunSchedules at their times
 // (docs/scheduling.md). It keeps no state of its own: what has run is the
 // schedule's status.lastScheduleTime and the runs themselves, which are
 // named after their scheduled time, so a create repeated after a crash
 // meets the first one (AlreadyExists) and never makes a second.
-type ScheduleReconciler struct {
+type Reconciler struct {
 	// Client reads schedules and runs from the cache and writes.
 	Client client.Client
 	// Fresh reads runs from the API server when a time is due, so a run
@@ -66,7 +67,7 @@ const (
 // Reconcile brings one schedule up to date: it trims the history, checks
 // the spec and template, creates the run that is due (if any, under the
 // concurrency policy) and requeues at the next time.
-func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var s arv1.AgentRunSchedule
 	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -84,7 +85,7 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return res, err
 }
 
-func (r *ScheduleReconciler) reconcile(ctx context.Context, s *arv1.AgentRunSchedule, now time.Time) (ctrl.Result, error) {
+func (r *Reconciler) reconcile(ctx context.Context, s *arv1.AgentRunSchedule, now time.Time) (ctrl.Result, error) {
 	runs, err := r.ownedRuns(ctx, r.runReader(), s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -98,7 +99,7 @@ func (r *ScheduleReconciler) reconcile(ctx context.Context, s *arv1.AgentRunSche
 	parsed, err := schedule.Parse(&s.Spec)
 	if err != nil {
 		s.Status.NextScheduleTime = nil
-		r.stall(s, arv1.ReasonInvalidSchedule, clipTo(err.Error(), 1024))
+		r.stall(s, arv1.ReasonInvalidSchedule, err.Error())
 		return ctrl.Result{}, nil // a spec change reconciles again
 	}
 	if ok, err := r.templateAccepted(ctx, s); err != nil || !ok {
@@ -155,7 +156,7 @@ func startingDeadline(s *arv1.AgentRunSchedule) *time.Duration {
 // deadline, as CronJob does with a Warning MissSchedule event; the count
 // and the time go in status, and the time keeps it from being reported
 // again.
-func (r *ScheduleReconciler) missed(s *arv1.AgentRunSchedule, t, now time.Time) {
+func (r *Reconciler) missed(s *arv1.AgentRunSchedule, t, now time.Time) {
 	s.Status.MissedCount++
 	s.Status.LastMissedTime = &metav1.Time{Time: t}
 	r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, EventMissSchedule, "Skip",
@@ -164,7 +165,7 @@ func (r *ScheduleReconciler) missed(s *arv1.AgentRunSchedule, t, now time.Time) 
 }
 
 // runReader is where runs are listed from outside a due time.
-func (r *ScheduleReconciler) runReader() client.Reader {
+func (r *Reconciler) runReader() client.Reader {
 	if r.Uncached {
 		return r.Fresh
 	}
@@ -173,7 +174,7 @@ func (r *ScheduleReconciler) runReader() client.Reader {
 
 // ownedRuns lists the runs the schedule created (its label, and its
 // controller reference, so a run merely labelled like it is not its).
-func (r *ScheduleReconciler) ownedRuns(ctx context.Context, rd client.Reader, s *arv1.AgentRunSchedule) ([]arv1.AgentRun, error) {
+func (r *Reconciler) ownedRuns(ctx context.Context, rd client.Reader, s *arv1.AgentRunSchedule) ([]arv1.AgentRun, error) {
 	var list arv1.AgentRunList
 	if err := rd.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{arv1.LabelSchedule: s.Name}); err != nil {
 		return nil, fmt.Errorf("listing the runs of schedule %s: %w", s.Name, err)
@@ -201,7 +202,7 @@ func splitRuns(runs []arv1.AgentRun) (active, finished []arv1.AgentRun) {
 
 // runDue creates the run of the due time t under the concurrency policy,
 // and records t as the last scheduled time once the run exists.
-func (r *ScheduleReconciler) runDue(ctx context.Context, s *arv1.AgentRunSchedule, t time.Time) error {
+func (r *Reconciler) runDue(ctx context.Context, s *arv1.AgentRunSchedule, t time.Time) error {
 	// The cache may not hold a run created a moment ago: decide on what
 	// the API server has.
 	runs, err := r.ownedRuns(ctx, r.Fresh, s)
@@ -234,7 +235,7 @@ func (r *ScheduleReconciler) runDue(ctx context.Context, s *arv1.AgentRunSchedul
 }
 
 // cancelRuns asks each active run to stop (spec.cancel), as a person would.
-func (r *ScheduleReconciler) cancelRuns(ctx context.Context, s *arv1.AgentRunSchedule, runs []arv1.AgentRun) error {
+func (r *Reconciler) cancelRuns(ctx context.Context, s *arv1.AgentRunSchedule, runs []arv1.AgentRun) error {
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cancel":true}}`))
 	for i := range runs {
 		run := &runs[i]
@@ -252,7 +253,7 @@ func (r *ScheduleReconciler) cancelRuns(ctx context.Context, s *arv1.AgentRunSch
 // createRun creates the run of time t. A template the API server refuses
 // becomes the Ready condition instead of an error, so it is not retried
 // until the schedule changes.
-func (r *ScheduleReconciler) createRun(ctx context.Context, s *arv1.AgentRunSchedule, name string, t time.Time) error {
+func (r *Reconciler) createRun(ctx context.Context, s *arv1.AgentRunSchedule, name string, t time.Time) error {
 	run := runFor(s, name, t)
 	err := r.Client.Create(ctx, run)
 	switch {
@@ -263,7 +264,7 @@ func (r *ScheduleReconciler) createRun(ctx context.Context, s *arv1.AgentRunSche
 	case apierrors.IsAlreadyExists(err):
 		// Created before a crash; the name is the time's.
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		r.stall(s, arv1.ReasonTemplateInvalid, clipTo(err.Error(), 1024))
+		r.stall(s, arv1.ReasonTemplateInvalid, err.Error())
 		return nil
 	default:
 		return fmt.Errorf("creating run %s: %w", name, err)
@@ -302,7 +303,7 @@ func runFor(s *arv1.AgentRunSchedule, name string, t time.Time) *arv1.AgentRun {
 // template makes a valid AgentRun, once per generation of the spec, so a
 // bad template shows on the schedule at once rather than at its first
 // time, which may be a day away.
-func (r *ScheduleReconciler) templateAccepted(ctx context.Context, s *arv1.AgentRunSchedule) (bool, error) {
+func (r *Reconciler) templateAccepted(ctx context.Context, s *arv1.AgentRunSchedule) (bool, error) {
 	c := meta.FindStatusCondition(s.Status.Conditions, arv1.ConditionReady)
 	if c != nil && c.ObservedGeneration == s.Generation {
 		return c.Reason != arv1.ReasonTemplateInvalid && c.Reason != arv1.ReasonInvalidSchedule, nil
@@ -314,7 +315,7 @@ func (r *ScheduleReconciler) templateAccepted(ctx context.Context, s *arv1.Agent
 	case err == nil:
 		return true, nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		r.stall(s, arv1.ReasonTemplateInvalid, clipTo(err.Error(), 1024))
+		r.stall(s, arv1.ReasonTemplateInvalid, err.Error())
 		return false, nil
 	default:
 		return false, fmt.Errorf("checking the template of schedule %s: %w", s.Name, err)
@@ -339,7 +340,8 @@ func setWorking(s *arv1.AgentRunSchedule, reason, msg string) {
 // schedule that does not parse, a template the API server refuses):
 // Ready=False and Stalled=True with the same reason, as a run that cannot
 // go on by itself is, and a Warning event the first time for this spec.
-func (r *ScheduleReconciler) stall(s *arv1.AgentRunSchedule, reason, msg string) {
+func (r *Reconciler) stall(s *arv1.AgentRunSchedule, reason, msg string) {
+	msg = runstate.Clip(msg, 1024)
 	c := meta.FindStatusCondition(s.Status.Conditions, arv1.ConditionStalled)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.ObservedGeneration != s.Generation {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", msg)
@@ -373,7 +375,7 @@ func setLastSuccess(s *arv1.AgentRunSchedule, finished []arv1.AgentRun) {
 }
 
 // patchStatus writes the status if it changed.
-func (r *ScheduleReconciler) patchStatus(ctx context.Context, before, s *arv1.AgentRunSchedule) error {
+func (r *Reconciler) patchStatus(ctx context.Context, before, s *arv1.AgentRunSchedule) error {
 	if statusEqual(before.Status, s.Status) {
 		return nil
 	}
@@ -387,7 +389,7 @@ func (r *ScheduleReconciler) patchStatus(ctx context.Context, before, s *arv1.Ag
 // finishing can let a Forbid schedule's missed time run and trims the
 // history. Without cached runs (sharded managers) only the schedules are
 // watched and runs are read at each time.
-func (r *ScheduleReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Options) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, o controller.Options) error {
 	if r.Client == nil || r.Fresh == nil || r.Clock == nil || r.Recorder == nil {
 		return fmt.Errorf("schedule reconciler: Client, Fresh, Clock and Recorder are required")
 	}

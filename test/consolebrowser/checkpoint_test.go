@@ -1,4 +1,4 @@
-package browser_test
+package consolebrowser_test
 
 import (
 	"context"

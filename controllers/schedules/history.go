@@ -1,4 +1,4 @@
-package controllers
+package schedules
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const (
 // Cancelled ones against failedRunsHistoryLimit. The AgentRun controller
 // deletes a deleted run's journal ConfigMaps (forgetGone), so this works
 // where no garbage collector runs.
-func (r *ScheduleReconciler) trimHistory(ctx context.Context, s *arv1.AgentRunSchedule, finished []arv1.AgentRun) error {
+func (r *Reconciler) trimHistory(ctx context.Context, s *arv1.AgentRunSchedule, finished []arv1.AgentRun) error {
 	var ok, failed []arv1.AgentRun
 	for _, run := range finished {
 		if run.Status.Phase == arv1.PhaseComplete {
