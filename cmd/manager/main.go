@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/a2aserver"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
+	"github.com/agentrun-dev/agentrun-operator/internal/history"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
@@ -33,6 +34,11 @@ func main() {
 	// same image, another Deployment, a ServiceAccount with no rights.
 	if len(os.Args) > 1 && os.Args[1] == "a2a" {
 		os.Exit(a2aserver.Main(os.Args[2:], manager.Scheme(), os.Stderr))
+	}
+	// `manager history ...` serves the archive as history.agentrun.dev
+	// (docs/history.md): another Deployment, behind an APIService.
+	if len(os.Args) > 1 && os.Args[1] == "history" {
+		os.Exit(history.Main(os.Args[2:], os.Stderr))
 	}
 	var o manager.Options
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")

@@ -1,0 +1,97 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	hv1 "github.com/agentrun-dev/agentrun-operator/api/history/v1alpha1"
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+)
+
+// The columns `kubectl get agentrunrecords` prints, computed by the
+// server (kubectl asks for a Table).
+var recordColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "The run's name."},
+	{Name: "Agent", Type: "string", Description: "spec.agent."},
+	{Name: "Phase", Type: "string", Description: "The final phase."},
+	{Name: "Tokens", Type: "integer", Description: "status.usage.totalTokens."},
+	{Name: "Cost", Type: "string", Description: "status.usage.costUSD: unknown when a call could not be priced (never 0)."},
+	{Name: "Duration", Type: "string", Description: "From start (or creation) to finish."},
+	{Name: "Finished", Type: "string", Description: "How long ago the run finished."},
+	{Name: "Model", Type: "string", Priority: 1, Description: "The model of the last call."},
+	{Name: "Calls", Type: "integer", Priority: 1, Description: "Model calls made."},
+	{Name: "UID", Type: "string", Priority: 1, Description: "The run's uid (names may be reused)."},
+}
+
+// ConvertToTable prints records.
+func (r *recordsREST) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
+	t := &metav1.Table{ColumnDefinitions: recordColumns}
+	now := r.clock.Now()
+	add := func(rec *hv1.AgentRunRecord) {
+		u := rec.Status.Usage
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Cells: []any{rec.Name, rec.Spec.Agent, string(rec.Status.Phase), u.TotalTokens, costCell(u), runDuration(rec),
+				duration.HumanDuration(now.Sub(rec.Archive.FinishedAt.Time)), rec.Status.Model, u.ModelCalls, string(rec.UID)},
+			Object: runtime.RawExtension{Object: rec},
+		})
+	}
+	switch o := obj.(type) {
+	case *hv1.AgentRunRecord:
+		add(o)
+	case *hv1.AgentRunRecordList:
+		t.ResourceVersion, t.Continue = o.ResourceVersion, o.Continue
+		for i := range o.Items {
+			add(&o.Items[i])
+		}
+	default:
+		return nil, fmt.Errorf("cannot print %T as agentrunrecords", obj)
+	}
+	if l, err := meta.ListAccessor(obj); err == nil {
+		t.RemainingItemCount = l.GetRemainingItemCount()
+	}
+	return t, nil
+}
+
+// costCell is the run's cost as status shows it: a USD amount, or
+// "unknown" (with the priced part) when a call could not be priced.
+func costCell(u arv1.Usage) string {
+	switch {
+	case u.CostUSD == "unknown":
+		if u.CostPricedUSD != "" && u.CostPricedUSD != "0" {
+			return "unknown (≥$" + u.CostPricedUSD + ")"
+		}
+		return "unknown"
+	case u.CostUSD == "":
+		if u.UnpricedCalls > 0 || u.LostCalls > 0 {
+			return "unknown"
+		}
+		return "$0"
+	}
+	return "$" + u.CostUSD
+}
+
+// runDuration is start (or creation) to finish.
+func runDuration(rec *hv1.AgentRunRecord) string {
+	start := rec.CreationTimestamp.Time
+	if s := rec.Status.StartedAt; s != nil {
+		start = s.Time
+	}
+	if start.IsZero() {
+		return "-"
+	}
+	d := rec.Archive.FinishedAt.Sub(start)
+	if d < 0 {
+		d = 0
+	}
+	if d < time.Minute {
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return duration.HumanDuration(d)
+}
