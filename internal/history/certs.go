@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -62,7 +63,11 @@ func (c *CertOptions) AddFlags(fs *pflag.FlagSet) {
 // Secret's, else one made in memory.
 func (o *Options) serving(ctx context.Context) (*certKeeper, error) {
 	sc := &o.SecureServing.ServerCert
-	if sc.CertKey.CertFile != "" || sc.CertDirectory != "" {
+	if sc.CertKey.CertFile == "" && sc.CertDirectory != "" {
+		sc.CertKey.CertFile = filepath.Join(sc.CertDirectory, sc.PairName+".crt")
+		sc.CertKey.KeyFile = filepath.Join(sc.CertDirectory, sc.PairName+".key")
+	}
+	if sc.CertKey.CertFile != "" {
 		return nil, nil
 	}
 	if o.Certs.SecretName == "" {

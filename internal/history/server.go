@@ -11,11 +11,13 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -49,6 +51,15 @@ func init() {
 		panic(err)
 	}
 	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
+	// Field selectors pass to the storage as given: it knows its fields
+	// (RecordFields, CostFields) and names them when refusing one.
+	for _, kind := range []string{"AgentRunRecord", "AgentRunCostReport"} {
+		if err := Scheme.AddFieldLabelConversionFunc(hv1.GroupVersion.WithKind(kind), func(label, value string) (string, string, error) {
+			return label, value, nil
+		}); err != nil {
+			panic(err)
+		}
+	}
 	Scheme.AddUnversionedTypes(schema.GroupVersion{Group: "", Version: "v1"},
 		&metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{}, &metav1.APIGroup{}, &metav1.APIResourceList{})
 }
@@ -85,7 +96,10 @@ func NewOptions() *Options {
 		Log:            logr.Discard(),
 	}
 	o.SecureServing.BindPort = 8443
+	// --cert-dir names a directory holding tls.crt and tls.key (a
+	// mounted kubernetes.io/tls Secret); nothing is written there.
 	o.SecureServing.ServerCert.PairName = "tls"
+	o.SecureServing.ServerCert.CertDirectory = ""
 	// Only the API server's front proxy reaches the history API: a
 	// direct caller is refused whatever it presents (see frontProxyOnly).
 	o.Authentication.TolerateInClusterLookupFailure = false
@@ -97,7 +111,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.SecureServing.AddFlags(fs)
 	o.Authentication.AddFlags(fs)
 	o.Authorization.AddFlags(fs)
-	fs.StringVar(&o.Store, "store", o.Store, "The database store the manager archives into (its --store): postgres://... or sqlite:PATH. Required.")
+	fs.StringVar(&o.Store, "store", cmp.Or(o.Store, os.Getenv("AGENTRUN_STORE")), "The database store the manager archives into (its --store): postgres://... (the password from PGPASSWORD) or sqlite:PATH; AGENTRUN_STORE when unset. Required.")
 	fs.IntVar(&o.MaxConns, "store-max-conns", o.MaxConns, "Connections the history server opens to a PostgreSQL store at most.")
 	fs.DurationVar(&o.ContinueTTL, "continue-ttl", o.ContinueTTL, "How long a list's continue token is honoured; an older one answers 410 Expired.")
 	fs.DurationVar(&o.Watch.Interval, "watch-interval", DefaultWatchInterval, "How often a watch of agentrunrecords asks the database for new records.")
@@ -192,7 +206,7 @@ func frontProxyOnly(proxy authenticator.Request) authenticator.Request {
 		case "/healthz", "/readyz", "/livez":
 			return &authenticator.Response{User: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}}, true, nil
 		}
-		return nil, false, errors.New("the history API is served only through the Kubernetes API server (no front-proxy client certificate)")
+		return nil, false, fmt.Errorf("%s %s: the history API is served only through the Kubernetes API server (no front-proxy client certificate with a user)", req.Method, req.URL.Path)
 	})
 }
 
