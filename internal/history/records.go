@@ -53,13 +53,13 @@ var (
 	_ rest.SingularNameProvider = (*recordsREST)(nil)
 )
 
-func (*recordsREST) New() runtime.Object       { return &hv1.AgentRunRecord{} }
-func (*recordsREST) NewList() runtime.Object   { return &hv1.AgentRunRecordList{} }
-func (*recordsREST) Destroy()                  {}
-func (*recordsREST) NamespaceScoped() bool     { return true }
-func (*recordsREST) GetSingularName() string   { return "agentrunrecord" }
-func (*recordsREST) ShortNames() []string      { return []string{"arr"} }
-func (*recordsREST) Categories() []string      { return []string{"agentrun"} }
+func (*recordsREST) New() runtime.Object     { return &hv1.AgentRunRecord{} }
+func (*recordsREST) NewList() runtime.Object { return &hv1.AgentRunRecordList{} }
+func (*recordsREST) Destroy()                {}
+func (*recordsREST) NamespaceScoped() bool   { return true }
+func (*recordsREST) GetSingularName() string { return "agentrunrecord" }
+func (*recordsREST) ShortNames() []string    { return []string{"arr"} }
+func (*recordsREST) Categories() []string    { return []string{"agentrun"} }
 
 // find reads the newest record of the name in the request's namespace (a
 // name reused by a later run names several records; the newest answers,

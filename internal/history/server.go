@@ -215,7 +215,7 @@ func (o *Options) apiGroup(st *sqlstore.Store) *genericapiserver.APIGroupInfo {
 	records := &recordsREST{store: st, clock: o.Clock, key: st.HistoryKey, ttl: o.ContinueTTL, watch: o.Watch}
 	info := genericapiserver.NewDefaultAPIGroupInfo(hv1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	info.VersionedResourcesStorageMap[hv1.GroupVersion.Version] = map[string]rest.Storage{
-		hv1.ResourceRecords:                                   records,
+		hv1.ResourceRecords: records,
 		hv1.ResourceRecords + "/" + hv1.SubresourceTranscript: &transcriptREST{records: records},
 		hv1.ResourceRecords + "/" + hv1.SubresourceOutput:     &outputREST{records: records},
 		hv1.ResourceCostReports:                               &costsREST{store: st, clock: o.Clock},
