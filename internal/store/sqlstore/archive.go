@@ -54,7 +54,7 @@ func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
 		if _, err := tx.ExecContext(ctx, s.q(q), vals...); err != nil {
 			return fmt.Errorf("archiving run %s/%s: %w", run.Namespace, run.Name, err)
 		}
-		return s.indexLabels(ctx, tx, run)
+		return s.indexForHistory(ctx, tx, run)
 	})
 }
 

@@ -128,6 +128,11 @@ func (q *RecordQuery) where() (string, []any) {
 	}
 	for _, l := range q.Labels {
 		sub := "SELECT 1 FROM archived_run_labels l WHERE l.run_uid = r.run_uid AND l.label_key = " + arg(l.Key)
+		if q.Namespace != "" {
+			// The namespace lets the planner read the selector's index
+			// (namespace, key, value) instead of every label row.
+			sub += " AND l.namespace = " + arg(q.Namespace)
+		}
 		if len(l.Values) > 0 {
 			ph := make([]string, len(l.Values))
 			for i, v := range l.Values {
@@ -287,15 +292,16 @@ type CostRow struct {
 
 const microsPerDay = int64(24 * time.Hour / time.Microsecond)
 
-// CostReport sums the call ledger by q.By. A call's agent is its archived
-// run's (spec.agent); calls of runs not archived yet read agent "".
+// CostReport sums the call ledger by q.By. A call's agent is its run's
+// spec.agent, written into the ledger when the run is archived; calls of
+// runs not archived yet read agent "".
 func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
 	}
-	cols := map[CostDimension]string{ByNamespace: "c.namespace", ByAgent: "COALESCE(r.agent, '')", ByModel: "c.model",
+	cols := map[CostDimension]string{ByNamespace: "c.namespace", ByAgent: "c.agent", ByModel: "c.model",
 		ByDay: fmt.Sprintf("(c.at / %d) * %d", microsPerDay, microsPerDay)}
 	sel := map[CostDimension]string{ByNamespace: "''", ByAgent: "''", ByModel: "''", ByDay: "0"}
 	var group []string
@@ -319,11 +325,11 @@ func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) 
 	}
 	if q.Agent != "" {
 		args = append(args, q.Agent)
-		where += fmt.Sprintf(" AND r.agent = $%d", len(args))
+		where += fmt.Sprintf(" AND c.agent = $%d", len(args))
 	}
 	stmt := fmt.Sprintf(`SELECT %s, %s, %s, %s, COUNT(*), CAST(COALESCE(SUM(c.prompt_tokens), 0) AS bigint), CAST(COALESCE(SUM(c.completion_tokens), 0) AS bigint),
 		CAST(COALESCE(SUM(c.total_tokens), 0) AS bigint), CAST(COALESCE(SUM(c.cost_nano_usd), 0) AS bigint), CAST(SUM(CASE WHEN c.cost_nano_usd IS NULL THEN 1 ELSE 0 END) AS bigint)
-		FROM call_ledger c LEFT JOIN archived_runs r ON r.run_uid = c.run_uid WHERE %s`,
+		FROM call_ledger c WHERE %s`,
 		sel[ByNamespace], sel[ByAgent], sel[ByModel], sel[ByDay], where)
 	if len(group) > 0 {
 		stmt += " GROUP BY " + strings.Join(group, ", ") + " ORDER BY " + strings.Join(group, ", ")

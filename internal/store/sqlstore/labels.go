@@ -8,11 +8,15 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
 
-// indexLabels writes an archived run's labels into archived_run_labels,
-// one row per label, in the archive's transaction: the history API's
-// label selectors read them through an index. An earlier attempt's rows
-// are replaced.
-func (s *Store) indexLabels(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun) error {
+// indexForHistory writes what the history API reads fast, in the
+// archive's transaction: the run's labels into archived_run_labels, one
+// row per label (label selectors read them through an index; an earlier
+// attempt's rows are replaced), and its agent into its ledger rows (the
+// cost report groups by agent without joining the archive).
+func (s *Store) indexForHistory(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun) error {
+	if _, err := tx.ExecContext(ctx, s.q("UPDATE call_ledger SET agent = $1 WHERE run_uid = $2 AND agent <> $1"), run.Spec.Agent, string(run.UID)); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, s.q("DELETE FROM archived_run_labels WHERE run_uid = $1"), string(run.UID)); err != nil {
 		return err
 	}
