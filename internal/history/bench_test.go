@@ -31,7 +31,6 @@ const benchRecords = 100_000
 type benchArchive struct {
 	dsn   string
 	store *sqlstore.Store
-	pid   int
 }
 
 var (
@@ -60,7 +59,7 @@ func seedArchive(ctx context.Context) (benchArchive, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: arv1.GroupVersion.String(), Kind: "AgentRun"},
 		ObjectMeta: metav1.ObjectMeta{Name: "NAME_", Namespace: "NS_", UID: types.UID("UID_"), Labels: map[string]string{"team": "TEAM_", "app": "bench"}},
 		Spec:       arv1.AgentRunSpec{Agent: "AGENT_", Task: strings.Repeat("Summarise the incident report and list the follow-ups. ", 20)},
-		Status: arv1.AgentRunStatus{Phase: "PHASE_", Model: "model-1", Usage: arv1.Usage{PromptTokens: 3000, CompletionTokens: 600, TotalTokens: 3600, ModelCalls: 3, CostUSD: "0.000015", CostPricedUSD: "0.000015"}},
+		Status:     arv1.AgentRunStatus{Phase: "PHASE_", Model: "model-1", Usage: arv1.Usage{PromptTokens: 3000, CompletionTokens: 600, TotalTokens: 3600, ModelCalls: 3, CostUSD: "0.000015", CostPricedUSD: "0.000015"}},
 	}
 	doc, err := json.Marshal(tmpl)
 	if err != nil {

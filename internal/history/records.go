@@ -23,9 +23,9 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 )
 
-// Pages: a list without a limit, or with one above MaxPage, gets MaxPage
-// records and a continue token, so no request holds the whole archive in
-// memory.
+// MaxPage bounds a page: a list without a limit, or with one above
+// MaxPage, gets MaxPage records and a continue token, so no request holds
+// the whole archive in memory.
 const MaxPage = 1000
 
 // DefaultContinueTTL is how long a continue token is honoured.

@@ -62,13 +62,13 @@ func (r *recordsREST) ConvertToTable(_ context.Context, obj runtime.Object, _ ru
 // costCell is the run's cost as status shows it: a USD amount, or
 // "unknown" (with the priced part) when a call could not be priced.
 func costCell(u arv1.Usage) string {
-	switch {
-	case u.CostUSD == "unknown":
+	switch u.CostUSD {
+	case "unknown":
 		if u.CostPricedUSD != "" && u.CostPricedUSD != "0" {
 			return "unknown (≥$" + u.CostPricedUSD + ")"
 		}
 		return "unknown"
-	case u.CostUSD == "":
+	case "":
 		if u.UnpricedCalls > 0 || u.LostCalls > 0 {
 			return "unknown"
 		}

@@ -52,14 +52,14 @@ type RecordArchive struct {
 // RecordChild is one child run of an archived run.
 type RecordChild struct {
 	// name of the child run.
-	// +optional
-	Name string `json:"name,omitempty"`
+	// +required
+	Name string `json:"name"`
 	// uid of the child run.
 	// +optional
 	UID string `json:"uid,omitempty"`
 	// phase the child was in.
 	// +optional
-	Phase arv1.Phase `json:"phase,omitempty"`
+	Phase arv1.Phase `json:"phase,omitempty"` //nolint:kubeapilinter // the child's status.phase as its CR showed it
 }
 
 // AgentRunRecordList is a page of records, newest finished first.
@@ -92,12 +92,16 @@ type AgentRunTranscript struct {
 // TranscriptLine is one journal entry as the transcript shows it.
 type TranscriptLine struct {
 	// seq is the entry's place in the journal.
+	// +required
 	Seq int64 `json:"seq"`
 	// at is RFC 3339 in UTC, "-" when the entry has no time.
+	// +required
 	At string `json:"at"`
 	// turn is "stage[iteration]" ("title" for the title call, "-" before any).
+	// +required
 	Turn string `json:"turn"`
 	// what the entry is, in words.
+	// +required
 	What string `json:"what"`
 	// detail of the entry.
 	// +optional
@@ -113,6 +117,7 @@ type AgentRunOutput struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	// stored says the run left an output; false: it finished without one.
+	// +required
 	Stored bool `json:"stored"`
 	// output is the final output's text.
 	// +optional
@@ -126,16 +131,16 @@ type AgentRunOutput struct {
 // +kubebuilder:object:root=true
 type AgentRunCostReport struct {
 	metav1.TypeMeta `json:",inline"`
-	// metadata.name joins the group's values; metadata.namespace is the
-	// group's namespace.
+	// metadata names the group: name joins the group's values, namespace
+	// is the group's namespace.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	// spec says what was summed.
 	// +optional
 	Spec CostReportGroup `json:"spec,omitempty"`
 	// status holds the sums.
-	// +optional
-	Status CostReportTotals `json:"status,omitempty"`
+	// +required
+	Status CostReportTotals `json:"status"`
 }
 
 // CostReportGroup is a cost report group's values and the time range.
@@ -166,6 +171,7 @@ type CostReportGroup struct {
 // the calls that were, and unpricedCalls counts the others.
 type CostReportTotals struct {
 	// calls answered.
+	// +required
 	Calls int64 `json:"calls"`
 	// promptTokens billed.
 	// +optional
@@ -177,8 +183,10 @@ type CostReportTotals struct {
 	// +optional
 	TotalTokens int64 `json:"totalTokens,omitempty"`
 	// costUSD is the group's cost as a decimal string, or "unknown".
+	// +required
 	CostUSD string `json:"costUSD"`
 	// pricedUSD sums the priced calls.
+	// +required
 	PricedUSD string `json:"pricedUSD"`
 	// unpricedCalls could not be priced; their cost is unknown, not 0.
 	// +optional
