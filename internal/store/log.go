@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -96,17 +97,63 @@ func (l *Log) View() []journal.Entry {
 	return l.Entries[:len(l.Entries):len(l.Entries)]
 }
 
-// Logs are the journals a store's process holds in memory, by run.
+// Logs are the journals a store's process holds in memory, by run: each a
+// Log with what its backend keeps beside it (L).
 type Logs[L any] struct {
 	mu   sync.Mutex
 	runs map[types.UID]*L
-	// fresh makes a new, unloaded log.
+	// fresh makes a new, unloaded log; log is its Log.
 	fresh func(mustRead bool) *L
+	log   func(*L) *Log
 }
 
-// NewLogs holds no run yet; fresh makes each run's log.
-func NewLogs[L any](fresh func(mustRead bool) *L) *Logs[L] {
-	return &Logs[L]{runs: map[types.UID]*L{}, fresh: fresh}
+// NewLogs holds no run yet; fresh makes each run's log, log finds the Log
+// in it.
+func NewLogs[L any](fresh func(mustRead bool) *L, log func(*L) *Log) *Logs[L] {
+	return &Logs[L]{runs: map[types.UID]*L{}, fresh: fresh, log: log}
+}
+
+// Load returns the run's entries, loading its log first (load reads the
+// stored journal into it, unless it is loaded).
+func (s *Logs[L]) Load(uid types.UID, load func(*L) error) ([]journal.Entry, error) {
+	l := s.Get(uid)
+	lg := s.log(l)
+	lg.Mu.Lock()
+	defer lg.Mu.Unlock()
+	if err := load(l); err != nil {
+		return nil, err
+	}
+	return lg.View(), nil
+}
+
+// Append serialises an append of es to the run's journal: it loads the
+// log, plans what must be written, and has write store it; what was
+// stored is committed to the log. An entry whose seq is taken (in the plan
+// or by the write), and a write fenced out, make the log read afresh next
+// time.
+func (s *Logs[L]) Append(uid types.UID, load func(*L) error, es []journal.Entry, write func(*L, []Planned) error) error {
+	if len(es) == 0 {
+		return nil
+	}
+	l := s.Get(uid)
+	lg := s.log(l)
+	lg.Mu.Lock()
+	defer lg.Mu.Unlock()
+	if err := load(l); err != nil {
+		return err
+	}
+	plan, err := lg.Plan(es)
+	if err == nil && len(plan) > 0 {
+		err = write(l, plan)
+	}
+	if errors.Is(err, ErrSeqTaken) || errors.Is(err, ErrFenced) {
+		s.Stale(uid)
+	}
+	if err != nil || len(plan) == 0 {
+		return err
+	}
+	lg.Commit(plan)
+	return nil
 }
 
 // Get is the run's log, made when there is none.

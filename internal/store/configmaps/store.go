@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,20 +91,14 @@ type Store struct {
 	// ChunkBytes bounds a chunk's data (DefaultChunkBytes when 0).
 	ChunkBytes int
 
-	mu   sync.Mutex
-	runs map[types.UID]*runLog
+	logs *store.Logs[runLog]
 }
 
-// runLog is one run's journal as this process knows it.
+// runLog is one run's journal as this process knows it: the entries
+// (store.Log) and the chunks holding them.
 type runLog struct {
-	mu     sync.Mutex // serialises the run's appends
-	loaded bool
-	// mustRead: what is stored is known to differ from what this process
-	// thought, so the journal is read even for a run that looks new.
-	mustRead bool
-	entries  []journal.Entry
-	raw      map[int64]string // seq -> stored JSON, to recognise our own retried writes
-	chunks   []chunk
+	store.Log
+	chunks []chunk
 	// output is the final output stored with the journal, and the chunk
 	// holding it.
 	output      string
@@ -125,48 +118,33 @@ func (c chunk) name() string { return c.obj.Name }
 
 // New makes a store writing with w and reading uncached with r.
 func New(w client.Client, r client.Reader) *Store {
-	return &Store{writer: w, reader: r, runs: map[types.UID]*runLog{}}
-}
-
-func (s *Store) log(uid types.UID) *runLog {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.runs[uid]
-	if !ok {
-		l = &runLog{raw: map[int64]string{}}
-		s.runs[uid] = l
-	}
-	return l
+	return &Store{writer: w, reader: r, logs: store.NewLogs(func(mustRead bool) *runLog {
+		return &runLog{Log: store.Log{MustRead: mustRead, Raw: map[int64]string{}}}
+	}, func(l *runLog) *store.Log { return &l.Log })}
 }
 
 // Load returns the run's entries in seq order. empty says the run cannot
 // have a journal yet (its status was never written), so nothing is read.
 func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
-	l := s.log(run.UID)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, empty); err != nil {
-		return nil, err
-	}
-	return l.entries[:len(l.entries):len(l.entries)], nil
+	return s.logs.Load(run.UID, func(l *runLog) error { return s.ensureLoaded(ctx, run, l, empty) })
 }
 
 func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog, empty bool) error {
-	if l.loaded {
+	if l.Loaded {
 		return nil
 	}
-	if !empty || l.mustRead {
+	if !empty || l.MustRead {
 		entries, chunks, raw, out, err := readAll(ctx, s.reader, run.Namespace, run.UID)
 		if err == nil {
-			err = shorterThanStatus(run, entries)
+			err = store.ShorterThanStatus(run, entries, ChunkName(run, 0))
 		}
 		if err != nil {
 			return err
 		}
-		l.entries, l.chunks, l.raw = entries, chunks, raw
+		l.Entries, l.chunks, l.Raw = entries, chunks, raw
 		l.output, l.outputChunk, l.hasOutput = out.text, out.chunk, out.ok
 	}
-	l.loaded, l.mustRead = true, false
+	l.Loaded, l.MustRead = true, false
 	return nil
 }
 
@@ -187,87 +165,30 @@ func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output
 }
 
 func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
-	if len(es) == 0 {
-		return nil
-	}
-	l := s.log(run.UID)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
-		return err
-	}
-	add := map[string]string{}
-	size := 0
-	var fresh []journal.Entry
-	superseded := false
-	for _, e := range es {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
+	load := func(l *runLog) error { return s.ensureLoaded(ctx, run, l, false) }
+	return s.logs.Append(run.UID, load, es, func(l *runLog, plan []store.Planned) error {
+		add := map[string]string{}
+		size := 0
+		for _, p := range plan {
+			add[key(p.Entry.Seq)] = p.Text
+			size += len(p.Text) + 8
 		}
-		if have, ok := l.raw[e.Seq]; ok {
-			if have == string(b) {
-				continue // already journaled (a retried append)
-			}
-			if !supersedes(l, e) {
-				return s.stale(run.UID, e)
-			}
-			superseded = true
+		if output != nil {
+			add[OutputKey] = *output
 		}
-		add[key(e.Seq)] = string(b)
-		size += len(b) + 8
-		fresh = append(fresh, e)
-	}
-	if len(fresh) == 0 {
-		return nil
-	}
-	if output != nil {
-		add[OutputKey] = *output
-	}
-	c, err := s.write(ctx, run, l, add, size)
-	if err != nil {
+		c, err := s.write(ctx, run, l, add, size)
 		if errors.Is(err, store.ErrSeqTaken) {
-			return s.stale(run.UID, fresh[0])
+			return fmt.Errorf("journaling %s #%d: %w", plan[0].Entry.Kind, plan[0].Entry.Seq, store.ErrSeqTaken)
 		}
-		return refusal(err)
-	}
-	if output != nil {
-		l.output, l.outputChunk, l.hasOutput = *output, c, true
-	}
-	l.chunks[c].bytes += size
-	for _, e := range fresh {
-		if _, had := l.raw[e.Seq]; had && superseded {
-			l.entries[len(l.entries)-1] = e
-		} else {
-			l.entries = append(l.entries, e)
+		if err != nil {
+			return refusal(err)
 		}
-		l.raw[e.Seq] = add[key(e.Seq)]
-	}
-	sort.SliceStable(l.entries, func(i, j int) bool { return l.entries[i].Seq < l.entries[j].Seq })
-	return nil
-}
-
-// supersedes says e may replace the journal's last entry: both are the
-// intent of one model call under one seq, still unanswered, and e issues
-// it again (after a restart, or a status write that failed), counting at
-// least as many earlier dispatches lost. Its answer, journaled after it,
-// then finds the intent it answers as dispatched.
-func supersedes(l *runLog, e journal.Entry) bool {
-	n := len(l.entries)
-	if e.Kind != journal.ModelCallRequested || n == 0 {
-		return false
-	}
-	last := l.entries[n-1]
-	return last.Seq == e.Seq && last.Kind == journal.ModelCallRequested && last.RequestHash == e.RequestHash && e.Lost >= last.Lost
-}
-
-// stale drops the run's in-memory copy (the caller's state is behind what
-// is stored), so the next Load reads it afresh, and says so.
-func (s *Store) stale(uid types.UID, e journal.Entry) error {
-	s.mu.Lock()
-	s.runs[uid] = &runLog{raw: map[int64]string{}, mustRead: true}
-	s.mu.Unlock()
-	return fmt.Errorf("journaling %s #%d: %w", e.Kind, e.Seq, store.ErrSeqTaken)
+		if output != nil {
+			l.output, l.outputChunk, l.hasOutput = *output, c, true
+		}
+		l.chunks[c].bytes += size
+		return nil
+	})
 }
 
 // write stores add in the last chunk, or in a new one when it would
@@ -358,9 +279,9 @@ func holds(data, add map[string]string) bool {
 // chunk and returns that object's name. A retried write of the same text
 // succeeds.
 func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) (string, error) {
-	l := s.log(run.UID)
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l := s.logs.Get(run.UID)
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
 		return "", err
 	}
@@ -373,7 +294,7 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 		if err := s.writer.Create(ctx, cm); client.IgnoreAlreadyExists(err) != nil {
 			return "", fmt.Errorf("storing the final output: %w", refusal(err))
 		}
-		s.Forget(run.UID) // read back whatever is there next time
+		s.logs.Forget(run.UID) // read back whatever is there next time
 		return cm.Name, nil
 	}
 	i := len(l.chunks) - 1
@@ -389,35 +310,16 @@ func (s *Store) PutOutput(ctx context.Context, run *arv1.AgentRun, text string) 
 }
 
 // Forget drops the in-memory copy of a run (finished, deleted, or stale).
-func (s *Store) Forget(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.runs, uid)
-}
+func (s *Store) Forget(uid types.UID) { s.logs.Forget(uid) }
 
 // Has reports whether the run's journal is held in memory.
-func (s *Store) Has(uid types.UID) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.runs[uid]
-	return ok
-}
+func (s *Store) Has(uid types.UID) bool { return s.logs.Has(uid) }
 
 // EachRun calls fn with every run whose journal is held in memory.
-func (s *Store) EachRun(fn func(types.UID)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid := range s.runs {
-		fn(uid)
-	}
-}
+func (s *Store) EachRun(fn func(types.UID)) { s.logs.EachRun(fn) }
 
 // Cached reports how many runs' journals are held in memory.
-func (s *Store) Cached() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.runs)
-}
+func (s *Store) Cached() int { return s.logs.Cached() }
 
 // ChunkName names chunk i of a run's journal.
 func ChunkName(run *arv1.AgentRun, i int) string {
@@ -570,8 +472,8 @@ func readAll(ctx context.Context, r client.Reader, ns string, uid types.UID) ([]
 		return nil, nil, nil, out, err
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
-	if !legacy {
-		if err := dense(entries, chunks); err != nil {
+	if !legacy && len(chunks) > 0 {
+		if err := store.Dense(entries, chunks[0].name()); err != nil {
 			return nil, nil, nil, out, err
 		}
 	}
@@ -612,49 +514,6 @@ func siblingName(name string, last, i int) string {
 		return base + "-" + Component
 	}
 	return fmt.Sprintf("%s-%s-%d", base, Component, i)
-}
-
-// dense checks a chunked journal's entries are numbered 0, 1, 2, ... (an
-// entry issued again may repeat its seq): every write appends after the
-// last seq, so a number missing is an entry lost.
-func dense(entries []journal.Entry, chunks []chunk) error {
-	next := int64(0)
-	for _, e := range entries {
-		switch {
-		case e.Seq == next-1:
-			// issued again (in a later chunk)
-		case e.Seq != next:
-			return &store.CorruptError{Object: chunks[0].name(), Key: key(next), Problem: fmt.Sprintf("entry %d is missing (the next stored is %d)", next, e.Seq)}
-		default:
-			next++
-		}
-	}
-	return nil
-}
-
-// shorterThanStatus catches a journal that lost its end (or all of it):
-// the run's status records a call whose seq says how many entries came
-// before it, or completed model calls, which are only ever journaled.
-func shorterThanStatus(run *arv1.AgentRun, entries []journal.Entry) error {
-	want := int64(0)
-	if p := run.Status.PendingCall; p != nil {
-		want = p.Seq
-	}
-	if run.Status.Usage.ModelCalls > 0 {
-		want = max(want, 2) // an intent and its completion
-	}
-	have := int64(0)
-	if n := len(entries); n > 0 {
-		have = entries[n-1].Seq + 1
-	}
-	if have >= want {
-		return nil
-	}
-	what := fmt.Sprintf("the run's status records %d completed model calls", run.Status.Usage.ModelCalls)
-	if p := run.Status.PendingCall; p != nil && p.Seq >= want {
-		what = fmt.Sprintf("the run's status records a pending call at seq %d", p.Seq)
-	}
-	return &store.CorruptError{Object: ChunkName(run, 0), Problem: fmt.Sprintf("the journal holds %d entries but %s", have, what)}
 }
 
 // decodeEntry decodes one stored entry. What is wrong is said without the

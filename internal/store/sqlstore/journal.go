@@ -121,13 +121,7 @@ func journalName(ns, name string) string {
 func (s *Store) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	l := s.logs.Get(run.UID)
-	l.Mu.Lock()
-	defer l.Mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, empty); err != nil {
-		return nil, err
-	}
-	return l.View(), nil
+	return s.logs.Load(run.UID, func(l *runLog) error { return s.ensureLoaded(ctx, run, l, empty) })
 }
 
 func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog, empty bool) error {
@@ -210,39 +204,21 @@ func (s *Store) AppendWithOutput(ctx context.Context, run *arv1.AgentRun, output
 func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, es []journal.Entry) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if len(es) == 0 {
-		return nil
-	}
-	l := s.logs.Get(run.UID)
-	l.Mu.Lock()
-	defer l.Mu.Unlock()
-	if err := s.ensureLoaded(ctx, run, l, false); err != nil {
-		return err
-	}
-	plan, err := l.Plan(es)
-	if err != nil {
-		s.logs.Stale(run.UID)
-		return err
-	}
-	if len(plan) == 0 {
-		return nil
-	}
-	err = s.write(ctx, run, l, plan, output)
-	if errors.Is(err, errConflict) {
-		err = s.storedAlready(ctx, run, plan)
-	}
-	if err != nil {
-		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) {
-			s.logs.Stale(run.UID)
+	load := func(l *runLog) error { return s.ensureLoaded(ctx, run, l, false) }
+	return s.logs.Append(run.UID, load, es, func(l *runLog, plan []store.Planned) error {
+		err := s.write(ctx, run, l, plan, output)
+		if errors.Is(err, errConflict) {
+			err = s.storedAlready(ctx, run, plan)
 		}
-		return err
-	}
-	l.registered = true
-	if output != nil {
-		l.output = output
-	}
-	l.Commit(plan)
-	return nil
+		if err != nil {
+			return err
+		}
+		l.registered = true
+		if output != nil {
+			l.output = output
+		}
+		return nil
+	})
 }
 
 // storedAlready settles a conflict: if every planned entry is stored with

@@ -176,6 +176,6 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.logs = store.NewLogs(func(mustRead bool) *runLog {
 		return &runLog{Log: store.Log{MustRead: mustRead, Raw: map[int64]string{}}}
-	})
+	}, func(l *runLog) *store.Log { return &l.Log })
 	return s, nil
 }
