@@ -20,6 +20,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/history"
+	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 )
 
@@ -189,7 +190,7 @@ func BenchmarkHistory100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer stop()
-	c, err := history.NewClient(env.Config)
+	c, err := historyclient.New(env.Config)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	hv1 "github.com/agentrun-dev/agentrun-operator/api/history/v1alpha1"
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/history"
+	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
@@ -145,7 +146,7 @@ func TestBadInput(t *testing.T) {
 	for i := range 3 {
 		archiveRun(t, runSpec{ns: "pages", name: fmt.Sprintf("p%d", i), agent: "a", phase: arv1.PhaseComplete})
 	}
-	c, err := history.NewClient(env.Config)
+	c, err := historyclient.New(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestPagesCoverEveryRecordOnce(t *testing.T) {
 	for i := range 7 {
 		archiveRun(t, runSpec{ns: "paged", name: fmt.Sprintf("r%d", i), agent: "a", phase: arv1.PhaseComplete, finished: base.Add(time.Duration(i%3) * time.Minute)})
 	}
-	c, err := history.NewClient(env.Config)
+	c, err := historyclient.New(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestPagesCoverEveryRecordOnce(t *testing.T) {
 // the records archived after it, and only those of its selector.
 func TestWatchSendsNewRecords(t *testing.T) {
 	archiveRun(t, runSpec{ns: "watched", name: "before", agent: "a", phase: arv1.PhaseComplete})
-	c, err := history.NewClient(env.Config)
+	c, err := historyclient.New(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

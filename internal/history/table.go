@@ -3,16 +3,13 @@ package history
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 
 	hv1 "github.com/agentrun-dev/agentrun-operator/api/history/v1alpha1"
-	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
 )
 
 // The columns `kubectl get agentrunrecords` prints, computed by the
@@ -35,10 +32,9 @@ func (r *recordsREST) ConvertToTable(_ context.Context, obj runtime.Object, _ ru
 	t := &metav1.Table{ColumnDefinitions: recordColumns}
 	now := r.clock.Now()
 	add := func(rec *hv1.AgentRunRecord) {
-		u := rec.Status.Usage
+		row := historyclient.RowOf(rec, now)
 		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells: []any{rec.Name, rec.Spec.Agent, string(rec.Status.Phase), u.TotalTokens, costCell(u), runDuration(rec),
-				duration.HumanDuration(now.Sub(rec.Archive.FinishedAt.Time)), rec.Status.Model, u.ModelCalls, string(rec.UID)},
+			Cells:  []any{row.Name, row.Agent, row.Phase, row.Tokens, row.Cost, row.Duration, row.Finished, row.Model, row.Calls, row.UID},
 			Object: runtime.RawExtension{Object: rec},
 		})
 	}
@@ -57,41 +53,4 @@ func (r *recordsREST) ConvertToTable(_ context.Context, obj runtime.Object, _ ru
 		t.RemainingItemCount = l.GetRemainingItemCount()
 	}
 	return t, nil
-}
-
-// costCell is the run's cost as status shows it: a USD amount, or
-// "unknown" (with the priced part) when a call could not be priced.
-func costCell(u arv1.Usage) string {
-	switch u.CostUSD {
-	case "unknown":
-		if u.CostPricedUSD != "" && u.CostPricedUSD != "0" {
-			return "unknown (≥$" + u.CostPricedUSD + ")"
-		}
-		return "unknown"
-	case "":
-		if u.UnpricedCalls > 0 || u.LostCalls > 0 {
-			return "unknown"
-		}
-		return "$0"
-	}
-	return "$" + u.CostUSD
-}
-
-// runDuration is start (or creation) to finish.
-func runDuration(rec *hv1.AgentRunRecord) string {
-	start := rec.CreationTimestamp.Time
-	if s := rec.Status.StartedAt; s != nil {
-		start = s.Time
-	}
-	if start.IsZero() {
-		return "-"
-	}
-	d := rec.Archive.FinishedAt.Sub(start)
-	if d < 0 {
-		d = 0
-	}
-	if d < time.Minute {
-		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
-	}
-	return duration.HumanDuration(d)
 }

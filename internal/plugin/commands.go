@@ -42,7 +42,8 @@ type options struct {
 	revise      *string // --revise (answer: instructions sending the stage back)
 	choice      *string // --choice (answer: a checkpoint's option or free text)
 
-	rerun rerunOptions // rerun and fork
+	rerun   rerunOptions   // rerun and fork
+	history historyOptions // history and cost
 }
 
 // textValue is a flag whose value is answer text: nil until given, so that
@@ -269,7 +270,7 @@ starts until the run is resumed.`, run: patchSpec(SteerPatches["pause"], "paused
 and the run ends Cancelled. A cancel cannot be withdrawn.`, run: patchSpec(SteerPatches["cancel"], "cancel requested")},
 	}
 	steer = append(steer, rerunSpecs()...)
-	inspect = append(inspect, consoleSpec())
+	inspect = append(inspect, consoleSpec(), historySpec(), costSpec())
 	return append(append(append(inspect, steer...), answerSpecs()...), checkSpec())
 }
 

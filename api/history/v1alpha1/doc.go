@@ -36,6 +36,16 @@ const (
 	SubresourceOutput     = "output"
 )
 
+// SourceAnnotation, on a transcript or an output, says what it was read
+// from: the archived record (SourceArchive), or the journal of a run not
+// archived yet, still in the cluster, whose journal is in the database
+// (SourceJournal; status.journalStore Database).
+const (
+	SourceAnnotation = "history.agentrun.dev/source"
+	SourceArchive    = "archive"
+	SourceJournal    = "journal"
+)
+
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&AgentRunRecord{}, &AgentRunRecordList{},

@@ -375,3 +375,27 @@ func (s *Store) HistoryKey(ctx context.Context) ([]byte, error) {
 	}
 	return hex.DecodeString(secret)
 }
+
+// LiveJournal finds the journal of a run that is not archived (still
+// running, or finished and not yet archived) by its namespace and name:
+// the newest such journal, not marked deleted. ok is false when there is
+// none. The history API serves its transcript and output, so journals in
+// the database are read through the API server like ConfigMaps are.
+func (s *Store) LiveJournal(ctx context.Context, namespace, name string) (uid string, ok bool, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.ensure(ctx); err != nil {
+		return "", false, err
+	}
+	err = s.db.QueryRowContext(ctx, s.q(`SELECT run_uid FROM run_journals j WHERE namespace = $1 AND name = $2 AND deleted_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM archived_runs a WHERE a.run_uid = j.run_uid)
+		ORDER BY created_at DESC LIMIT 1`), namespace, name).Scan(&uid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, s.classify(err)
+	}
+	return uid, true, nil
+}
+

@@ -22,6 +22,9 @@ CREATE INDEX archived_runs_archived ON archived_runs (archived_at);
 CREATE INDEX archived_runs_name ON archived_runs (namespace, name, finished_at);
 CREATE INDEX archived_runs_phase ON archived_runs (namespace, phase, finished_at, run_uid);
 CREATE INDEX call_ledger_at ON call_ledger (at);
+-- The journal of a run not archived yet, by its name (transcripts of live
+-- runs whose journal is in the database).
+CREATE INDEX run_journals_name ON run_journals (namespace, name, created_at);
 
 -- A call's agent (its run's spec.agent), written when the run is
 -- archived, so the cost report groups by agent without joining the

@@ -1,10 +1,15 @@
-package history
+// Package historyclient reads the history API (history.agentrun.dev,
+// served by internal/history) through the API server, as the user of a
+// rest.Config: the kubectl plugin, the console and tests use it. It is
+// apart from the server so that they do not link k8s.io/apiserver.
+package historyclient
 
 import (
 	"context"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -12,8 +17,19 @@ import (
 	hv1 "github.com/agentrun-dev/agentrun-operator/api/history/v1alpha1"
 )
 
-// paramCodec encodes list options for the history group.
-var paramCodec = runtime.NewParameterCodec(Scheme)
+// scheme holds the history API's types; codecs decode its answers.
+var (
+	scheme = func() *runtime.Scheme {
+		s := runtime.NewScheme()
+		if err := hv1.AddToScheme(s); err != nil {
+			panic(err)
+		}
+		metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+		return s
+	}()
+	codecs     = serializer.NewCodecFactory(scheme)
+	paramCodec = runtime.NewParameterCodec(scheme)
+)
 
 // Client reads the history API through the API server, as the user of
 // its rest.Config: a small typed client for the kubectl plugin and the
@@ -21,13 +37,13 @@ var paramCodec = runtime.NewParameterCodec(Scheme)
 // IsResourceExpired, IsBadRequest).
 type Client struct{ rc rest.Interface }
 
-// NewClient is a Client for cfg (the same config as any client-go
+// New is a Client for cfg (the same config as any client-go
 // client; the request goes to the API server, which proxies it).
-func NewClient(cfg *rest.Config) (*Client, error) {
+func New(cfg *rest.Config) (*Client, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &hv1.GroupVersion
 	c.APIPath = "/apis"
-	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: Codecs}
+	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: codecs}
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
