@@ -64,6 +64,9 @@ func historyError(err error, ns, name string, gone bool) error {
 
 // isMissingAPI says a 404 is the API group's absence, not the record's.
 func isMissingAPI(err error) bool {
+	if !apierrors.IsNotFound(err) {
+		return false
+	}
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
 		return false
