@@ -112,3 +112,29 @@ func TestHistoryReads(t *testing.T) {
 		})
 	}
 }
+
+// TestLiveJournal: the journal of a run not archived is found by name, the
+// newest of that name; an archived run's is not, nor a deleted run's.
+func TestLiveJournal(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		archived, live, deleted := newRun(), newRun(), newRun()
+		live.Name, deleted.Name = archived.Name, "deleted-"+archived.Name
+		must(t, s.Append(ctx, archived, intent(0, 0)))
+		archived.Status = arv1.AgentRunStatus{Phase: arv1.PhaseComplete, FinishedAt: ptr.To(metav1.NewTime(time.Now()))}
+		must(t, s.Archive(ctx, &store.Record{Run: archived}))
+		if uid, ok, err := s.LiveJournal(ctx, "ns", archived.Name); err != nil || ok {
+			t.Fatalf("an archived run's journal is live: %q %v %v", uid, ok, err)
+		}
+		must(t, s.Append(ctx, live, intent(0, 0)))
+		if uid, ok, err := s.LiveJournal(ctx, "ns", live.Name); err != nil || !ok || uid != string(live.UID) {
+			t.Fatalf("the live run of a reused name: %q %v %v, want %s", uid, ok, err, live.UID)
+		}
+		must(t, s.Append(ctx, deleted, intent(0, 0)))
+		must(t, s.Deleted(ctx, deleted.UID))
+		if uid, ok, err := s.LiveJournal(ctx, "ns", deleted.Name); err != nil || ok {
+			t.Fatalf("a deleted run's journal is live: %q %v %v", uid, ok, err)
+		}
+	})
+}
