@@ -175,6 +175,12 @@ func TestPluginReadsRecordsAndDatabaseJournals(t *testing.T) {
 		t.Errorf("a new run named like an older record: %v\n%s\n%s", err, out, errOut)
 	}
 
+	liveRun(t, ns, "fresh", nil)
+	out, errOut, err = kubectlAgentrun(t, kc, "transcript", "fresh", "-n", ns)
+	if err != nil || out != "" || !strings.Contains(errOut, "no journal entries yet") {
+		t.Errorf("a live run with nothing journaled and no record of its name: %v\n%s\n%s", err, out, errOut)
+	}
+
 	_, errOut, err = kubectlAgentrun(t, kc, "transcript", "never", "-n", ns)
 	if err == nil || !strings.Contains(errOut, "nor an archived record") {
 		t.Errorf("neither run nor record: %v %s", err, errOut)

@@ -85,6 +85,9 @@ func JournalTranscript(ctx context.Context, cfg *rest.Config, ns, name string, u
 		return nil, err
 	}
 	t, err := h.Transcript(ctx, ns, name)
+	if uid != "" && apierrors.IsNotFound(err) && !isMissingAPI(err) {
+		return nil, nil // a live run that has journaled nothing yet
+	}
 	if err != nil {
 		return nil, historyError(err, ns, name, uid == "")
 	}
@@ -107,6 +110,9 @@ func JournalOutput(ctx context.Context, cfg *rest.Config, ns, name string, uid t
 		return "", false, err
 	}
 	o, err := h.Output(ctx, ns, name)
+	if uid != "" && apierrors.IsNotFound(err) && !isMissingAPI(err) {
+		return "", false, nil // a live run that has stored nothing yet
+	}
 	if err != nil {
 		return "", false, historyError(err, ns, name, uid == "")
 	}

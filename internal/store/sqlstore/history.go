@@ -398,4 +398,3 @@ func (s *Store) LiveJournal(ctx context.Context, namespace, name string) (uid st
 	}
 	return uid, true, nil
 }
-
