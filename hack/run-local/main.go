@@ -12,13 +12,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
@@ -66,8 +66,7 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo), zap.ConsoleEncoder()))
 	if !verbose {
 		// The history server's k8s.io/apiserver logs through klog.
-		klog.LogToStderr(false)
-		klog.SetOutput(io.Discard)
+		klog.SetLogger(logr.Discard())
 	}
 
 	giveBack := takeTerminal()
