@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/controllers"
 	"github.com/agentrun-dev/agentrun-operator/internal/a2aserver"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
+	"github.com/agentrun-dev/agentrun-operator/internal/history"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
@@ -28,12 +29,26 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
-func main() {
-	// `manager a2a ...` runs the A2A endpoint instead (docs/a2a.md): the
-	// same image, another Deployment, a ServiceAccount with no rights.
-	if len(os.Args) > 1 && os.Args[1] == "a2a" {
-		os.Exit(a2aserver.Main(os.Args[2:], manager.Scheme(), os.Stderr))
+// subcommand runs another server of the same image when the first
+// argument names one, and exits.
+func subcommand() {
+	if len(os.Args) < 2 {
+		return
 	}
+	switch os.Args[1] {
+	case "a2a":
+		// The A2A endpoint (docs/a2a.md): the same image, another
+		// Deployment, a ServiceAccount with no rights.
+		os.Exit(a2aserver.Main(os.Args[2:], manager.Scheme(), os.Stderr))
+	case "history":
+		// The archive as history.agentrun.dev (docs/history.md): another
+		// Deployment, behind an APIService.
+		os.Exit(history.Main(os.Args[2:], os.Stderr))
+	}
+}
+
+func main() {
+	subcommand()
 	var o manager.Options
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS to scrapers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview; the metrics-reader ClusterRole grants it). false: plain HTTP, open to whoever reaches the port.")

@@ -18,10 +18,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -62,6 +64,10 @@ func main() {
 		zo.Development, zo.Level = false, zapcore.ErrorLevel
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo), zap.ConsoleEncoder()))
+	if !verbose {
+		// The history server's k8s.io/apiserver logs through klog.
+		klog.SetLogger(logr.Discard())
+	}
 
 	giveBack := takeTerminal()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -102,7 +108,7 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 	}
 
 	fmt.Println(">> No reachable cluster in KUBECONFIG: starting a local control plane (etcd + kube-apiserver " + testenv.KubeVersion + ") on loopback.")
-	env, err := testenv.Start()
+	env, err := testenv.StartWith(testenv.Options{Aggregation: true})
 	if err != nil {
 		return err
 	}
@@ -129,6 +135,9 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 		o.Store.DSN = localStore(kubeconfigOut)
 	}
 	printStore(o.Store.DSN)
+	if err := serveHistory(ctx, env, o.Store.DSN, path); err != nil {
+		return err
+	}
 	root := testenv.RepoRoot()
 	fmt.Printf(`>> Local control plane ready at %s; the AgentRun CRDs and the demo (namespace %s) are applied.
 >> In another terminal (the README's tour goes on from here):

@@ -28,6 +28,8 @@ func (s *Server) routes(static http.Handler) {
 	m.HandleFunc("GET /api/whoami", s.authed(s.whoami))
 	m.HandleFunc("GET /api/runs/watch", s.authed(s.watchRuns))
 	m.HandleFunc("GET /api/run/watch", s.authed(s.watchRun))
+	m.HandleFunc("GET /api/history", s.authed(s.historyList))
+	m.HandleFunc("GET /api/history/record", s.authed(s.historyRecord))
 	m.HandleFunc("POST /api/answer", s.guard(s.authed(s.answer)))
 	m.HandleFunc("POST /api/steer", s.guard(s.authed(s.steer)))
 	s.mux = m

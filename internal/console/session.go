@@ -23,7 +23,9 @@ const csrfHeader = "X-Agentrun-Console"
 
 // session is one signed-in person: the client that acts as them.
 type session struct {
-	c       client.WithWatch
+	c client.WithWatch
+	// cfg is the person's connection (the history API is read with it).
+	cfg     *rest.Config
 	user    string
 	expires time.Time
 }
@@ -83,7 +85,7 @@ func (s *Server) signIn(ctx context.Context, cfg *rest.Config) (string, *session
 	if err := c.Create(ctx, review); err != nil {
 		return "", nil, err
 	}
-	se := &session{c: c, user: review.Status.UserInfo.Username}
+	se := &session{c: c, cfg: cfg, user: review.Status.UserInfo.Username}
 	return s.sessions.add(se), se, nil
 }
 

@@ -184,7 +184,7 @@ func (s *Server) watchRun(w http.ResponseWriter, r *http.Request, se *session) {
 		if !ok {
 			return out.send("gone", map[string]string{"error": fmt.Sprintf("agentrun %q not found in namespace %q", name, ns)})
 		}
-		return out.send("run", runView(ctx, se.c, &run, time.Now(), can))
+		return out.send("run", runView(ctx, se, &run, time.Now(), can))
 	}, client.InNamespace(ns), sel)
 	if err != nil && ctx.Err() == nil {
 		out.sendError(err)

@@ -161,14 +161,28 @@ type runPage struct {
 
 // runView reads what the run page shows of run: its status, and its
 // journal (transcript, regions) and output as the plugin reads them.
-func runView(ctx context.Context, c client.Client, run *arv1.AgentRun, now time.Time, can may) runPage {
+func runView(ctx context.Context, se *session, run *arv1.AgentRun, now time.Time, can may) runPage {
 	st := &run.Status
 	p := runPage{Namespace: run.Namespace, Name: run.Name, Agent: run.Spec.Agent, Task: run.Spec.Task, Title: st.Title,
 		Phase: wire.NewPsRow(run, now).Phase, Error: st.Error, Paused: run.Spec.Paused, Cancelled: run.Spec.Cancel,
 		Terminal: st.Phase.IsTerminal(), May: can,
 		Usage: usageView{Tokens: wire.NewPsRow(run, now).Tokens, Prompt: st.Usage.PromptTokens, Completion: st.Usage.CompletionTokens,
 			ModelCalls: st.Usage.ModelCalls, ToolCalls: st.Usage.ToolCalls, Cost: plugin.CostText(st.Usage)},
-		Stages: stagesOf(st), Waiting: waitOf(st.WaitingOn)}
+		Stages: stagesOf(st), Waiting: waitOf(st.WaitingOn), Regions: []regionView{}}
+	if st.JournalStore == arv1.JournalDatabase {
+		databaseJournal(ctx, se, run, &p)
+	} else {
+		configMapJournal(ctx, se.c, run, &p)
+	}
+	if st.FinalOutput != nil && st.FinalOutput.Truncated {
+		p.OutputNote = "the stored output was cut at the 256 KiB cap"
+	}
+	return p
+}
+
+// configMapJournal reads the transcript, regions and output of a run
+// whose journal is in ConfigMaps.
+func configMapJournal(ctx context.Context, c client.Client, run *arv1.AgentRun, p *runPage) {
 	entries, unreadable, err := configmaps.ReadLenient(ctx, c, run.Namespace, run.UID)
 	switch {
 	case err != nil:
@@ -178,18 +192,35 @@ func runView(ctx context.Context, c client.Client, run *arv1.AgentRun, now time.
 	}
 	p.Transcript = plugin.TranscriptLines(entries)
 	p.Regions = regionsOf(journal.Regions(entries))
-	if st.FinalOutput != nil && st.FinalOutput.ObjectName != "" {
+	if d := run.Status.FinalOutput; d != nil && d.ObjectName != "" {
 		text, err := plugin.ReadOutput(ctx, c, run)
 		if err != nil {
 			p.OutputNote = err.Error()
 		} else {
 			p.Output = &text
 		}
-		if st.FinalOutput.Truncated {
-			p.OutputNote = "the stored output was cut at the 256 KiB cap"
-		}
 	}
-	return p
+}
+
+// databaseJournal reads the transcript and output of a run whose journal
+// is in the database, through the history API as the signed-in person
+// (regions are not served there).
+func databaseJournal(ctx context.Context, se *session, run *arv1.AgentRun, p *runPage) {
+	lines, err := plugin.JournalTranscript(ctx, se.cfg, run.Namespace, run.Name, run.UID)
+	if err != nil {
+		p.TranscriptError = err.Error()
+	}
+	p.Transcript = append([]plugin.TranscriptLine{}, lines...)
+	if run.Status.FinalOutput == nil {
+		return
+	}
+	text, ok, err := plugin.JournalOutput(ctx, se.cfg, run.Namespace, run.Name, run.UID)
+	switch {
+	case err != nil:
+		p.OutputNote = err.Error()
+	case ok:
+		p.Output = &text
+	}
 }
 
 func stagesOf(st *arv1.AgentRunStatus) []stageView {

@@ -42,7 +42,8 @@ type options struct {
 	revise      *string // --revise (answer: instructions sending the stage back)
 	choice      *string // --choice (answer: a checkpoint's option or free text)
 
-	rerun rerunOptions // rerun and fork
+	rerun   rerunOptions   // rerun and fork
+	history historyOptions // history and cost
 }
 
 // textValue is a flag whose value is answer text: nil until given, so that
@@ -238,7 +239,9 @@ object; -o name prints agentrun.agentrun.dev/NAME.`,
 		{use: "output NAME", short: "Print a run's final output", group: groupInspect, runNames: 1,
 			long: `Print the run's final output (the "output" key of the ConfigMap named by
 status.finalOutput.objectName), byte for byte. Exits 1 when the run has no
-output.`, run: (*app).output},
+output. For a run whose journal is in the database (status.journalStore
+Database), and for a run that is gone (its archived record; stderr says
+so), the output is read through the history API (history.agentrun.dev).`, run: (*app).output},
 		{use: "regions NAME [REGION]", short: "Show a run's regions (its named documents)", group: groupInspect, runNames: 1,
 			long: `Show the regions the run holds, as its journal records them: each region's
 size, who wrote it last (spec, model, fan-out <stage>, or the person who
@@ -250,7 +253,10 @@ for instance to edit a draft before kubectl agentrun answer --edit-file.`,
 			long: `Print the run's journal (its model calls, answers, failures, checkpoint
 answers and cancellation) one line per entry, in sequence order. --follow
 then prints each entry as it is journaled (a watch of the journal and the
-run, not polling) until the run ends, or until Ctrl-C.`,
+run, not polling) until the run ends, or until Ctrl-C. For a run whose
+journal is in the database (status.journalStore Database), and for a run
+that is gone (its archived record; stderr says so), the journal is read
+through the history API (history.agentrun.dev; no --follow there).`,
 			example: `  kubectl agentrun transcript review-pr
   kubectl agentrun transcript -f review-pr`,
 			flags: func(fs *pflag.FlagSet, o *options) {
@@ -269,7 +275,7 @@ starts until the run is resumed.`, run: patchSpec(SteerPatches["pause"], "paused
 and the run ends Cancelled. A cancel cannot be withdrawn.`, run: patchSpec(SteerPatches["cancel"], "cancel requested")},
 	}
 	steer = append(steer, rerunSpecs()...)
-	inspect = append(inspect, consoleSpec())
+	inspect = append(inspect, consoleSpec(), historySpec(), costSpec())
 	return append(append(append(inspect, steer...), answerSpecs()...), checkSpec())
 }
 

@@ -175,6 +175,10 @@ api_key_secret = { name = "provider-key", key = "api-key" }
 		allowed(user, "# Draft\n", "regions", "asks", "draft")
 		allowed(user, "#0 ", "transcript", "done")
 		allowed(user, "__start_kubectl-agentrun", "completion", "bash")
+		// history and cost read history.agentrun.dev, which these roles do
+		// not grant (view, edit and admin do: internal/history tests them).
+		refused(user, `list resource "agentrunrecords" in API group "history.agentrun.dev"`, "history")
+		refused(user, `list resource "agentruncostreports" in API group "history.agentrun.dev"`, "cost")
 		covered["__complete"] = true
 		if out := mustPlugin(t, "__complete", "describe", "-n", ns, "--as", user, ""); !strings.HasPrefix(out, "asks\t") {
 			t.Errorf("%s: completion of run names printed %q", user, out)

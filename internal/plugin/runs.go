@@ -50,11 +50,14 @@ func patchSpec(patch, done string) func(a *app, ctx context.Context, c client.Cl
 }
 
 func (a *app) output(ctx context.Context, c client.Client, ns string, o options) error {
-	run, err := getRun(ctx, c, ns, o.args[0])
+	run, gone, err := lookupRun(ctx, c, ns, o.args[0])
 	if err != nil {
 		return err
 	}
-	text, err := ReadOutput(ctx, c, run)
+	if gone {
+		return a.goneOutput(ctx, ns, o.args[0])
+	}
+	text, err := ReadRunOutput(ctx, c, a.cfg, run)
 	if err != nil {
 		return err
 	}
@@ -67,17 +70,30 @@ func (a *app) output(ctx context.Context, c client.Client, ns string, o options)
 	return nil
 }
 
+// databaseTranscript prints the transcript of a run whose journal is in
+// the database, read through the history API.
+func (a *app) databaseTranscript(ctx context.Context, run *arv1.AgentRun, follow bool) error {
+	if follow {
+		return fmt.Errorf("--follow watches journal ConfigMaps, and run %s/%s keeps its journal in the database: run the command again without --follow", run.Namespace, run.Name)
+	}
+	lines, err := JournalTranscript(ctx, a.cfg, run.Namespace, run.Name, run.UID)
+	if err != nil {
+		return err
+	}
+	if len(lines) == 0 {
+		fmt.Fprintf(a.stderr, "run %s/%s has no journal entries yet\n", run.Namespace, run.Name)
+		return nil
+	}
+	return writeLines(a.stdout, lines)
+}
+
 // ReadOutput reads the run's final output from the ConfigMap that
 // status.finalOutput names; an error says why there is none.
 func ReadOutput(ctx context.Context, c client.Client, run *arv1.AgentRun) (string, error) {
 	ns := run.Namespace
 	d := run.Status.FinalOutput
 	if d == nil || d.ObjectName == "" {
-		phase := string(run.Status.Phase)
-		if phase == "" {
-			phase = "not started"
-		}
-		return "", fmt.Errorf("run %s/%s has no output (phase: %s)", ns, run.Name, phase)
+		return "", noOutput(run)
 	}
 	var cm corev1.ConfigMap
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: d.ObjectName}, &cm); err != nil {
@@ -94,9 +110,14 @@ func ReadOutput(ctx context.Context, c client.Client, run *arv1.AgentRun) (strin
 }
 
 func (a *app) transcript(ctx context.Context, c client.Client, ns string, o options) error {
-	run, err := getRun(ctx, c, ns, o.args[0])
-	if err != nil {
+	run, gone, err := lookupRun(ctx, c, ns, o.args[0])
+	switch {
+	case err != nil:
 		return err
+	case gone:
+		return a.goneTranscript(ctx, ns, o.args[0])
+	case inDatabase(run):
+		return a.databaseTranscript(ctx, run, o.follow)
 	}
 	if o.follow {
 		return a.followTranscript(ctx, ns, run)

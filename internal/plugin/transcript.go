@@ -36,7 +36,11 @@ func RenderTranscript(w io.Writer, entries []journal.Entry, unreadable []string)
 
 // writeEntry writes an entry's line: "#SEQ  TIME  TURN  WHAT  DETAIL".
 func writeEntry(w io.Writer, e *journal.Entry, turn string) {
-	l := entryLine(e, turn)
+	writeLine(w, entryLine(e, turn))
+}
+
+// writeLine writes a transcript line: "#SEQ  TIME  TURN  WHAT  DETAIL".
+func writeLine(w io.Writer, l TranscriptLine) {
 	if l.Detail == "" {
 		fmt.Fprintf(w, "#%d\t%s\t%s\t%s\n", l.Seq, l.At, l.Turn, l.What)
 		return

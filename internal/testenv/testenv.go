@@ -85,6 +85,11 @@ type Options struct {
 	// and certificate envtest picks: a suite serves its handlers there
 	// (Env.WebhookInstallOptions) for the API server to call.
 	WebhookPaths []string
+	// Aggregation turns on the API server's aggregation layer (a
+	// front-proxy CA and client certificate, the request-header flags), so
+	// a suite can register an APIService for an aggregated API server it
+	// runs (the history API) and reach it through the API server.
+	Aggregation bool
 }
 
 // StartWith launches etcd and kube-apiserver as Start does, with o.
@@ -103,6 +108,12 @@ func StartWith(o Options) (*Env, error) {
 		return nil, err
 	}
 	e.ControlPlane.GetAPIServer().Configure().Set("token-auth-file", filepath.Join(tokenDir, tokenFile))
+	if o.Aggregation {
+		if err := enableAggregation(e, tokenDir); err != nil {
+			_ = os.RemoveAll(tokenDir)
+			return nil, err
+		}
+	}
 	if os.Getenv("AGENTRUN_TESTENV_PROFILING") != "" {
 		// Serve the API server's /debug/pprof, to profile what a benchmark
 		// costs it.

@@ -50,6 +50,10 @@ type Config struct {
 	// often the certificate's expiry is looked at.
 	Clock   clock.Clock
 	Recheck time.Duration
+	// AfterSync, when set, runs after every sync with the CA, for a
+	// caBundle other than a webhook configuration's (the history API's
+	// APIService).
+	AfterSync func(ctx context.Context, caPEM []byte) error
 }
 
 // Keeper keeps the certificate and the caBundle, and hands the certificate
@@ -57,6 +61,7 @@ type Config struct {
 type Keeper struct {
 	c    Config
 	cert atomic.Pointer[tls.Certificate]
+	pem  atomic.Pointer[[2][]byte]
 }
 
 // New checks c and returns its Keeper.
@@ -145,10 +150,29 @@ func (k *Keeper) sync(ctx context.Context) error {
 		return err
 	}
 	k.cert.Store(cert)
+	k.pem.Store(&[2][]byte{b.certPEM, b.keyPEM})
+	if k.c.AfterSync != nil {
+		if err := k.c.AfterSync(ctx, b.caPEM); err != nil {
+			return err
+		}
+	}
 	if k.c.WebhookConfiguration == "" {
 		return nil
 	}
 	return k.ensureCABundle(ctx, b.caPEM)
+}
+
+// Sync makes the certificate ready once (Start keeps it so), for a server
+// that must have it before it listens.
+func (k *Keeper) Sync(ctx context.Context) error { return k.sync(ctx) }
+
+// CertKeyPEM is the serving certificate and key, PEM-encoded (nil before
+// the first sync).
+func (k *Keeper) CertKeyPEM() (cert, key []byte) {
+	if p := k.pem.Load(); p != nil {
+		return p[0], p[1]
+	}
+	return nil, nil
 }
 
 // ensureSecret returns the Secret's certificate, creating or renewing it

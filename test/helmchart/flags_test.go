@@ -38,16 +38,18 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 	managerFlags := flagsOf(goFlag, manager)
 	a2aFlags := flagsOf(goFlag, manager, "a2a")
 	consoleFlags := flagsOf(cobraFlag, plugin, "console")
-	for name, known := range map[string]map[string]bool{"manager": managerFlags, "manager a2a": a2aFlags, "kubectl-agentrun console": consoleFlags} {
+	historyFlags := flagsOf(cobraFlag, manager, "history")
+	for name, known := range map[string]map[string]bool{"manager": managerFlags, "manager a2a": a2aFlags, "kubectl-agentrun console": consoleFlags,
+		"manager history": historyFlags} {
 		if len(known) < 3 {
 			t.Fatalf("%s --help lists almost no flags: %v", name, known)
 		}
 	}
-	if !managerFlags["shards"] || !managerFlags["leader-elect"] || !a2aFlags["public-url"] || !consoleFlags["in-cluster"] {
-		t.Fatalf("--help output not understood: manager %v, a2a %v, console %v", managerFlags, a2aFlags, consoleFlags)
+	if !managerFlags["shards"] || !managerFlags["leader-elect"] || !a2aFlags["public-url"] || !consoleFlags["in-cluster"] || !historyFlags["cert-secret"] {
+		t.Fatalf("--help output not understood: manager %v, a2a %v, console %v, history %v", managerFlags, a2aFlags, consoleFlags, historyFlags)
 	}
 	anyBinary := map[string]bool{}
-	for _, known := range []map[string]bool{managerFlags, a2aFlags, consoleFlags} {
+	for _, known := range []map[string]bool{managerFlags, a2aFlags, consoleFlags, historyFlags} {
 		for f := range known {
 			anyBinary[f] = true
 		}
@@ -67,8 +69,9 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 		}
 		check(f, string(data), "no binary of the image", anyBinary)
 	}
-	all := map[string]any{"console": map[string]any{"enabled": true}, "a2a": map[string]any{"enabled": true}}
 	database := map[string]any{"store": map[string]any{"dsn": "postgres://agentrun@db.example:5432/agentrun?sslmode=verify-full", "existingSecret": "agentrun-db"}}
+	all := map[string]any{"console": map[string]any{"enabled": true}, "a2a": map[string]any{"enabled": true}, "history": map[string]any{"enabled": true},
+		"store": database["store"]}
 	for _, vals := range []map[string]any{nil, {"replicas": 1, "shards": 1, "leaderElect": false}, database, all} {
 		objs := renderChart(t, vals).objs
 		args := func(suffix string) string {
@@ -89,6 +92,16 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 			t.Fatalf("the console Deployment's args %q do not start with the console command", c)
 		}
 		check("the console Deployment's args", c, "kubectl-agentrun console", consoleFlags)
+		h := args("-history")
+		if !strings.HasPrefix(h, "history ") {
+			t.Fatalf("the history Deployment's args %q do not start with the history command", h)
+		}
+		check("the history Deployment's args", h, "manager history", historyFlags)
+		for _, certs := range []map[string]any{{"certSecret": "history-tls"}} {
+			own := renderChart(t, historyValues(certs)).objs
+			check("the history Deployment's args with its own certificate",
+				strings.Join(one[appsv1.Deployment](t, own, "Deployment", "-history").Spec.Template.Spec.Containers[0].Args, " "), "manager history", historyFlags)
+		}
 	}
 }
 

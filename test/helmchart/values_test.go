@@ -333,7 +333,7 @@ func TestEveryValueIsDocumented(t *testing.T) {
 
 // objectValues are values documented as one object (a Kubernetes field
 // passed through whole), not key by key.
-var objectValues = map[string]bool{"resources": true, "podSecurityContext": true, "securityContext": true,
+var objectValues = map[string]bool{"resources": true, "history.resources": true, "podSecurityContext": true, "securityContext": true,
 	"serviceMonitor.tlsConfig": true, "grafanaDashboard.labels": true}
 
 // flatten records the dotted path of every leaf: a scalar, a list, an empty

@@ -153,7 +153,8 @@ function runPage(params) {
   const say = (t) => { notice = t; const n = document.getElementById("notice"); if (n) n.textContent = t; };
   listen("/api/run/watch?" + new URLSearchParams({ namespace: ns, name: name }), {
     run: (p) => { latest = p; redraw(); },
-    gone: (g) => main.replaceChildren(el("p", { class: "error" }, g.error)),
+    gone: (g) => main.replaceChildren(el("p", { class: "error" }, g.error),
+      el("p", {}, el("a", { href: "#/record?" + new URLSearchParams({ namespace: ns, name: name }), id: "record-link" }, "its archived record, if the operator archived it"))),
   });
 }
 
@@ -271,6 +272,82 @@ function transcript(p) {
       : el("p", { class: "muted" }, "no journal entries yet"));
 }
 
+// ---- history: archived runs (history.agentrun.dev), read as the signed-in person ----
+
+async function getJSON(path) {
+  const res = await fetch(path, { credentials: "same-origin" });
+  let data = {};
+  try { data = await res.json(); } catch (e) { /* no body */ }
+  return { ok: res.ok, status: res.status, data };
+}
+
+function historyPage(params) {
+  closeStream();
+  const ns = params.get("namespace") ?? (me.namespace || "default");
+  const all = params.get("all") === "1";
+  const input = (id, label, value, ph) => el("label", {}, label + " ", el("input", { type: "text", id, value: value || "", placeholder: ph || "" }));
+  const filters = el("div", { class: "controls" },
+    input("h-namespace", "Namespace", ns), el("label", {}, el("input", { type: "checkbox", id: "h-all", checked: all }), " all namespaces"),
+    input("h-label", "Labels", params.get("label"), "team=x"), input("h-phase", "Phase", params.get("phase"), "Error"),
+    input("h-agent", "Agent", params.get("agent")), input("h-since", "Since", params.get("since"), "7d"),
+    el("button", { id: "h-show", onclick: () => {
+      const v = (id) => document.getElementById(id).value.trim();
+      const q = {};
+      if (document.getElementById("h-all").checked) q.all = "1"; else q.namespace = v("h-namespace");
+      for (const [k, id] of [["label", "h-label"], ["phase", "h-phase"], ["agent", "h-agent"], ["since", "h-since"]]) if (v(id)) q[k] = v(id);
+      location.hash = "#/history?" + new URLSearchParams(q);
+    } }, "Show"));
+  const body = el("tbody");
+  const more = el("button", { id: "h-more", hidden: true }, "More");
+  const msg = el("p", { id: "h-message", class: "muted" });
+  main.replaceChildren(el("h1", {}, "History"),
+    el("p", { class: "muted" }, "Archived runs, newest finished first. Their AgentRuns may be gone; what you see is what the API server lets you read."),
+    filters,
+    el("table", { id: "history" }, el("thead", {}, el("tr", {},
+      ...(all ? ["Namespace"] : []).concat(["Run", "Agent", "Phase", "Tokens", "Cost", "Duration", "Finished"]).map((h) => el("th", {}, h)))), body),
+    more, msg);
+  const query = {};
+  if (all) query.all = "1"; else query.namespace = ns;
+  for (const k of ["label", "phase", "agent", "since"]) if (params.get(k)) query[k] = params.get(k);
+  const load = async (cont) => {
+    const r = await getJSON("/api/history?" + new URLSearchParams(Object.assign({}, query, cont ? { continue: cont } : {})));
+    if (!r.ok) { msg.className = "error"; msg.textContent = refusal(r); more.hidden = true; return; }
+    body.append(...r.data.records.map((rec) => historyRow(rec, all)));
+    msg.textContent = body.children.length ? "" : "No archived runs found.";
+    more.hidden = !r.data.continue;
+    more.onclick = () => load(r.data.continue);
+  };
+  load("");
+}
+
+function historyRow(r, all) {
+  const link = "#/record?" + new URLSearchParams({ namespace: r.namespace, name: r.name });
+  const cells = [el("td", { class: "name" }, el("a", { href: link }, r.name)), el("td", {}, r.agent || "-"), el("td", {}, r.phase),
+    el("td", {}, r.tokens), el("td", {}, r.cost), el("td", {}, r.duration), el("td", { title: r.finishedAt }, r.finished)];
+  if (all) cells.unshift(el("td", {}, r.namespace));
+  return el("tr", { "data-record": r.namespace + "/" + r.name }, ...cells);
+}
+
+async function recordPage(params) {
+  closeStream();
+  const ns = params.get("namespace"), name = params.get("name");
+  main.replaceChildren(el("p", { class: "muted" }, "Loading " + ns + "/" + name + "…"));
+  const r = await getJSON("/api/history/record?" + new URLSearchParams({ namespace: ns, name: name }));
+  if (!r.ok) { main.replaceChildren(el("p", { class: "error", id: "record-error" }, refusal(r))); return; }
+  const p = r.data, rec = p.record;
+  show(
+    el("p", {}, el("a", { href: "#/history?" + new URLSearchParams({ namespace: ns }) }, "← history of " + ns)),
+    el("h1", {}, rec.name, " ", el("span", { class: "badge", id: "phase" }, rec.phase), " ", el("span", { class: "badge" }, "archived")),
+    el("dl", { class: "kv" }, el("dt", {}, "Agent"), el("dd", {}, rec.agent || "-"), el("dt", {}, "Task"), el("dd", {}, p.task || "-"),
+      p.error ? [el("dt", {}, "Error"), el("dd", { class: "error" }, p.error)] : null,
+      el("dt", {}, "Tokens"), el("dd", {}, rec.tokens), el("dt", {}, "Cost"), el("dd", { id: "cost" }, rec.cost),
+      el("dt", {}, "Duration"), el("dd", {}, rec.duration), el("dt", {}, "Finished"), el("dd", {}, rec.finishedAt),
+      el("dt", {}, "UID"), el("dd", {}, rec.uid),
+      (p.children || []).length ? [el("dt", {}, "Children"), el("dd", {}, p.children.map((c) => c.name + " (" + (c.phase || "-") + ")").join(", "))] : null),
+    el("h2", {}, "Output"), p.output !== undefined ? el("pre", { id: "output" }, p.output) : el("p", { class: "muted" }, p.outputNote || "no output"),
+    el("h2", {}, "Transcript"), transcript(p));
+}
+
 // ---- routing ----
 
 function route() {
@@ -278,6 +355,8 @@ function route() {
   const [path, query] = (location.hash.slice(1) || "/").split("?");
   const params = new URLSearchParams(query || "");
   if (path === "/run") runPage(params);
+  else if (path === "/history") historyPage(params);
+  else if (path === "/record") recordPage(params);
   else listPage(params);
 }
 

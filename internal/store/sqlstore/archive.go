@@ -57,7 +57,7 @@ func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
 		if _, err := tx.ExecContext(ctx, s.q(q), vals...); err != nil {
 			return fmt.Errorf("archiving run %s/%s: %w", run.Namespace, run.Name, err)
 		}
-		return nil
+		return s.indexForHistory(ctx, tx, run)
 	})
 }
 
@@ -183,6 +183,9 @@ func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun,
 	return run, &text, err
 }
 
+// purgedTables hold a run's rows, all deleted with its record.
+var purgedTables = []string{"archived_runs", "archived_run_labels", "journal_entries", "call_ledger", "run_journals"}
+
 // Deleted marks the journal of a run deleted before it was archived.
 func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
 	ctx, done, err := s.bound(ctx)
@@ -225,7 +228,7 @@ func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, er
 	}
 	in := "(" + strings.Join(ph, ", ") + ")"
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, table := range []string{"archived_runs", "journal_entries", "call_ledger", "run_journals"} {
+		for _, table := range purgedTables {
 			if _, err := tx.ExecContext(ctx, s.q("DELETE FROM "+table+" WHERE run_uid IN "+in), uids...); err != nil {
 				return err
 			}
