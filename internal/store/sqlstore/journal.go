@@ -284,6 +284,9 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 		if err := s.ledger(ctx, tx, run, l, fresh); err != nil {
 			return err
 		}
+		if err := s.settleQuotas(ctx, tx, run, plan); err != nil {
+			return err
+		}
 		if output != nil {
 			enc, _ := json.Marshal(*output)
 			if _, err := tx.ExecContext(ctx, s.q("UPDATE run_journals SET output = $1 WHERE run_uid = $2"), string(enc), string(run.UID)); err != nil {
@@ -461,7 +464,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
-		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) {
+		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrQuotaExceeded) {
 			return err
 		}
 		return s.classify(err)
