@@ -37,6 +37,9 @@ type actOutcome struct {
 	finalOutput  *arv1.FinalOutputDescriptor
 	// storeDown: the runs' store cannot be used; the run waits on it.
 	storeDown *store.UnavailableError
+	// quotaWait: a quota has no room to start the run; it stays Queued,
+	// waiting on it (quota.go).
+	quotaWait *arv1.WaitingOn
 	// journaledIntents counts the intents this reconcile put into the
 	// journal, not only into status (see intentMayWait).
 	journaledIntents int
@@ -210,6 +213,9 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		return nil
 	}
 	call, err := r.modelCall(ctx, s, intent)
+	if err == nil {
+		err = r.quotaCharge(ctx, s, &call)
+	}
 	if err != nil {
 		ticket.Release()
 		return err

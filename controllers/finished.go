@@ -179,6 +179,7 @@ func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.Agen
 	if err := r.deleteChildrenOf(ctx, run.Namespace, run.UID); err != nil {
 		return err
 	}
+	r.quotaEnd(ctx, run)
 	r.forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
 		return nil

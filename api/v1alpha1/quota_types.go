@@ -239,6 +239,13 @@ type AgentRunQuotaStatus struct {
 	// tokens and runs start again; absent for a running total.
 	// +optional
 	ResetAt *metav1.Time `json:"resetAt,omitempty"`
+	// exceeded lists the limits with no room left: activeRuns and runs
+	// at their limit, cost and tokens used up or without room for the
+	// last call refused. Runs waiting on the quota wait on one of these.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4
+	Exceeded []QuotaResource `json:"exceeded,omitempty"`
 	// summary renders used/hard for listings, like a ResourceQuota's:
 	// "cost: 0.42/1, activeRuns: 3/20".
 	// +optional
@@ -333,6 +340,9 @@ const (
 	// period, and the manager has no database store to count them in
 	// (Ready=False); only activeRuns is enforced.
 	ReasonNeedsDatabase = "NeedsDatabase"
+	// ReasonInvalidQuota: the manager cannot read the quota's limits or
+	// period (Ready=False; a time zone this binary does not know).
+	ReasonInvalidQuota = "InvalidQuota"
 	// ReasonQuotaExceeded: a limit has no room left (Exceeded=True).
 	ReasonQuotaExceeded = "QuotaExceeded"
 	// ReasonWithinQuota: every limit has room (Exceeded=False).

@@ -288,6 +288,11 @@ func (in *AgentRunQuotaStatus) DeepCopyInto(out *AgentRunQuotaStatus) {
 		in, out := &in.ResetAt, &out.ResetAt
 		*out = (*in).DeepCopy()
 	}
+	if in.Exceeded != nil {
+		in, out := &in.Exceeded, &out.Exceeded
+		*out = make([]QuotaResource, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

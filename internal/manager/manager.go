@@ -143,6 +143,13 @@ type Options struct {
 	// EgressOptions are passed to the policy after the manager's own
 	// (tests inject a resolver).
 	EgressOptions []egress.Option
+	// QuotaStatusInterval is how often quotas' status is refreshed from
+	// the store (controllers.DefaultQuotaStatusInterval when 0).
+	QuotaStatusInterval time.Duration
+	// QuotaPolicy names the quota admission policy the manager writes
+	// whether it has a database store into, so spend quotas are refused
+	// at apply without one (internal/quotapolicy). Empty: none is written.
+	QuotaPolicy string
 
 	// Shards divides the runs among replicas by Leases (0 or 1: this
 	// manager drives every run).
@@ -295,6 +302,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := policystatus.Add(mgr, len(o.Namespaces) == 0, controller.Options{SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, err
+	}
+	if err := addQuotas(mgr, cfg, o, deps.Store); err != nil {
+		return nil, fmt.Errorf("setting up quotas: %w", err)
 	}
 	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {
 		return nil, err

@@ -95,6 +95,8 @@ type QuotaExceededError struct {
 	// ResetAt is when the quota's period resets; zero when none will lift
 	// the wait.
 	ResetAt time.Time
+	// Period is the quota's period it was refused in (0: none).
+	Period int64
 }
 
 func (e *QuotaExceededError) Error() string {
@@ -111,6 +113,10 @@ type QuotaUse struct {
 	Cost, Tokens, UnpricedCalls int64
 	// ReservedCost, ReservedTokens and InFlight are the calls in flight.
 	ReservedCost, ReservedTokens, InFlight int64
+	// RefusedCost and RefusedTokens are the worst case of the last call
+	// refused for want of room (0 once such a call fits again): while it
+	// would not fit, the quota has no room for a new run either.
+	RefusedCost, RefusedTokens int64
 	// Runs started in the period; ActiveRuns started and not ended.
 	Runs, ActiveRuns int64
 }
@@ -128,12 +134,13 @@ type Quotas interface {
 	// and an activeRuns hold in each (where it has such a limit, and
 	// counted where it has none), refused (a QuotaExceededError) when a
 	// limit has no room, or when a quota's cost or tokens are used up
-	// already (the run could make no call). A run that holds its slots
-	// already is not counted twice.
+	// (nothing left, or no room for the last call refused). A run that
+	// holds its slots already is not counted twice.
 	StartRun(ctx context.Context, run RunRef, limits []QuotaLimit) error
 	// EndRun gives back what a run holds: its activeRuns slots, and the
-	// reservations of calls it will never answer.
-	EndRun(ctx context.Context, uid types.UID) error
+	// reservations of calls it will never answer. It returns the quotas
+	// whose activeRuns slot it gave back.
+	EndRun(ctx context.Context, uid types.UID) ([]string, error)
 	// QuotaUse reads what a quota has used in the period.
 	QuotaUse(ctx context.Context, key string, period int64) (QuotaUse, error)
 	// QuotaHolders lists the runs holding part of a quota.

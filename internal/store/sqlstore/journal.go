@@ -210,6 +210,9 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 		if errors.Is(err, errConflict) {
 			err = s.storedAlready(ctx, run, plan)
 		}
+		if qe := (*store.QuotaExceededError)(nil); errors.As(err, &qe) {
+			s.noteRefused(ctx, qe)
+		}
 		if err != nil {
 			return err
 		}

@@ -145,6 +145,10 @@ func (s *Store) take(ctx context.Context, tx *sql.Tx, l *store.QuotaLimit, r arv
 		return err
 	}
 	set := column + " = " + column + " + $4, calls = calls + $5"
+	if column == "reserved" {
+		// A call this large fits again: forget the last refusal.
+		set += ", refused = CASE WHEN $4 >= refused THEN 0 ELSE refused END"
+	}
 	hard, limited := quota.Hard(l, r)
 	guard := ""
 	args := []any{l.Key, period, string(r), amount, calls}
@@ -169,9 +173,22 @@ func (s *Store) take(ctx context.Context, tx *sql.Tx, l *store.QuotaLimit, r arv
 func exceeded(l *store.QuotaLimit, r arv1.QuotaResource, used, hard, need int64) *store.QuotaExceededError {
 	e := &store.QuotaExceededError{Quota: l.Key, Resource: r, Used: used, Hard: hard, Need: need}
 	if r != arv1.QuotaActiveRuns {
-		e.ResetAt = l.ResetAt
+		e.ResetAt, e.Period = l.ResetAt, l.Period
 	}
 	return e
+}
+
+// noteRefused records, after the append it refused rolled back, the worst
+// case of a call a quota had no room for: until a call that large fits
+// again, no new run is started against it (StartRun).
+func (s *Store) noteRefused(ctx context.Context, e *store.QuotaExceededError) {
+	if e.Resource != arv1.QuotaCost && e.Resource != arv1.QuotaTokens {
+		return
+	}
+	_, err := s.db.ExecContext(ctx, s.q("UPDATE quota_usage SET refused = $4 WHERE quota = $1 AND period = $2 AND resource = $3"), e.Quota, e.Period, string(e.Resource), e.Need)
+	if err != nil {
+		s.cfg.Log.V(1).Info("Recording a quota's refusal failed; new runs may start and park at their first call", "quota", e.Quota, "error", err.Error())
+	}
 }
 
 // settle turns the reservations of a run's call into what it used: the
@@ -270,13 +287,13 @@ func (s *Store) startIn(ctx context.Context, tx *sql.Tx, run store.RunRef, l *st
 		if !limited {
 			continue
 		}
-		var used int64
-		err := tx.QueryRowContext(ctx, s.q("SELECT used + reserved FROM quota_usage WHERE quota = $1 AND period = $2 AND resource = $3"), l.Key, l.Period, string(r)).Scan(&used)
+		var used, refused int64
+		err := tx.QueryRowContext(ctx, s.q("SELECT used + reserved, refused FROM quota_usage WHERE quota = $1 AND period = $2 AND resource = $3"), l.Key, l.Period, string(r)).Scan(&used, &refused)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if used >= hard {
-			return exceeded(l, r, used, hard, 1)
+		if used >= hard || (refused > 0 && used+refused > hard) {
+			return exceeded(l, r, used, hard, max(refused, 1))
 		}
 	}
 	for _, r := range []arv1.QuotaResource{arv1.QuotaActiveRuns, arv1.QuotaRuns} {
@@ -297,10 +314,12 @@ func (s *Store) startIn(ctx context.Context, tx *sql.Tx, run store.RunRef, l *st
 
 // EndRun gives back a run's activeRuns slots and the reservations of the
 // calls it will never answer.
-func (s *Store) EndRun(ctx context.Context, uid types.UID) error {
+func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	var freed []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		freed = nil
 		rows, err := tx.QueryContext(ctx, s.q("SELECT quota, period FROM quota_holds WHERE run_uid = $1 AND resource = $2 ORDER BY quota"), string(uid), string(arv1.QuotaActiveRuns))
 		if err != nil {
 			return err
@@ -317,6 +336,7 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) error {
 				return err
 			}
 			active = append(active, h)
+			freed = append(freed, h.quota)
 		}
 		_ = rows.Close()
 		if err := rows.Err(); err != nil {
@@ -368,6 +388,10 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) error {
 		_, err = tx.ExecContext(ctx, s.q("DELETE FROM quota_holds WHERE run_uid = $1"), string(uid))
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return freed, nil
 }
 
 // QuotaUse reads what a quota has used in the period (activeRuns, which
@@ -379,7 +403,7 @@ func (s *Store) QuotaUse(ctx context.Context, key string, period int64) (store.Q
 	if err := s.ensure(ctx); err != nil {
 		return u, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT resource, used, reserved, calls, unpriced FROM quota_usage
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT resource, used, reserved, calls, unpriced, refused FROM quota_usage
 		WHERE quota = $1 AND ((resource = $2 AND period = 0) OR (resource <> $2 AND period = $3))`), key, string(arv1.QuotaActiveRuns), period)
 	if err != nil {
 		return u, s.classify(err)
@@ -387,15 +411,15 @@ func (s *Store) QuotaUse(ctx context.Context, key string, period int64) (store.Q
 	defer func() { _ = rows.Close() }()
 	for rows.Next() {
 		var r string
-		var used, reserved, calls, unpriced int64
-		if err := rows.Scan(&r, &used, &reserved, &calls, &unpriced); err != nil {
+		var used, reserved, calls, unpriced, refused int64
+		if err := rows.Scan(&r, &used, &reserved, &calls, &unpriced, &refused); err != nil {
 			return u, s.classify(err)
 		}
 		switch arv1.QuotaResource(r) {
 		case arv1.QuotaCost:
-			u.Cost, u.ReservedCost, u.InFlight, u.UnpricedCalls = used, reserved, calls, unpriced
+			u.Cost, u.ReservedCost, u.InFlight, u.UnpricedCalls, u.RefusedCost = used, reserved, calls, unpriced, refused
 		case arv1.QuotaTokens:
-			u.Tokens, u.ReservedTokens = used, reserved
+			u.Tokens, u.ReservedTokens, u.RefusedTokens = used, reserved, refused
 		case arv1.QuotaRuns:
 			u.Runs = used
 		case arv1.QuotaActiveRuns:

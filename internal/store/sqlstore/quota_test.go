@@ -212,12 +212,16 @@ func TestQuotaRunStartsAndActiveSlots(t *testing.T) {
 			t.Fatalf("a third active run: %v", err)
 		}
 		must(t, s.Append(charged(ctx, 0, 600, q), a, intent(0, 0)))
-		must(t, s.EndRun(ctx, a.UID))
+		if freed, err := s.EndRun(ctx, a.UID); err != nil || len(freed) != 1 || freed[0] != q.Key {
+			t.Fatalf("EndRun(a) = %v, %v", freed, err)
+		}
 		if u := use(t, s, q.Key, q.Period); u.ActiveRuns != 1 || u.ReservedCost != 0 || u.InFlight != 0 {
 			t.Fatalf("after a ended: %+v", u)
 		}
 		must(t, s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}))
-		must(t, s.EndRun(ctx, b.UID))
+		if _, err := s.EndRun(ctx, b.UID); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.StartRun(ctx, store.RefOf(d), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaRuns || !qe.ResetAt.Equal(resetAt) || qe.Used != 3 {
 			t.Fatalf("a fourth run in the period: %v", err)
 		}
@@ -226,6 +230,38 @@ func TestQuotaRunStartsAndActiveSlots(t *testing.T) {
 		q.Runs = nil
 		if err := s.StartRun(ctx, store.RefOf(d), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaCost || qe.Used != 1000 {
 			t.Fatalf("a start with the cost used up: %v", err)
+		}
+	})
+}
+
+// TestQuotaNoNewRunWhileACallIsRefused: once a call found no room, a new
+// run is not started against the quota until a call that large would fit
+// again (its first call would only park it), and the quota's use says
+// what was refused.
+func TestQuotaNoNewRunWhileACallIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		q := dayQuota("AgentRunQuota/ns/tight", 1000)
+		a, b, c := newRun(), newRun(), newRun()
+		must(t, s.StartRun(ctx, store.RefOf(a), []store.QuotaLimit{q}))
+		must(t, s.StartRun(ctx, store.RefOf(b), []store.QuotaLimit{q}))
+		must(t, s.Append(charged(ctx, 0, 600, q), a, intent(0, 0)))
+		if err := s.Append(charged(ctx, 0, 600, q), b, intent(0, 0)); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("b's call: %v", err)
+		}
+		if u := use(t, s, q.Key, q.Period); u.RefusedCost != 600 {
+			t.Fatalf("after b's refusal: %+v", u)
+		}
+		var qe *store.QuotaExceededError
+		if err := s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaCost || qe.Need != 600 || qe.Used != 600 {
+			t.Fatalf("c's start while b's call is refused: %v", err)
+		}
+		must(t, s.Append(ctx, a, costAnswer(1, 0, 100)))
+		must(t, s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}))
+		must(t, s.Append(charged(ctx, 0, 600, q), b, intent(0, 0)))
+		if u := use(t, s, q.Key, q.Period); u.RefusedCost != 0 || u.ReservedCost != 600 || u.Cost != 100 {
+			t.Fatalf("after b's call fitted: %+v", u)
 		}
 	})
 }

@@ -4,7 +4,9 @@
 -- calls, runs started, runs active) and reserved (the worst case of calls
 -- in flight). A period is the Unix microsecond its period began, 0 for a
 -- running total and for activeRuns, which has no period. Costs are
--- nano-USD. quota_reservations holds each call's reservation until its
+-- nano-USD. refused is the worst case of the last call the row had no room
+-- for (0 once one that large fits again): a new run is not started while
+-- such a call could not be made. quota_reservations holds each call's reservation until its
 -- completion (or failure, or the run's end) settles it; quota_holds the
 -- runs and activeRuns a run's start took, so a start is counted once
 -- whoever retries it. Forward-only, like every migration.
@@ -18,6 +20,7 @@ CREATE TABLE quota_usage (
     reserved bigint NOT NULL DEFAULT 0,
     calls    bigint NOT NULL DEFAULT 0,
     unpriced bigint NOT NULL DEFAULT 0,
+    refused  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (quota, period, resource)
 );
 
