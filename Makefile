@@ -86,6 +86,19 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 	go test $(GO_TEST_FLAGS) -tags otlpgrpc ./internal/tracing/
 	cd $(TEST_MODULE) && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) test-monitoring
+	$(MAKE) test-stores
+
+# The controllers' tests that prove a run's durability (restart, kill -9,
+# fencing, dangling writes, write counts, and the store's and the archive's
+# own) run once more on each database: PostgreSQL (Debian's postgresql
+# package, started by the tests in a temporary directory; .ci/run installs
+# it) and SQLite. `make test` ran them on ConfigMaps.
+STORE_TESTS ?= Restart|Kill|Dangling|CancelDuringAWrite|WritesPer|ShardHandedOver|SurvivesRestart|StatusWaits|Store|Archive
+
+.PHONY: test-stores
+test-stores: controlplane ## Re-run the controllers' durability tests on PostgreSQL and on SQLite.
+	AGENTRUN_TEST_STORE=postgres go test $(GO_TEST_FLAGS) -run '$(STORE_TESTS)' ./controllers/
+	AGENTRUN_TEST_STORE=sqlite go test $(GO_TEST_FLAGS) -run '$(STORE_TESTS)' ./controllers/
 
 # hack/monitoring is its own module (Prometheus's parser and rule engine
 # would raise the operator's own dependencies): it checks config/monitoring

@@ -504,6 +504,14 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the journal of deleted run %s: %w", key, err)
 	}
+	// A run deleted before its archive write leaves its journal in the
+	// database: marked, the archive's sweep removes it after the retention.
+	if a := r.journals.Archive(); a != nil {
+		if err := a.Deleted(ctx, uid); err != nil {
+			r.runs.GoneAgain(key, uid)
+			return fmt.Errorf("marking the journal of deleted run %s for the archive's sweep: %w", key, err)
+		}
+	}
 	return nil
 }
 

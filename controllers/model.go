@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,8 +44,12 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 	}
 	call := steps.ModelCall{
 		Run: steps.RunRef(run), Agent: f.Blueprint.Agent.Name, Intent: intent, Provider: res.provider,
-		SecretVersion: res.secretVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
+		SecretVersion: res.secretVersion, ConfigVersion: res.configVersion, Check: spec.check, BreakerKey: breakerKey(run.Namespace, res.provider.Name),
 		Trace: r.traceParent(s),
+	}
+	if res.canFailOver {
+		// An overload lasting longer moves the stage to its next model.
+		call.OverloadFailover = res.provider.OverloadFailover()
 	}
 	if len(res.skipped) > 0 {
 		s.after(func() { r.reportFailover(run, res) })
@@ -94,21 +99,81 @@ func documentOf(st *journal.State, bp *blueprint.Blueprint) *providers.Document 
 	return &providers.Document{Name: name, Content: st.Regions[name].Content}
 }
 
-// history is the turns as the model is told them, each with the feedback
-// on what it asked for: refused output, or a refused move.
+// history is the turns as the model is told them: each answer with its
+// tool calls, the run's tools' and its own moves', and what came of each;
+// a refusal of the move it asked for is the result of the call that asked
+// (feedback after the answer when no call did: an always edge, a stage
+// that completes by itself).
 func history(turns []journal.Turn) []providers.Turn {
 	out := make([]providers.Turn, 0, len(turns))
 	for _, t := range turns {
 		turn := providers.Turn{Assistant: t.Text, Tools: t.Tools, Messages: t.Messages}
+		refusal := ""
 		switch {
 		case t.Rejected != "":
-			turn.Feedback = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
+			refusal = "Your output was refused: " + t.Rejected + ". Submit corrected output with the complete tool."
 		case t.Refused != "":
-			turn.Feedback = "That was refused: " + t.Refused + "."
+			refusal = "That was refused: " + t.Refused + "."
+		}
+		if len(t.Moves) > 0 {
+			turn.Tools = append(slices.Clip(turn.Tools), moveResults(t.Moves, refusal)...)
+		}
+		if refusal != "" && !slices.ContainsFunc(t.Moves, deciding) {
+			turn.Feedback = refusal
 		}
 		out = append(out, turn)
 	}
 	return out
+}
+
+// deciding: the move is the answer's transition or completion (the first
+// well-formed one; later ones are ignored).
+func deciding(m journal.Move) bool {
+	return m.Ignored == "" && (m.Name == providers.ToolTransition || m.Name == providers.ToolComplete)
+}
+
+// moveResults are the results the model is told of its calls to the
+// operator's own moves: the refusal, if any, for the one that decided;
+// that it was taken up, or why nothing acted on it, for the others.
+func moveResults(moves []journal.Move, refusal string) []journal.ToolResult {
+	out := make([]journal.ToolResult, 0, len(moves))
+	for _, m := range moves {
+		r := journal.ToolResult{ToolCall: m.ToolCall}
+		switch {
+		case m.Ignored != "":
+			r.Result, r.IsError = "Not acted on: "+m.Ignored+".", true
+		case deciding(m) && refusal != "":
+			r.Result, r.IsError = refusal, true
+		default:
+			r.Result = moveTaken(m)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// moveTaken is what the run tells the model of a move it took up.
+func moveTaken(m journal.Move) string {
+	var a struct {
+		Target    string   `json:"target"`
+		Blueprint string   `json:"blueprint"`
+		Items     []string `json:"items"`
+		Seconds   float64  `json:"seconds"`
+	}
+	_ = json.Unmarshal([]byte(m.Arguments), &a)
+	switch m.Name {
+	case providers.ToolTransition:
+		return fmt.Sprintf("Transition to stage %q accepted.", a.Target)
+	case providers.ToolComplete:
+		return "Completion accepted."
+	case providers.ToolSpawnAgent:
+		return fmt.Sprintf("Sub-agent from blueprint %q requested.", a.Blueprint)
+	case providers.ToolFanOut:
+		return fmt.Sprintf("Fan-out of %d items requested.", len(a.Items))
+	case providers.ToolSleep:
+		return fmt.Sprintf("Sleep of %d seconds requested.", int(a.Seconds))
+	}
+	return "Accepted."
 }
 
 // compactRequest is the summarization a compact (or summarize) edge asks

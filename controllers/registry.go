@@ -47,6 +47,7 @@ func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g.Register("webhook reports", r.steps.Deliveries)
 	g.Register("journal refusals", r.steps.Refusals)
 	g.Register("unrecorded answers", r.steps.Unrecorded)
+	g.Register("store waiters", r.store.waiters)
 	g.Register("executor", r.pool)
 	g.Register("circuit probes", probes{r.breakers})
 	g.Register("written status", r.runs)

@@ -73,6 +73,7 @@ func hold(t *testing.T, r *AgentRunReconciler, run *arv1.AgentRun, now time.Time
 	r.steps.Deliveries.Put(uid, steps.DeliveryReport{})
 	r.steps.Refusals.Put(uid, errors.New("a refused journal write"))
 	r.steps.Unrecorded.Put(uid, steps.Unrecorded{})
+	r.store.park(run)
 	if _, ok := r.pool.Reserve(r.stepOf(run, 1, "")); ok {
 		t.Fatal("the executor had room: the run does not wait for it")
 	}

@@ -161,14 +161,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	default:
 		markError(s.run, err, s.now)
 	}
-	s.run.Status.JournalStore = r.journals.Where(s.run)
-	if err == nil {
-		r.archiveEnd(ctx, s)
-	}
-	waits := r.statusWaits(s, err)
-	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
-		r.startSteps(s) // nothing they need waits on the status write
-	}
+	waits := r.beforeWrite(ctx, s, err)
 	if perr := r.writeStatus(ctx, s, waits); perr != nil {
 		if !errors.Is(perr, caches.ErrStatusConflict) {
 			r.failures.put(s.run.UID, perr)
@@ -219,6 +212,22 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	}
 	r.deliverCallback(s.run)
 	return r.wakeup(ctx, s), nil
+}
+
+// beforeWrite completes the record before its write (where the journal
+// is, the archive of a run this reconcile ends), says whether the write
+// waits, and starts the steps that need nothing of it: those that journal
+// their own intents.
+func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err error) bool {
+	s.run.Status.JournalStore = r.journals.Where(s.run)
+	if err == nil {
+		r.archiveEnd(ctx, s)
+	}
+	waits := r.statusWaits(s, err)
+	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
+		r.startSteps(s)
+	}
+	return waits
 }
 
 // startSteps starts the steps the reconcile reserved, unless the shard's

@@ -20,11 +20,15 @@ type resolved struct {
 	provider *providerconfig.Provider
 	model    string
 	apiKey   providers.Secret
-	// secretVersion is the credentials Secret's resourceVersion ("" with none).
-	secretVersion string
-	credential    runstate.Credential
+	// secretVersion is the credentials Secret's resourceVersion ("" with
+	// none), configVersion the provider ConfigMap's.
+	secretVersion, configVersion string
+	credential                   runstate.Credential
 	// skipped are the stage's models failover passed over to reach this one.
 	skipped []runstate.Skipped
+	// canFailOver: another of the stage's models would be called should
+	// this one fail (runstate.CanFailOver).
+	canFailOver bool
 }
 
 // resolveProvider reads the provider ConfigMap and the credentials of each
@@ -33,7 +37,7 @@ type resolved struct {
 // (runstate.SelectCandidate). A problem the cluster operator can fix comes
 // back as a SetupBlock, with a retry time when waiting also helps.
 func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.AgentRun, stage *blueprint.Stage, titleRefs []string, st journal.State, now time.Time) (*resolved, *runstate.SetupBlock, *time.Time, error) {
-	cfg, cmName, block, err := r.providerConfig(ctx, run)
+	cfg, cmName, cmVersion, block, err := r.providerConfig(ctx, run)
 	if err != nil || block != nil {
 		return nil, block, nil, err
 	}
@@ -72,9 +76,9 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		rv.config, rv.provider, rv.model = cfg, p, model
+		rv.config, rv.provider, rv.model, rv.configVersion = cfg, p, model, cmVersion
 		res[i] = rv
-		cands[i] = runstate.Candidate{Ref: p.Name + "/" + model, Block: block, SecretVersion: rv.secretVersion, Credential: rv.credential}
+		cands[i] = runstate.Candidate{Ref: p.Name + "/" + model, Block: block, SecretVersion: rv.secretVersion, ConfigVersion: cmVersion, Credential: rv.credential}
 		if open, until, class := r.breakers.Open(breakerKey(run.Namespace, p.Name), now); open {
 			cands[i].CircuitOpenUntil, cands[i].CircuitClass = &until, class
 		}
@@ -90,6 +94,7 @@ func (r *AgentRunReconciler) resolveProvider(ctx context.Context, run *arv1.Agen
 		return nil, sel.Block, nil, nil
 	}
 	res[sel.Index].skipped = sel.Skipped
+	res[sel.Index].canFailOver = runstate.CanFailOver(cands, sel.Index, st.Failed, now)
 	return res[sel.Index], nil, nil, nil
 }
 
@@ -107,9 +112,10 @@ func withConfigRef(b *runstate.SetupBlock, cmName string) {
 func breakerKey(ns, provider string) string { return ns + "/" + provider }
 
 // providerConfig reads and parses the run's provider ConfigMap (once per
-// version of it).
-func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.AgentRun) (*providerconfig.Config, string, *runstate.SetupBlock, error) {
-	ns, cmName := run.Namespace, run.Spec.ProviderConfig
+// version of it), naming it and its resourceVersion.
+func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.AgentRun) (cfg *providerconfig.Config, cmName, version string, block *runstate.SetupBlock, err error) {
+	ns := run.Namespace
+	cmName = run.Spec.ProviderConfig
 	if cmName == "" {
 		cmName = providerconfig.DefaultConfigMapName
 	}
@@ -117,9 +123,9 @@ func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.Agent
 	data, rv, found, err := r.refs.ConfigMap(ctx, ns, cmName)
 	switch {
 	case err != nil:
-		return nil, cmName, nil, fmt.Errorf("reading provider config %s/%s: %w", ns, cmName, err)
+		return nil, cmName, "", nil, fmt.Errorf("reading provider config %s/%s: %w", ns, cmName, err)
 	case !found:
-		return nil, cmName, &runstate.SetupBlock{
+		return nil, cmName, "", &runstate.SetupBlock{
 			Blocker: arv1.BlockerProviderConfigMissing, Refs: cmRef,
 			Remedy: fmt.Sprintf("Create the provider ConfigMap %s/%s with a %s key declaring the providers: kubectl create configmap %s -n %s --from-file=%s",
 				ns, cmName, providerconfig.DataKey, cmName, ns, providerconfig.DataKey),
@@ -132,12 +138,12 @@ func (r *AgentRunReconciler) providerConfig(ctx context.Context, run *arv1.Agent
 		r.refs.Remember("ConfigMap", ns, cmName, rv, parsed)
 	}
 	if parsed.err != nil {
-		return nil, cmName, &runstate.SetupBlock{
+		return nil, cmName, "", &runstate.SetupBlock{
 			Blocker: arv1.BlockerProviderConfigInvalid, Refs: cmRef,
 			Remedy: fmt.Sprintf("Fix the provider ConfigMap %s/%s: %s", ns, cmName, clipTo(parsed.err.Error(), 600)),
 		}, nil
 	}
-	return parsed.cfg, cmName, nil, nil
+	return parsed.cfg, cmName, rv, nil, nil
 }
 
 // parsedConfig is a provider ConfigMap as parsed at one version.

@@ -66,7 +66,9 @@ func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
 }
 
 // firstWait is how long a new run's first status write may wait.
-func (r *AgentRunReconciler) firstWait() time.Duration { return min(r.statusInterval, phaseShownWithin) }
+func (r *AgentRunReconciler) firstWait() time.Duration {
+	return min(r.statusInterval, phaseShownWithin)
+}
 
 // onlyProgress: both statuses show the run running, unparked and without
 // error, with the same conditions, and no edge the runtime took (an error,

@@ -36,20 +36,33 @@ func slowSteps(n, ms int) string {
 	return b.String()
 }
 
-// stoppedFor runs stop, waits until every run named shows the store wait
-// (healthy: no person needed), holds the database away for away, then
-// runs start.
+// waitOnStore runs stop, waits until every run named that had not
+// finished shows the store wait (healthy: no person needed), holds the
+// database away for away, then runs start.
 func waitOnStore(t *testing.T, ns string, names []string, stop, start func() error, away time.Duration) {
 	t.Helper()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
+	parked := 0
 	for _, n := range names {
-		run := waitFor(t, ns, n, 60*time.Second, "StoreUnavailable", waitingOn(arv1.WaitStoreUnavailable))
+		if getRun(t, ns, n).Status.Phase.IsTerminal() {
+			continue // it finished before the database went away
+		}
+		parked++
+		run := waitFor(t, ns, n, 60*time.Second, "StoreUnavailable or its end", func(r *arv1.AgentRun) bool {
+			return r.Status.Phase.IsTerminal() || (r.Status.WaitingOn != nil && r.Status.WaitingOn.Reason == arv1.WaitStoreUnavailable)
+		})
+		if run.Status.Phase.IsTerminal() {
+			t.Fatalf("%s ended (%s) while the database was away", n, run.Status.Phase)
+		}
 		if w := run.Status.WaitingOn; w.NeedsAPerson || w.StoreError == "" || run.Status.Phase != arv1.PhaseWaitingInput {
 			t.Fatalf("%s: waits %+v in phase %s; want a healthy StoreUnavailable wait saying why", n, w, run.Status.Phase)
 		}
+	}
+	if parked == 0 {
+		t.Fatal("every run had finished before the database went away: nothing was tested")
 	}
 	time.Sleep(max(0, away-time.Since(began)))
 	if err := start(); err != nil {
@@ -75,7 +88,7 @@ func TestDatabaseAwayRunsWaitAndGoOn(t *testing.T) {
 	tools := mcptest.New(t, mcptest.Options{})
 	h := startManager(t, managerOpts{store: d.DSN})
 	ns := newNamespace(t)
-	createConfigMap(t, ns, "steps", map[string]string{"agent.toml": slowSteps(8, 300)})
+	createConfigMap(t, ns, "steps", map[string]string{"agent.toml": slowSteps(24, 300)})
 	createConfigMap(t, ns, "tooling", map[string]string{"agent.toml": toolAgent(tools.URL(), "", "[tools.create_ticket]\npermission = \"allow\"",
 		`create_ticket {"title":"a"}`, `create_ticket {"title":"b"}`, `create_ticket {"title":"c"}`)})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})

@@ -12,6 +12,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
@@ -33,14 +34,16 @@ type storeHealth struct {
 	check func(context.Context) error
 	wake  func(...types.NamespacedName)
 
-	mu      sync.Mutex
-	down    *store.UnavailableError
-	waiters map[types.NamespacedName]struct{}
-	kick    chan struct{}
+	mu   sync.Mutex
+	down *store.UnavailableError
+	kick chan struct{}
+	// waiters are the runs parked on the store, by UID (registered with
+	// the per-run state, so a deleted run is forgotten).
+	waiters *perrun.Box[types.NamespacedName]
 }
 
 func newStoreHealth(check func(context.Context) error, wake func(...types.NamespacedName)) *storeHealth {
-	return &storeHealth{check: check, wake: wake, waiters: map[types.NamespacedName]struct{}{}, kick: make(chan struct{}, 1)}
+	return &storeHealth{check: check, wake: wake, waiters: perrun.New[types.NamespacedName](), kick: make(chan struct{}, 1)}
 }
 
 // failed marks the store down when err says it cannot be used.
@@ -66,10 +69,8 @@ func (h *storeHealth) problem() *store.UnavailableError {
 }
 
 // park remembers a run parked on the store, to wake it when it is back.
-func (h *storeHealth) park(key types.NamespacedName) {
-	h.mu.Lock()
-	h.waiters[key] = struct{}{}
-	h.mu.Unlock()
+func (h *storeHealth) park(run *arv1.AgentRun) {
+	h.waiters.Put(run.UID, types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
 }
 
 // NeedLeaderElection: every replica probes the store its runs use.
@@ -116,12 +117,15 @@ func (h *storeHealth) Start(ctx context.Context) error {
 func (h *storeHealth) up(log interface{ Info(string, ...any) }) {
 	h.mu.Lock()
 	h.down = nil
-	keys := make([]types.NamespacedName, 0, len(h.waiters))
-	for k := range h.waiters {
-		keys = append(keys, k)
-	}
-	clear(h.waiters)
 	h.mu.Unlock()
+	var uids []types.UID
+	h.waiters.EachRun(func(uid types.UID) { uids = append(uids, uid) })
+	keys := make([]types.NamespacedName, 0, len(uids))
+	for _, uid := range uids {
+		if k, ok := h.waiters.Take(uid); ok {
+			keys = append(keys, k)
+		}
+	}
 	log.Info("The runs' store answers again; waking the runs that waited on it", "runs", len(keys))
 	h.wake(keys...)
 }
@@ -141,7 +145,7 @@ func (r *AgentRunReconciler) storeWait(s *scope, err error) bool {
 		return false
 	}
 	s.out.storeDown = p
-	r.store.park(types.NamespacedName{Namespace: s.run.Namespace, Name: s.run.Name})
+	r.store.park(s.run)
 	return true
 }
 

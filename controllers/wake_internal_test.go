@@ -23,6 +23,7 @@ func TestEveryParkHasAWakeSource(t *testing.T) {
 		arv1.WaitFanOutWorkers:       wakeChildren,
 		arv1.WaitChildren:            wakeChildren,
 		arv1.WaitBudgetExceeded:      wakeSpec,
+		arv1.WaitStoreUnavailable:    wakeStore,
 	}
 	for _, r := range arv1.WaitReasons {
 		st := &arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: &arv1.WaitingOn{Reason: r}}

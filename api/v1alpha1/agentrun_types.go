@@ -867,7 +867,7 @@ func (r WaitReason) NeedsAPerson() bool {
 
 // SetupBlocker names which kind of setup problem parks a run, one value per
 // remedy, so a client can offer the right fix without parsing the sentence.
-// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused;RegionMissing;RegionTooLarge;ForkSourceMissing
+// +kubebuilder:validation:Enum=ProviderMissing;CreditsExhausted;AuthFailed;Forbidden;ProvidersUnavailable;ProviderUnreachable;ProviderTimedOut;ProviderFailed;ProviderOverloaded;ProviderConfigMissing;ProviderConfigInvalid;SecretMissing;SecretKeyMissing;BlueprintMissing;ToolServerUnavailable;EgressRefused;RegionMissing;RegionTooLarge;ForkSourceMissing
 type SetupBlocker string
 
 // Setup blockers: the seeds' provider-side ones, then the Kubernetes ones.
@@ -891,6 +891,11 @@ const (
 	BlockerProviderTimedOut SetupBlocker = "ProviderTimedOut"
 	// BlockerProviderFailed: the provider failed part-way, after retries.
 	BlockerProviderFailed SetupBlocker = "ProviderFailed"
+	// BlockerProviderOverloaded: the model answered overloaded (HTTP 529,
+	// or 503 with Retry-After) for longer than its provider's
+	// overload_failover_seconds, and no other model of the stage was left
+	// to fail over to.
+	BlockerProviderOverloaded SetupBlocker = "ProviderOverloaded"
 	// BlockerProviderConfigMissing: the provider ConfigMap does not exist.
 	BlockerProviderConfigMissing SetupBlocker = "ProviderConfigMissing"
 	// BlockerProviderConfigInvalid: the provider ConfigMap does not parse.

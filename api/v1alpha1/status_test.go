@@ -117,6 +117,8 @@ func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 		arv1.WaitSignal: {Reason: arv1.WaitSignal, Summary: "Signal", Since: since, Signal: "waiting for the CI pipeline to finish", InputSchema: `{"type":"object"}`},
 		arv1.WaitRateLimited: {Reason: arv1.WaitRateLimited, Summary: "RateLimited: openai/gpt-4o-mini", Since: since,
 			Provider: "openai", Model: "gpt-4o-mini", RetryAt: at(now, 3*time.Second)},
+		arv1.WaitStoreUnavailable: {Reason: arv1.WaitStoreUnavailable, Summary: "StoreUnavailable", Since: since,
+			StoreError: "postgres: connection refused", Remedy: "Start the database, or fix --store; the run goes on by itself."},
 	}
 }
 
@@ -160,7 +162,9 @@ func fullStatus(now time.Time) arv1.AgentRunStatus {
 		Origin:         &arv1.Origin{Kind: arv1.OriginFork, Run: "review-1", UID: "8c1e", Stage: "review", Entries: 12},
 		StartedAt:      at(now, -2*time.Hour),
 		UpdatedAt:      at(now, -time.Second),
+		ObservedAt:     at(now, -2*time.Second),
 		LastProgressAt: at(now, -time.Minute),
+		JournalStore:   arv1.JournalDatabase,
 		Driver:         "agentrun-controller-manager-7d9f-abc12_4f2a",
 		FinishedAt:     at(now, -time.Second),
 		Active:         &arv1.ActiveClock{BankedSeconds: 1234, Since: at(now, -30*time.Second)},
@@ -290,8 +294,8 @@ func TestStatusRoundTrip(t *testing.T) {
 
 	t.Run("every setup blocker", func(t *testing.T) {
 		blockers := enumOf(t, schema, "status.waitingOn.blocker")
-		if len(blockers) != 18 {
-			t.Fatalf("CRD lists %d setup blockers, want 18: %v", len(blockers), blockers)
+		if len(blockers) != 19 {
+			t.Fatalf("CRD lists %d setup blockers, want 19: %v", len(blockers), blockers)
 		}
 		for _, b := range blockers {
 			t.Run(b, func(t *testing.T) {

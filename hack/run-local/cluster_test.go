@@ -16,7 +16,8 @@ import (
 // API server (here a real kube-apiserver standing in for a cluster), `make
 // run` installs the CRD, the admission policies and the priority classes
 // ConfigMap there and runs the manager against it, leaves the demo out,
-// drives a run to completion, and on Ctrl-C stops only itself: the cluster
+// drives a run to completion with its journal in ConfigMaps (no database
+// unless --store names one), and on Ctrl-C stops only itself: the cluster
 // stays up.
 func TestMakeRunAgainstAReachableCluster(t *testing.T) {
 	if testing.Short() {
@@ -112,6 +113,13 @@ spec: {agent: hello, task: Say hello.}
 			t.Fatalf("the run did not complete (phase %q):\n%s", out, runLocal.Logs())
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	// Against a cluster the journal stays in the default store, ConfigMaps.
+	if out, _ := kubectl("", "get", "ar", "hello", "-n", "team-a", "-o", "jsonpath={.status.journalStore}"); out != "ConfigMaps" {
+		t.Errorf("status.journalStore %q against a cluster, want ConfigMaps", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "unused", "agentrun.db")); err == nil {
+		t.Error("a SQLite store was made beside the unused local kubeconfig though a cluster was reachable")
 	}
 	runLocal.interrupt(t)
 	if out, err := kubectl("", "get", "ar", "hello", "-n", "team-a"); err != nil {

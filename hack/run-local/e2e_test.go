@@ -17,7 +17,9 @@ import (
 // local control plane, the CRDs, the demo, the manager), then drives the
 // demo only with the real kubectl and the built plugin, as the README says:
 // create the missing Secret, approve the checkpoint, answer the question. Every demo run must end
-// where the README promises, and Ctrl-C must stop everything.
+// where the README promises, its journal in the SQLite file beside the
+// local kubeconfig (status.journalStore Database, no journal ConfigMap),
+// and Ctrl-C must stop everything.
 func TestMakeRunDemoEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own control plane")
@@ -92,6 +94,27 @@ func TestMakeRunDemoEndToEnd(t *testing.T) {
 	}
 	for _, name := range []string{"summarise-notes", "deploy-release", "triage-backlog"} {
 		wait(name+" Complete", 90*time.Second, func() bool { return strings.HasPrefix(phase(name), "Complete") })
+	}
+	// The local control plane's runs keep their journals in SQLite beside
+	// its kubeconfig, not in ConfigMaps.
+	stores, _ := kubectl("get", "ar", "-n", "agentrun-demo", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.journalStore}{"\n"}{end}`)
+	for _, line := range strings.Fields(stores) {
+		if !strings.HasSuffix(line, "=Database") {
+			t.Errorf("run %s: want status.journalStore Database on the local control plane", line)
+		}
+	}
+	if len(strings.Fields(stores)) < 5 {
+		t.Errorf("journal stores of the demo's runs: %q", stores)
+	}
+	if out, _ := kubectl("get", "configmaps", "-n", "agentrun-demo", "-l", "agentrun.dev/component=journal", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("journal ConfigMaps on the local control plane:\n%s", out)
+	}
+	db := filepath.Join(filepath.Dir(kubeconfig), "agentrun.db")
+	if info, err := os.Stat(db); err != nil || info.Size() == 0 {
+		t.Errorf("no SQLite store beside the local kubeconfig: %v", err)
+	}
+	if !strings.Contains(runLocal.Logs(), "kept in SQLite, "+db) {
+		t.Errorf("the terminal does not say where runs are kept:\n%s", runLocal.Logs())
 	}
 	ps, err := kubectl("agentrun", "ps", "-A")
 	if err != nil || !strings.Contains(ps, "no run needs an answer") {

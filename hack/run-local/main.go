@@ -2,7 +2,9 @@
 // KUBECONFIG it installs the CRD there and runs the manager against it. With
 // none, it starts a local control plane (etcd + kube-apiserver on loopback,
 // built by hack/ into bin/k8s), writes a kubeconfig to bin/local/kubeconfig,
-// installs the CRD and runs the manager in the foreground. Ctrl-C stops
+// installs the CRD and runs the manager in the foreground, keeping runs'
+// journals and finished runs in SQLite beside it (bin/local/agentrun.db),
+// so a laptop has the database store with nothing installed. Ctrl-C stops
 // everything it started.
 package main
 
@@ -27,6 +29,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/manifests"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -43,6 +46,7 @@ func main() {
 	flag.StringVar(&kubeconfig, "local-kubeconfig", filepath.Join(testenv.RepoRoot(), "bin", "local", "kubeconfig"), "Where to write the local control plane's kubeconfig.")
 	flag.BoolVar(&local, "local", false, "Always start the local control plane, even when KUBECONFIG points at a cluster.")
 	flag.BoolVar(&demo, "demo", false, "Apply the demo (config/demo) to a real cluster too; the local control plane always gets it.")
+	flag.StringVar(&o.Store.DSN, "store", os.Getenv("AGENTRUN_STORE"), "Where runs' journals and finished runs are kept, as the manager's --store (postgres://... or sqlite:PATH; default $AGENTRUN_STORE). Unset: on the local control plane, SQLite in agentrun.db beside its kubeconfig; against a cluster, ConfigMaps. --store= keeps them in ConfigMaps on the local control plane too.")
 	// Loopback stays refused here as everywhere: a developer whose model or
 	// tool server listens on this machine opts in (docs/egress.md).
 	egress.BindFlags(flag.CommandLine, &o.Egress)
@@ -50,6 +54,8 @@ func main() {
 	zo := zap.Options{Development: true}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	storeChosen := os.Getenv("AGENTRUN_STORE") != ""
+	flag.Visit(func(f *flag.Flag) { storeChosen = storeChosen || f.Name == "store" })
 	if !verbose {
 		// A first run shows its hints and the runs' phase changes; the
 		// manager's own log would bury them within seconds.
@@ -59,7 +65,7 @@ func main() {
 
 	giveBack := takeTerminal()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o, kubeconfig, local, demo)
+	err := run(ctx, o, kubeconfig, local, demo, storeChosen)
 	stop()
 	giveBack()
 	// Stopped by Ctrl-C or SIGTERM, run returns nil: a clean stop exits 0.
@@ -69,7 +75,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLocal, demo bool) error {
+func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLocal, demo, storeChosen bool) error {
 	if !forceLocal {
 		if cfg, ok := reachableCluster(); ok {
 			fmt.Printf(">> Using the cluster at %s (from KUBECONFIG); installing the CRDs, the admission policies and the priority classes ConfigMap there.\n", cfg.Host)
@@ -89,6 +95,7 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 					return err
 				}
 			}
+			printStore(o.Store.DSN)
 			go printPhases(ctx, cfg, os.Stdout)
 			return manager.Run(ctx, cfg, o)
 		}
@@ -118,6 +125,10 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 	if err := applyDemo(ctx, env.Config); err != nil {
 		return err
 	}
+	if !storeChosen {
+		o.Store.DSN = localStore(kubeconfigOut)
+	}
+	printStore(o.Store.DSN)
 	root := testenv.RepoRoot()
 	fmt.Printf(`>> Local control plane ready at %s; the AgentRun CRDs and the demo (namespace %s) are applied.
 >> In another terminal (the README's tour goes on from here):
@@ -134,6 +145,31 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 `, env.Config.Host, demoNamespace, path, filepath.Join(root, "bin"), filepath.Dir(testenv.KubectlPath()))
 	go printPhases(ctx, env.Config, os.Stdout)
 	return manager.Run(ctx, env.Config, o)
+}
+
+// localStore is the store of the local control plane: a SQLite file beside
+// its kubeconfig. The control plane's etcd is new at every start; the file
+// stays, and with it the archive of the runs that finished.
+func localStore(kubeconfig string) string {
+	return "sqlite:" + filepath.Join(filepath.Dir(kubeconfig), "agentrun.db")
+}
+
+// printStore says where runs' journals are kept, when not in ConfigMaps,
+// without a password.
+func printStore(dsn string) {
+	if dsn == "" {
+		return
+	}
+	t, err := sqlstore.Parse(dsn)
+	if err != nil {
+		fmt.Printf(">> %v: runs wait until --store is fixed.\n", err)
+		return
+	}
+	if t.Kind == sqlstore.KindSQLite {
+		fmt.Printf(">> Runs' journals and finished runs are kept in SQLite, %s (--store= keeps them in ConfigMaps).\n", t.Where)
+		return
+	}
+	fmt.Printf(">> Runs' journals and finished runs are kept in %s, %s.\n", t.Kind, t.Where)
 }
 
 // reachableCluster loads KUBECONFIG (or ~/.kube/config) and reports whether

@@ -232,6 +232,21 @@ type Response struct {
 	// before the model is called again; the answer's own move (transition,
 	// completion, sleep) waits for them.
 	Calls []ToolCall `json:"calls,omitempty"`
+	// Moves are the answer's other tool calls, as the model made them: its
+	// calls to the operator's own moves (transition, complete, spawn_agent,
+	// fan_out, sleep), which the fields above record the effect of, and the
+	// calls nothing acted on. Later calls show the model each with what
+	// came of it, so it sees what it did.
+	Moves []Move `json:"moves,omitempty"`
+}
+
+// Move is one of an answer's calls the run does not execute as a tool.
+type Move struct {
+	ToolCall
+	// Ignored says why nothing acted on the call (a tool nobody offered,
+	// arguments that do not fit, a second transition), "" when it was
+	// taken up.
+	Ignored string `json:"ignored,omitempty"`
 }
 
 // ToolCall is one tool call in a model's answer.
@@ -269,6 +284,12 @@ const (
 	FailUnreachable FailureClass = "ProviderUnreachable"
 	FailTimedOut    FailureClass = "ProviderTimedOut"
 	FailFailed      FailureClass = "ProviderFailed"
+	// FailOverloaded: the model kept answering that it is overloaded
+	// (HTTP 529, or 503 with Retry-After) past its provider's
+	// overload_failover_seconds, so the stage fails over to its next
+	// model. Never journaled when no other model was left to try: the call
+	// then waits as long as the provider asks, like a rate limit.
+	FailOverloaded FailureClass = "ProviderOverloaded"
 	// FailEgressRefused: the manager's egress policy refused the provider's
 	// address before any connection (internal/egress); nothing was sent.
 	// Message holds the refusal and its remedy.
@@ -286,4 +307,8 @@ type Failure struct {
 	// SecretVersion is the resourceVersion of the credentials Secret the
 	// call used, so a rejected key is not retried until the Secret changes.
 	SecretVersion string `json:"secretVersion,omitempty"`
+	// ConfigVersion is the resourceVersion of the provider ConfigMap the
+	// call was resolved with: a changed config is a fix worth trying, so
+	// the failure stops counting once it changes.
+	ConfigVersion string `json:"configVersion,omitempty"`
 }

@@ -64,8 +64,11 @@ type State struct {
 	Failure        *Failure
 	FailureAt      time.Time
 	FailedAttempts int
-	// Failed holds, per "provider/model", the last failure at the current
-	// position, so the next call fails over to the stage's next model.
+	// Failed holds, per "provider/model", the model's last failure in the
+	// whole run (kept across answers and stages), so every later call
+	// fails over past it while it still counts (runstate.SelectCandidate
+	// says how long): a rejected key or a failing model costs the run its
+	// failed calls once, not once per stage.
 	Failed map[string]FailedCall
 
 	// Stages is what the journal says of each stage the run has entered,
@@ -166,7 +169,7 @@ type State struct {
 	visit visit
 }
 
-// FailedCall is a model's last failure at the current position.
+// FailedCall is a model's last failure in the run.
 type FailedCall struct {
 	Failure Failure
 	At      time.Time
@@ -200,6 +203,9 @@ type Turn struct {
 	Refused string
 	// Tools are the answer's tool calls with their results.
 	Tools []ToolResult
+	// Moves are the answer's calls to the operator's own moves and the
+	// calls nothing acted on (Response.Moves).
+	Moves []Move
 	// Messages are what the run's parent sent after this answer.
 	Messages []string
 }
@@ -546,7 +552,7 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if st.EntryModel == "" && e.Provider != "" {
 		st.EntryModel = e.Provider + "/" + e.Model
 	}
-	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
+	st.Failure, st.FailedAttempts, st.FailureAt = nil, 0, time.Time{}
 	st.Iteration++
 	st.Moves++
 	if e.Response != nil {
@@ -565,7 +571,7 @@ func (st *State) complete(bp *blueprint.Blueprint, e *Entry) {
 	if r == nil {
 		r = &Response{}
 	}
-	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected})
+	st.Turns = append(st.Turns, Turn{Text: r.Text, Rejected: r.OutputRejected, Moves: r.Moves})
 	if len(r.Calls) > 0 && r.OutputRejected == "" {
 		st.startCalls(e, r)
 		return
@@ -758,6 +764,6 @@ func (st *State) move(bp *blueprint.Blueprint, target string) {
 	st.Stage, st.StageIndex, st.Iteration, st.Turns, st.Inbox = target, idx, 0, nil, nil
 	st.Handoff, st.Directive, st.PointChoices = "", "", nil
 	st.enterStage(target)
-	st.Failure, st.FailedAttempts, st.FailureAt, st.Failed = nil, 0, time.Time{}, nil
+	st.Failure, st.FailedAttempts, st.FailureAt = nil, 0, time.Time{}
 	st.Moves++
 }

@@ -338,7 +338,7 @@ func TestFoldFullState(t *testing.T) {
 			},
 		},
 		{
-			name: "completion after failures resets Failure and FailedAttempts",
+			name: "completion after failures resets Failure and FailedAttempts, not the run's memory of the failed model",
 			bp:   three,
 			entries: []Entry{
 				req(0, "plan", 0),
@@ -351,7 +351,8 @@ func TestFoldFullState(t *testing.T) {
 				NextSeq: 4, Stage: "plan", Iteration: 1, Moves: 1,
 				Usage: Usage{Prompt: 100, Completion: 10}, ModelCalls: 1, PricedNanoUSD: 1000,
 				EntryModel: "anthropic/claude-x",
-				// FailureAt is cleared with Failure.
+				// FailureAt is cleared with Failure; Failed is the run's.
+				Failed: failedAt(FailAuth, 401, "bad key", "v1", 1),
 			},
 		},
 		{

@@ -199,6 +199,11 @@ func (st *State) stuckWhileHeld(bp *blueprint.Blueprint, stage *blueprint.Stage,
 // else the run ends in Error.
 func (st *State) strand(bp *blueprint.Blueprint, stage *blueprint.Stage) {
 	why := fmt.Sprintf("stage %q finished, and every stage it may go on to is out of max_revisits", stage.Name)
+	if n := len(st.Turns); n > 0 {
+		// The move the answer asked for was not made: the turn, carried
+		// on, says so rather than leave it looking taken.
+		st.Turns[n-1].Refused = why
+	}
 	if t, ok := st.signalEdge(bp, stage, blueprint.CondDeadEnd); ok {
 		st.take(bp, t, why)
 		return

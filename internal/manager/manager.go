@@ -275,7 +275,6 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if deps.Store, err = newStore(mgr, o); err != nil {
 		return nil, err
 	}
-	deps.ArchiveRetention = cmp.Or(o.Store.ArchiveRetention, DefaultArchiveRetention)
 	pc := newPriorityClasses(mgr, cfg, o)
 	deps.Priorities = pc.store
 	r, err = controllers.NewAgentRunReconciler(deps)
@@ -312,10 +311,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := addProbes(mgr, o.ProbeAddr); err != nil {
 		return nil, err
 	}
-	if o.Store.DSN != "" && o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		if err := mgr.AddReadyzCheck("store", storeReady(deps.Store)); err != nil {
-			return nil, err
-		}
+	if err := addStoreProbe(mgr, o, deps.Store); err != nil {
+		return nil, err
 	}
 	if tracer.On() {
 		return tracedManager{Manager: mgr, tracer: tracer}, nil
@@ -380,6 +377,7 @@ func reconcilerDeps(mgr ctrl.Manager, cfg *rest.Config, o Options, eg *egressPol
 		MaxActiveRunsPerNamespace: o.MaxActiveRunsPerNamespace,
 		NamespaceCaps:             len(o.Namespaces) == 0,
 		Sweep:                     o.SnapshotSweep,
+		ArchiveRetention:          cmp.Or(o.Store.ArchiveRetention, DefaultArchiveRetention),
 		ToolListingRetry:          o.ToolListingRetry,
 		StatusInterval:            o.StatusInterval,
 		JournalChunkBytes:         o.JournalChunkBytes,

@@ -72,6 +72,15 @@ func (c closer) Start(ctx context.Context) error {
 	return c.db.Close()
 }
 
+// addStoreProbe adds the store's readiness check, when a database is
+// configured and the probes are served.
+func addStoreProbe(mgr ctrl.Manager, o Options, s *router.Router) error {
+	if o.Store.DSN == "" || o.ProbeAddr == "" || o.ProbeAddr == "0" {
+		return nil
+	}
+	return mgr.AddReadyzCheck("store", storeReady(s))
+}
+
 // storeReady is the readiness check of the store: ready when the
 // configured store can be written now; otherwise the error says why
 // (unreachable, login refused, a permission missing, a newer schema),

@@ -75,10 +75,15 @@ func readyz(t *testing.T, dsn string) (string, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the manager ended with %v", err)
+		}
+	}()
 	var body string
 	var code int
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := http.Get("http://" + probe + "/readyz?verbose")
 		if err != nil {
 			return false, nil

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint/tomlpos"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
@@ -56,6 +57,10 @@ type Provider struct {
 	APIKeySecret   *SecretKeyRef
 	Models         []string
 	TimeoutSeconds int
+	// OverloadFailoverSeconds is how long a model may keep answering that
+	// it is overloaded before the stage fails over to its next model (0:
+	// DefaultOverloadFailover); see OverloadFailover.
+	OverloadFailoverSeconds int
 	// Rates maps a model to its rate card.
 	Rates map[string]RateCard
 	// Limits are the provider's limits for each of its models, the
@@ -63,6 +68,22 @@ type Provider struct {
 	Limits ratelimit.Limits
 	// ModelLimits holds the models with a limits table, merged with Limits.
 	ModelLimits map[string]ratelimit.Limits
+}
+
+// DefaultOverloadFailover is how long a model may keep answering that it
+// is overloaded (HTTP 529, or 503 with Retry-After) before a stage that
+// lists another model fails over to it, when the provider sets no
+// overload_failover_seconds. A provider's overload usually passes within
+// seconds; one that lasts a minute is worth another model.
+const DefaultOverloadFailover = 60 * time.Second
+
+// OverloadFailover is how long a model of p may keep answering that it is
+// overloaded before its stage fails over to its next model.
+func (p *Provider) OverloadFailover() time.Duration {
+	if p.OverloadFailoverSeconds > 0 {
+		return time.Duration(p.OverloadFailoverSeconds) * time.Second
+	}
+	return DefaultOverloadFailover
 }
 
 // SecretKeyRef names one key of a Secret in the run's namespace.
@@ -103,12 +124,14 @@ type rawConfig struct {
 }
 
 type rawProvider struct {
-	Type           string             `toml:"type"`
-	BaseURL        string             `toml:"base_url"`
-	APIKeySecret   *rawSecretRef      `toml:"api_key_secret"`
-	Models         []string           `toml:"models"`
-	TimeoutSeconds int                `toml:"timeout_seconds"`
-	Rates          map[string]rawRate `toml:"rates"`
+	Type           string        `toml:"type"`
+	BaseURL        string        `toml:"base_url"`
+	APIKeySecret   *rawSecretRef `toml:"api_key_secret"`
+	Models         []string      `toml:"models"`
+	TimeoutSeconds int           `toml:"timeout_seconds"`
+	// OverloadFailoverSeconds: see Provider.OverloadFailoverSeconds.
+	OverloadFailoverSeconds int                `toml:"overload_failover_seconds"`
+	Rates                   map[string]rawRate `toml:"rates"`
 	rawLimits
 	Limits map[string]rawLimits `toml:"limits"`
 }
@@ -211,7 +234,7 @@ func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 	if name == "" || strings.Contains(name, "/") {
 		return nil, p.errf(at(), "provider name %q must be non-empty and contain no \"/\"", name)
 	}
-	prov := &Provider{Name: name, Type: r.Type, BaseURL: r.BaseURL, Models: r.Models, TimeoutSeconds: r.TimeoutSeconds}
+	prov := &Provider{Name: name, Type: r.Type, BaseURL: r.BaseURL, Models: r.Models, TimeoutSeconds: r.TimeoutSeconds, OverloadFailoverSeconds: r.OverloadFailoverSeconds}
 	switch r.Type {
 	case TypeOpenAI, TypeAnthropic, TypeScripted:
 	case "":
@@ -243,6 +266,9 @@ func (p *parser) provider(name string, r rawProvider) (*Provider, *ParseError) {
 	}
 	if r.TimeoutSeconds < 0 {
 		return nil, fail(at("timeout_seconds"), "timeout_seconds must be >= 0, got %d", r.TimeoutSeconds)
+	}
+	if r.OverloadFailoverSeconds < 0 {
+		return nil, fail(at("overload_failover_seconds"), "overload_failover_seconds must be >= 0, got %d", r.OverloadFailoverSeconds)
 	}
 	if err := p.providerRates(prov, r); err != nil {
 		return nil, err

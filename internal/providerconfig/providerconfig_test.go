@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
@@ -20,6 +21,7 @@ base_url = "https://api.openai.com/v1"
 api_key_secret = { name = "openai-creds", key = "api-key" }
 models = ["gpt-4o-mini", "gpt-4o"]
 timeout_seconds = 60
+overload_failover_seconds = 20
 
 [providers.openai.rates."gpt-4o-mini"]
 prompt = "0.15"
@@ -71,7 +73,7 @@ func TestParseFull(t *testing.T) {
 				Name: "openai", Type: "openai", BaseURL: "https://api.openai.com/v1",
 				APIKeySecret:   &SecretKeyRef{Name: "openai-creds", Key: "api-key"},
 				Models:         []string{"gpt-4o-mini", "gpt-4o"},
-				TimeoutSeconds: 60,
+				TimeoutSeconds: 60, OverloadFailoverSeconds: 20,
 				Rates: map[string]RateCard{"gpt-4o-mini": {
 					Prompt: m("0.15"), Completion: m("0.6"), Cached: m("0.075"), CacheWrite: 0,
 				}},
@@ -116,6 +118,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty model", map[string]string{DataKey: openai + "models = [\"\"]\n"}, 4, "models[0] is empty"},
 		{"duplicate model", map[string]string{DataKey: openai + "models = [\"a\", \"a\"]\n"}, 4, `"a" is listed twice`},
 		{"negative timeout", map[string]string{DataKey: openai + "timeout_seconds = -1\n"}, 4, "timeout_seconds must be >= 0"},
+		{"negative overload failover", map[string]string{DataKey: openai + "overload_failover_seconds = -1\n"}, 4, "overload_failover_seconds must be >= 0"},
 		{"slash in name", map[string]string{DataKey: "[providers.\"a/b\"]\ntype = \"scripted\"\n"}, 1, `contain no "/"`},
 		{"bad rate", map[string]string{DataKey: openai + "[providers.openai.rates.\"gpt-4o\"]\nprompt = \"0.15\"\ncompletion = \"abc\"\n"}, 6, `provider "openai": model "gpt-4o": rate completion: invalid amount "abc"`},
 		{"negative rate", map[string]string{DataKey: openai + "[providers.openai.rates.m]\nprompt = \"-1\"\ncompletion = \"1\"\n"}, 5, `model "m": rate prompt`},
@@ -335,5 +338,16 @@ func TestMaxOutputTokens(t *testing.T) {
 	var pe *ParseError
 	if !errors.As(err, &pe) || pe.Line != 7 || !strings.Contains(err.Error(), "max_output_tokens must be at least 1") {
 		t.Errorf("max_output_tokens = 0: %v", err)
+	}
+}
+
+// TestOverloadFailover: a provider without overload_failover_seconds fails
+// an overloaded model over after the default; one with it, after that.
+func TestOverloadFailover(t *testing.T) {
+	if got := (&Provider{}).OverloadFailover(); got != time.Minute {
+		t.Errorf("default = %v, want one minute", got)
+	}
+	if got := (&Provider{OverloadFailoverSeconds: 5}).OverloadFailover(); got != 5*time.Second {
+		t.Errorf("overload_failover_seconds = 5 gives %v", got)
 	}
 }

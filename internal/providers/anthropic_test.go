@@ -100,12 +100,12 @@ func TestAnthropicToolCalls(t *testing.T) {
 	p := providers.NewAnthropic(srv.URL, nil)
 
 	srv.Push(providertest.Reply{Text: "Moving on.", ToolCall: &providertest.ToolCall{Name: "transition", Args: `{"target":"review"}`}})
-	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Text: "Moving on.", Next: "review", ToolCalls: 1}); !reflect.DeepEqual(got, want) {
+	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Text: "Moving on.", Next: "review", ToolCalls: 1, Moves: []journal.Move{move("toolu_1", "transition", `{"target":"review"}`, "")}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("transition: Response = %+v, want %+v", got, want)
 	}
 
 	srv.Push(providertest.Reply{ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"final answer"}`}})
-	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Complete: true, Output: "final answer", ToolCalls: 1}); !reflect.DeepEqual(got, want) {
+	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Complete: true, Output: "final answer", ToolCalls: 1, Moves: []journal.Move{move("toolu_1", "complete", `{"output":"final answer"}`, "")}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("complete: Response = %+v, want %+v", got, want)
 	}
 

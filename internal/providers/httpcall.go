@@ -70,60 +70,91 @@ func toolSchema(t ToolSpec) map[string]any {
 
 // applyToolCall maps one of the model's tool calls onto the response. Of
 // transition and complete, the first well-formed call decides. Calls to the
-// request's external tools become Calls, for the run to execute; calls to
-// unknown tools and built-in calls with malformed arguments are ignored.
-// Every call counts in ToolCalls, used or not.
+// request's external tools become Calls, for the run to execute; every
+// other call is kept in Moves as made, with why nothing acted on it when
+// nothing did (an unknown tool, malformed arguments, a second transition),
+// so later calls can show the model what it did. Every call counts in
+// ToolCalls, used or not.
 func applyToolCall(resp *journal.Response, external map[string]bool, id, name string, args []byte) {
 	resp.ToolCalls++
 	if strings.TrimSpace(string(args)) == "" {
 		args = []byte("{}")
 	}
+	if name != ToolTransition && name != ToolComplete && name != ToolSpawnAgent && name != ToolFanOut && name != ToolSleep && external[name] {
+		// Kept even when the arguments are not an object: the run
+		// refuses the call and tells the model why.
+		resp.Calls = append(resp.Calls, journal.ToolCall{ID: id, Name: name, Arguments: string(args)})
+		return
+	}
+	resp.Moves = append(resp.Moves, journal.Move{
+		ToolCall: journal.ToolCall{ID: id, Name: name, Arguments: string(args)},
+		Ignored:  applyMove(resp, name, args),
+	})
+}
+
+// decided is why a second transition or complete call is not acted on.
+const decided = "an earlier transition or complete call in the same answer decides"
+
+// applyMove applies a call to one of the operator's moves, and says why
+// it did not when it did not.
+func applyMove(resp *journal.Response, name string, args []byte) (ignored string) {
 	switch name {
 	case ToolTransition:
 		var a struct {
 			Target string `json:"target"`
 		}
-		if !resp.Complete && resp.Next == "" && json.Unmarshal(args, &a) == nil && a.Target != "" {
-			resp.Next = a.Target
+		switch {
+		case resp.Complete || resp.Next != "":
+			return decided
+		case json.Unmarshal(args, &a) != nil || a.Target == "":
+			return `the arguments must be an object with a non-empty "target"`
 		}
+		resp.Next = a.Target
 	case ToolComplete:
 		var a struct {
 			Output string `json:"output"`
 		}
-		if !resp.Complete && resp.Next == "" && json.Unmarshal(args, &a) == nil {
-			resp.Complete, resp.Output = true, a.Output
+		switch {
+		case resp.Complete || resp.Next != "":
+			return decided
+		case json.Unmarshal(args, &a) != nil:
+			return `the arguments must be an object with an "output" string`
 		}
+		resp.Complete, resp.Output = true, a.Output
 	case ToolSpawnAgent:
 		var a struct {
 			Blueprint string `json:"blueprint"`
 			Task      string `json:"task"`
 		}
-		if json.Unmarshal(args, &a) == nil && a.Blueprint != "" {
-			resp.Spawns = append(resp.Spawns, journal.Spawn{Agent: a.Blueprint, Task: a.Task})
+		if json.Unmarshal(args, &a) != nil || a.Blueprint == "" {
+			return `the arguments must be an object with a non-empty "blueprint"`
 		}
+		resp.Spawns = append(resp.Spawns, journal.Spawn{Agent: a.Blueprint, Task: a.Task})
 	case ToolFanOut:
 		var a struct {
 			Items []string `json:"items"`
 		}
-		if json.Unmarshal(args, &a) == nil {
-			resp.Items = append(resp.Items, a.Items...)
+		if json.Unmarshal(args, &a) != nil {
+			return `the arguments must be an object with an "items" list of strings`
 		}
+		resp.Items = append(resp.Items, a.Items...)
 	case ToolSleep:
 		// A float decodes models that write 30.0; the bound keeps the
 		// conversion to int defined.
 		var a struct {
 			Seconds float64 `json:"seconds"`
 		}
-		if resp.SleepSeconds == 0 && json.Unmarshal(args, &a) == nil && a.Seconds >= 1 && a.Seconds <= math.MaxInt32 {
-			resp.SleepSeconds = int(a.Seconds)
+		switch {
+		case resp.SleepSeconds != 0:
+			return "an earlier sleep call in the same answer decides"
+		case json.Unmarshal(args, &a) != nil || a.Seconds < 1 || a.Seconds > math.MaxInt32:
+			return `the arguments must be an object with "seconds" of at least 1`
 		}
+		resp.SleepSeconds = int(a.Seconds)
 	default:
-		if external[name] {
-			// Kept even when the arguments are not an object: the run
-			// refuses the call and tells the model why.
-			resp.Calls = append(resp.Calls, journal.ToolCall{ID: id, Name: name, Arguments: string(args)})
-		}
+		return fmt.Sprintf("no tool named %q is offered", name)
 	}
+	return ""
 }
 
 // userContent is the user message of a call: the task, what its parent
@@ -246,6 +277,7 @@ func (f apiFailure) classify(key string) *Error {
 	}
 	class, retryable := ClassifyStatus(f.status)
 	e := &Error{Class: class, Status: f.status, Message: msg, RateLimited: f.rateLimited()}
+	e.Overloaded = e.RateLimited && (f.status == 529 || f.status == http.StatusServiceUnavailable || f.kind == "overloaded_error")
 	if retryable {
 		now := time.Now()
 		if e.RateLimited {
@@ -436,6 +468,15 @@ func defaultHTTPClient() *http.Client {
 
 func nonNegative(n int64) int64 { return max(n, 0) }
 
+// NoMessage is the one text the operator writes where a provider's rules
+// demand a message and nobody wrote one: the user message between two
+// answers when the run called the model again with nothing to tell it (the
+// roles must alternate, and OpenAI-compatible servers' chat templates often
+// demand it too), and the text of an answer that had neither text nor tool
+// calls (no message may be empty). It is plainly the machine's, never
+// words put in a person's or the model's mouth.
+const NoMessage = "[agentrun: no message]"
+
 // turn is one History entry as sent: texts never empty where providers
 // refuse empty messages, and every tool call with an ID.
 type turn struct {
@@ -444,36 +485,50 @@ type turn struct {
 }
 
 // turns prepares History. A turn without tool calls is an assistant text
-// and the user's feedback ("Continue." when none). A turn with tool calls
-// keeps its text as is (it may be empty) and its feedback only when there
-// is some: the tool results already answer it. A call without an ID gets
-// "call_<n>", n counting the history's calls, so the same call has the same
-// ID on every request and IDs stay unique across the history.
+// and the feedback, NoMessage standing for either when there is none. A
+// turn with tool calls keeps its text as is (it may be empty) and its
+// feedback only when there is some: the tool results answer it. Every
+// call has an ID no other call of the history has (Anthropic refuses
+// repeated ones, and some OpenAI-compatible servers number each answer's
+// calls from 1): a call without one gets "call_<n>", n counting the
+// history's calls, and a repeated one a "_<k>" suffix, so the same call has
+// the same ID on every request.
 func turns(req Request) []turn {
 	var out []turn
 	n := 0
+	seen := map[string]bool{}
 	for _, t := range req.History {
 		tt := turn{assistant: t.Assistant, feedback: t.Feedback}
-		if len(t.Messages) > 0 {
-			tt.feedback = strings.TrimSpace(tt.feedback + parentMessages(t.Messages))
-		}
+		tt.feedback = strings.TrimSpace(tt.feedback + parentMessages(t.Messages))
 		for _, r := range t.Tools {
-			if r.ID == "" {
-				r.ID = fmt.Sprintf("call_%d", n)
-			}
+			r.ID = uniqueID(r.ID, n, seen)
 			n++
 			tt.tools = append(tt.tools, r)
 		}
 		if len(tt.tools) == 0 {
 			if strings.TrimSpace(tt.assistant) == "" {
-				tt.assistant = "(no text)"
+				tt.assistant = NoMessage
 			}
 			if tt.feedback == "" {
-				tt.feedback = "Continue."
+				tt.feedback = NoMessage
 			}
 		}
 		out = append(out, tt)
 	}
+	return out
+}
+
+// uniqueID is the ID a history's n-th call is sent with (see turns); seen
+// holds the IDs given so far.
+func uniqueID(id string, n int, seen map[string]bool) string {
+	if id == "" {
+		id = fmt.Sprintf("call_%d", n)
+	}
+	out := id
+	for k := 2; seen[out]; k++ {
+		out = fmt.Sprintf("%s_%d", id, k)
+	}
+	seen[out] = true
 	return out
 }
 

@@ -141,12 +141,12 @@ func TestOpenAIToolCalls(t *testing.T) {
 	p := providers.NewOpenAI(srv.URL, nil)
 
 	srv.Push(providertest.Reply{ToolCall: &providertest.ToolCall{Name: "transition", Args: `{"target":"review"}`}})
-	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Next: "review", ToolCalls: 1}); !reflect.DeepEqual(got, want) {
+	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Next: "review", ToolCalls: 1, Moves: []journal.Move{move("call_1", "transition", `{"target":"review"}`, "")}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("transition: Response = %+v, want %+v", got, want)
 	}
 
 	srv.Push(providertest.Reply{Text: "Done.", ToolCall: &providertest.ToolCall{Name: "complete", Args: `{"output":"final answer"}`}})
-	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Text: "Done.", Complete: true, Output: "final answer", ToolCalls: 1}); !reflect.DeepEqual(got, want) {
+	if got, want := mustCall(t, p, baseRequest()).Response, (journal.Response{Text: "Done.", Complete: true, Output: "final answer", ToolCalls: 1, Moves: []journal.Move{move("call_1", "complete", `{"output":"final answer"}`, "")}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("complete: Response = %+v, want %+v", got, want)
 	}
 

@@ -117,6 +117,13 @@ type Error struct {
 	// 529 (Anthropic's overloaded_error), or a 503 that carries Retry-After
 	// (or retry-after-ms). Class stays FailFailed for these.
 	RateLimited bool
+	// Overloaded is set, with RateLimited, when the refusal is the
+	// provider's own overload rather than the caller's limit: a 529
+	// (Anthropic's overloaded_error), a 503 with Retry-After, or any
+	// refusal whose type says overloaded_error. A model overloaded for long
+	// is failed over (steps.ModelCall.OverloadFailover); a 429 is waited
+	// out however long it lasts.
+	Overloaded bool
 	// RetryAfter is how long the provider asked to wait before the next
 	// try (see RateLimitHint), 0 when it did not say. It is read for
 	// failures worth retrying only: from the retry-after headers whatever

@@ -158,6 +158,8 @@ type rateCase struct {
 	class       journal.FailureClass
 	status      int
 	rateLimited bool
+	// overloaded: the refusal is the provider's overload, not a limit.
+	overloaded bool
 	// The wait must be in [min, max].
 	min, max time.Duration
 }
@@ -169,6 +171,9 @@ func checkRate(t *testing.T, pe *providers.Error, tc rateCase) {
 	}
 	if pe.RateLimited != tc.rateLimited {
 		t.Errorf("RateLimited = %v, want %v (%q)", pe.RateLimited, tc.rateLimited, pe.Message)
+	}
+	if pe.Overloaded != tc.overloaded {
+		t.Errorf("Overloaded = %v, want %v (%q)", pe.Overloaded, tc.overloaded, pe.Message)
 	}
 	if pe.RetryAfter < tc.min || pe.RetryAfter > tc.max {
 		t.Errorf("RetryAfter = %v, want between %v and %v", pe.RetryAfter, tc.min, tc.max)
@@ -235,7 +240,7 @@ func TestOpenAIRateLimits(t *testing.T) {
 		{
 			name:  "503 with retry-after",
 			reply: providertest.Reply{Status: 503, Header: map[string]string{"Retry-After": "7"}},
-			class: journal.FailFailed, status: 503, rateLimited: true, min: 7 * time.Second, max: 7 * time.Second,
+			class: journal.FailFailed, status: 503, rateLimited: true, overloaded: true, min: 7 * time.Second, max: 7 * time.Second,
 		},
 		{
 			name:  "429 from a proxy, not JSON",
@@ -271,7 +276,7 @@ func TestAnthropicRateLimits(t *testing.T) {
 		{
 			name:  "529 overloaded",
 			reply: providertest.Reply{Status: 529, Header: map[string]string{"Retry-After": "10"}},
-			class: journal.FailFailed, status: 529, rateLimited: true, min: 10 * time.Second, max: 10 * time.Second,
+			class: journal.FailFailed, status: 529, rateLimited: true, overloaded: true, min: 10 * time.Second, max: 10 * time.Second,
 		},
 		{
 			name: "429 reset headers, tokens spent",
@@ -294,12 +299,12 @@ func TestAnthropicRateLimits(t *testing.T) {
 		{
 			name:  "503 with retry-after",
 			reply: providertest.Reply{Status: 503, Header: map[string]string{"Retry-After": "5"}},
-			class: journal.FailFailed, status: 503, rateLimited: true, min: 5 * time.Second, max: 5 * time.Second,
+			class: journal.FailFailed, status: 503, rateLimited: true, overloaded: true, min: 5 * time.Second, max: 5 * time.Second,
 		},
 		{
 			name:  "529 from a proxy, not JSON",
 			reply: providertest.Reply{Status: 529, RawBody: "overloaded", Header: map[string]string{"Retry-After": "6"}},
-			class: journal.FailFailed, status: 529, rateLimited: true, min: 6 * time.Second, max: 6 * time.Second,
+			class: journal.FailFailed, status: 529, rateLimited: true, overloaded: true, min: 6 * time.Second, max: 6 * time.Second,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -320,8 +325,8 @@ func TestAnthropicOverloadedType(t *testing.T) {
 	srv := providertest.NewAnthropicServer(t)
 	srv.Push(providertest.Reply{Status: 529})
 	pe := mustFail(t, providers.NewAnthropic(srv.URL, nil), baseRequest())
-	if !pe.RateLimited || !strings.Contains(pe.Message, "overloaded_error") {
-		t.Errorf("529: error = %+v, want rate limited with overloaded_error", pe)
+	if !pe.RateLimited || !pe.Overloaded || !strings.Contains(pe.Message, "overloaded_error") {
+		t.Errorf("529: error = %+v, want rate limited, overloaded, with overloaded_error", pe)
 	}
 }
 
@@ -337,7 +342,7 @@ func TestReplyHeadersOnCompletions(t *testing.T) {
 		if name == "anthropic" {
 			path = "/v1/messages"
 		}
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewBufferString(`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewBufferString(`{"model":"m1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Anthropic-Version", "2023-06-01")
 		res, err := srv.Client().Do(req)
 		if err != nil {

@@ -2,6 +2,7 @@ package providers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sort"
 	"testing"
@@ -109,6 +110,7 @@ func TestToolCallsToOfferedTools(t *testing.T) {
 					{ID: "id-2", Name: "ask_user", Arguments: `{}`},
 					{ID: "id-3", Name: "search", Arguments: `["not","an","object"]`},
 				},
+				Moves: []journal.Move{move("id-4", "transition", `{"target":"review"}`, "")},
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Response = %+v, want %+v", got, want)
@@ -132,8 +134,18 @@ func TestBuiltinTools(t *testing.T) {
 				{Name: "complete", Args: `{"output":"done"}`},
 				{Name: "transition", Args: `{"target":"late"}`},
 			}})
-			// The request's own "sleep" loses to the built-in.
+			// The request's own "sleep" loses to the built-in. Every call
+			// is kept as made, each ignored one with why.
 			got := mustCall(t, p, toolRequest()).Response
+			wantMoves := []string{
+				"spawn_agent", `spawn_agent: the arguments must be an object with a non-empty "blueprint"`,
+				`sleep: the arguments must be an object with "seconds" of at least 1`, "sleep",
+				"sleep: an earlier sleep call in the same answer decides", "spawn_agent", "fan_out", "complete",
+				"transition: an earlier transition or complete call in the same answer decides",
+			}
+			if m := moveNames(&got); !reflect.DeepEqual(m, wantMoves) {
+				t.Errorf("Moves = %q, want %q", m, wantMoves)
+			}
 			want := journal.Response{
 				Complete: true, Output: "done", ToolCalls: 9,
 				Spawns:       []journal.Spawn{{Agent: "researcher", Task: "dig"}, {Agent: "writer", Task: "draft"}},
@@ -156,11 +168,38 @@ func TestUnknownToolsCountedNotCalled(t *testing.T) {
 				{Name: "search", Args: `{"q":"x"}`}, // not offered on this request
 			}})
 			got := mustCall(t, p, baseRequest()).Response
+			wantMoves := []string{`shell: no tool named "shell" is offered`, `search: no tool named "search" is offered`}
+			if m := moveNames(&got); !reflect.DeepEqual(m, wantMoves) {
+				t.Errorf("Moves = %q, want %q", m, wantMoves)
+			}
 			if want := (journal.Response{ToolCalls: 2}); !reflect.DeepEqual(got, want) {
 				t.Errorf("Response = %+v, want %+v", got, want)
 			}
 		})
 	}
+}
+
+// move is a journaled move.
+func move(id, name, args, ignored string) journal.Move {
+	return journal.Move{ToolCall: journal.ToolCall{ID: id, Name: name, Arguments: args}, Ignored: ignored}
+}
+
+// moveNames takes an answer's moves out of it, as "name" or "name: why
+// ignored", checking each kept its id.
+func moveNames(r *journal.Response) []string {
+	var out []string
+	for _, m := range r.Moves {
+		s := m.Name
+		if m.ID == "" {
+			s += " (no id)"
+		}
+		if m.Ignored != "" {
+			s += ": " + m.Ignored
+		}
+		out = append(out, s)
+	}
+	r.Moves = nil
+	return out
 }
 
 // toolHistory has a turn with tool calls (one without an ID), a turn with
@@ -211,7 +250,7 @@ func TestOpenAIToolHistory(t *testing.T) {
 		{"role":"tool","tool_call_id":"call_2","content":"ERROR: "},
 		{"role":"user","content":"Output rejected: not JSON."},
 		{"role":"assistant","content":"Plain"},
-		{"role":"user","content":"Continue."}
+		{"role":"user","content":"[agentrun: no message]"}
 	]`)
 }
 
@@ -235,6 +274,38 @@ func TestAnthropicToolHistory(t *testing.T) {
 			{"type":"tool_result","tool_use_id":"call_2","is_error":true},
 			{"type":"text","text":"Output rejected: not JSON."}]},
 		{"role":"assistant","content":[{"type":"text","text":"Plain"}]},
-		{"role":"user","content":[{"type":"text","text":"Continue."}]}
+		{"role":"user","content":[{"type":"text","text":"[agentrun: no message]"}]}
 	]`)
+}
+
+// TestEmptyTurnsTakeTheMarker: an answer with neither text nor tool calls,
+// followed by nothing anyone said, is sent with NoMessage in both places,
+// which each fake (refusing empty text and repeated roles) takes.
+func TestEmptyTurnsTakeTheMarker(t *testing.T) {
+	for _, sp := range sdkProviders {
+		t.Run(sp.name, func(t *testing.T) {
+			srv, p := sp.new(t)
+			req := baseRequest()
+			req.History = []providers.Turn{{Assistant: " "}, {Assistant: "Second."}}
+			mustCall(t, p, req)
+			var texts []string
+			for _, m := range srv.Last().Messages() {
+				switch c := m["content"].(type) {
+				case string:
+					texts = append(texts, fmt.Sprint(m["role"], ": ", c))
+				case []any:
+					texts = append(texts, fmt.Sprint(m["role"], ": ", c[0].(map[string]any)["text"]))
+				}
+			}
+			want := []string{"user: Write a haiku about Kubernetes.",
+				"assistant: " + providers.NoMessage, "user: " + providers.NoMessage,
+				"assistant: Second.", "user: " + providers.NoMessage}
+			if sp.name == "openai" {
+				want = append([]string{"system: You are a careful planner."}, want...)
+			}
+			if !reflect.DeepEqual(texts, want) {
+				t.Errorf("messages %q, want %q", texts, want)
+			}
+		})
+	}
 }

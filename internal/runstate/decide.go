@@ -377,6 +377,8 @@ func ProviderRemedy(fl *journal.Failure, c Credential) string {
 		return fmt.Sprintf("The %s%s could not be reached (%s). Check its base URL and the network.%s", where, creds, said, retry)
 	case journal.FailTimedOut:
 		return fmt.Sprintf("The %s%s timed out.%s", where, creds, retry)
+	case journal.FailOverloaded:
+		return fmt.Sprintf("The %s%s kept answering that the model is overloaded (%s). Wait, or list another model for the stage; overload_failover_seconds in the provider config says how long an overload is waited out before the next model is tried.%s", where, creds, said, retry)
 	case journal.FailEgressRefused:
 		// The refusal's own remedy names the rule and the setting; keep it
 		// whole rather than clipped with the provider's words.

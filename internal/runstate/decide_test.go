@@ -330,6 +330,7 @@ func TestProviderRemedy(t *testing.T) {
 		{journal.FailUnreachable, 0, []string{"could not be reached", "dial tcp: connection refused", RetryCooldown.String()}},
 		{journal.FailTimedOut, 0, []string{"timed out", RetryCooldown.String()}},
 		{journal.FailFailed, 500, []string{"failed: dial tcp: connection refused", RetryCooldown.String()}},
+		{journal.FailOverloaded, 529, []string{"overloaded", "overload_failover_seconds", RetryCooldown.String()}},
 	}
 	for _, tc := range classes {
 		t.Run(string(tc.class), func(t *testing.T) {
@@ -418,6 +419,10 @@ func TestSelectCandidate(t *testing.T) {
 			wantBlock: arv1.BlockerForbidden, wantRemedy: []string{"HTTP 403"}},
 		{name: "rejected key with a changed Secret is tried again", cands: []Candidate{{Ref: a.Ref, SecretVersion: "v2", Credential: cred}},
 			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailAuth, 401, "v1", failedAt)}, wantIndex: 0},
+		{name: "rejected key with a changed provider config is tried again", cands: []Candidate{{Ref: a.Ref, SecretVersion: "v1", ConfigVersion: "c2", Credential: cred}},
+			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailAuth, 401, "v1", failedAt)}, wantIndex: 0},
+		{name: "a failure under the same Secret and provider config still counts", cands: []Candidate{{Ref: a.Ref, SecretVersion: "v1", ConfigVersion: "c1", Credential: cred}, b},
+			failed: map[string]journal.FailedCall{a.Ref: {Failure: journal.Failure{Class: journal.FailFailed, Status: 500, SecretVersion: "v1", ConfigVersion: "c1"}, At: failedAt}}, wantIndex: 1},
 		{name: "no credits before the cooldown parks until it ends", cands: []Candidate{a},
 			failed: map[string]journal.FailedCall{a.Ref: fail(journal.FailCredits, 402, "v1", failedAt)}, wantIndex: -1,
 			wantBlock: arv1.BlockerCreditsExhausted, wantRetry: ptrTime(failedAt.Add(RetryCooldown)), wantRemedy: []string{"out of credits"}},
@@ -478,5 +483,33 @@ func TestSelectCandidate(t *testing.T) {
 				t.Errorf("remedy is %d bytes, over the CRD's 1024", len(got.Block.Remedy))
 			}
 		})
+	}
+}
+
+// TestCanFailOver: a chosen model may be given up on for overload only
+// when another of the list would be called instead of the run parking.
+func TestCanFailOver(t *testing.T) {
+	a := Candidate{Ref: "anthropic/opus", SecretVersion: "v1", Credential: cred}
+	b := Candidate{Ref: "anthropic/sonnet", SecretVersion: "v1", Credential: cred}
+	later := now.Add(time.Minute)
+	rejected := map[string]journal.FailedCall{b.Ref: {Failure: journal.Failure{Class: journal.FailAuth, Status: 401, SecretVersion: "v1"}, At: now}}
+	cases := []struct {
+		name   string
+		cands  []Candidate
+		failed map[string]journal.FailedCall
+		want   bool
+	}{
+		{"alone", []Candidate{a}, nil, false},
+		{"another model", []Candidate{a, b}, nil, true},
+		{"another model that failed", []Candidate{a, b}, rejected, false},
+		{"another model with a setup problem", []Candidate{a, {Ref: b.Ref, Block: &SetupBlock{Blocker: arv1.BlockerSecretMissing}}}, nil, false},
+		{"another model whose circuit is open", []Candidate{a, {Ref: b.Ref, CircuitOpenUntil: &later}}, nil, false},
+		{"an earlier model failing over to this one", []Candidate{b, a}, rejected, false},
+	}
+	for _, c := range cases {
+		i := SelectCandidate(c.cands, c.failed, now).Index
+		if got := CanFailOver(c.cands, i, c.failed, now); got != c.want {
+			t.Errorf("%s: CanFailOver = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package runstate
 
 import (
+	"maps"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -14,9 +15,10 @@ type Candidate struct {
 	Ref string
 	// Block is a setup problem of this candidate (its Secret is missing...).
 	Block *SetupBlock
-	// SecretVersion is its credentials Secret's resourceVersion.
-	SecretVersion string
-	Credential    Credential
+	// SecretVersion is its credentials Secret's resourceVersion, and
+	// ConfigVersion the provider ConfigMap's.
+	SecretVersion, ConfigVersion string
+	Credential                   Credential
 	// CircuitOpenUntil is set while the provider's circuit is open, with
 	// the class of the failure that opened it.
 	CircuitOpenUntil *time.Time
@@ -46,8 +48,9 @@ type Skipped struct {
 }
 
 // SelectCandidate walks the ordered model list and picks the first
-// candidate that has not failed at this position (a failure stops counting
-// once its Secret changed, or, for outages, after RetryCooldown) and whose
+// candidate that has not failed in the run (a failure stops counting once
+// its Secret or the provider config changed, or, for outages, after
+// RetryCooldown) and whose
 // provider's circuit is closed: failover happens before any park. When all
 // are out of service the run parks on their shared blocker, or on
 // ProvidersUnavailable when they failed for different reasons.
@@ -64,7 +67,7 @@ func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, no
 		}
 	)
 	for i, c := range cands {
-		if fc, ok := failed[c.Ref]; ok && c.Block == nil && stillFailing(fc, c.SecretVersion, now) {
+		if fc, ok := failed[c.Ref]; ok && c.Block == nil && stillFailing(fc, c, now) {
 			fl := fc.Failure
 			classes[arv1.SetupBlocker(fl.Class)] = true
 			last = &SetupBlock{Blocker: arv1.SetupBlocker(fl.Class), Remedy: ProviderRemedy(&fl, c.Credential), Refs: credentialRefs(c.Credential)}
@@ -101,10 +104,30 @@ func SelectCandidate(cands []Candidate, failed map[string]journal.FailedCall, no
 	return Selection{Index: -1, Block: last, RetryAt: retryAt}
 }
 
-// stillFailing: a rejected key counts until the Secret changes; an outage
-// until the Secret changes or the cooldown passes.
-func stillFailing(fc journal.FailedCall, secretVersion string, now time.Time) bool {
-	if fc.Failure.SecretVersion != secretVersion {
+// CanFailOver reports whether, should the chosen candidate (index i) fail
+// now, another would be called rather than the run parked: a model
+// overloaded for long is given up on only then, since waiting out its
+// overload beats parking the run.
+func CanFailOver(cands []Candidate, i int, failed map[string]journal.FailedCall, now time.Time) bool {
+	if i < 0 || i >= len(cands) {
+		return false
+	}
+	c := cands[i]
+	with := maps.Clone(failed)
+	if with == nil {
+		with = map[string]journal.FailedCall{}
+	}
+	with[c.Ref] = journal.FailedCall{At: now, Failure: journal.Failure{
+		Class: journal.FailOverloaded, SecretVersion: c.SecretVersion, ConfigVersion: c.ConfigVersion}}
+	sel := SelectCandidate(cands, with, now)
+	return sel.Index >= 0 && sel.Index != i && sel.Block == nil
+}
+
+// stillFailing: a model's failure anywhere in the run counts until its
+// Secret or the provider config changes; a rejected key or refused model
+// only then, an outage also not after its cooldown.
+func stillFailing(fc journal.FailedCall, c Candidate, now time.Time) bool {
+	if fc.Failure.SecretVersion != c.SecretVersion || fc.Failure.ConfigVersion != c.ConfigVersion {
 		return false
 	}
 	switch fc.Failure.Class {

@@ -47,12 +47,19 @@ type ModelCall struct {
 	Request       providers.Request
 	Provider      *providerconfig.Provider
 	// SecretVersion is the credentials Secret's resourceVersion the call
-	// used, so a rejected key is not retried until the Secret changes.
-	SecretVersion string
+	// used, so a rejected key is not retried until the Secret changes;
+	// ConfigVersion the provider ConfigMap's, likewise.
+	SecretVersion, ConfigVersion string
 	// Check is the output the run must hand back.
 	Check output.Spec
 	// BreakerKey scopes the provider's circuit.
 	BreakerKey string
+	// OverloadFailover, when set, is how long the model may keep answering
+	// that it is overloaded (providers.Error.Overloaded) before the call
+	// gives up with FailOverloaded, so that its stage fails over to its
+	// next model. Zero when there is no other model to go to: the call
+	// then waits as long as the provider asks, as for a rate limit.
+	OverloadFailover time.Duration
 	// Trace is where the call's span goes, when tracing is on.
 	Trace tracing.Parent
 	// Next, when set, is asked after the call has answered (never after a
@@ -267,7 +274,8 @@ func (n *Continuation) Intent() journal.Entry {
 // the provider's status says is worth retrying. A rate limit (the limits
 // providers.toml declares, or the provider's 429/529) is waited out for as
 // long as the provider says, however often: it is the normal case, never
-// a failure, and it is not counted against the attempts.
+// a failure, and it is not counted against the attempts. Only a model
+// overloaded for longer than c.OverloadFailover is given up on.
 func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result, error) {
 	p, ok := rt.providerFor(c.Provider, c.Run.Namespace)
 	if !ok {
@@ -290,6 +298,7 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 		}
 	}
 	var result providers.Result
+	over := overload{bound: c.OverloadFailover}
 	b := retry.Backoff{Attempts: 3, Base: 500 * time.Millisecond, Cap: 30 * time.Second, Jitter: 0.5}
 	_, err := retry.Do(ctx, b, func(int) (bool, error) {
 		for refused := 0; ; refused++ {
@@ -306,8 +315,12 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 			}
 			if pe != nil && pe.RateLimited && ctx.Err() == nil {
 				metrics.RateLimitRefusals.WithLabelValues(c.Provider.Name).Inc()
-				until := rt.Clock.Now().Add(rateLimitWait(pe.RetryAfter, refused))
+				now := rt.Clock.Now()
+				until, giveUp := over.refused(pe, now, now.Add(rateLimitWait(pe.RetryAfter, refused)))
 				paused := rt.Limiter.Refused(permit, limit.Key, until)
+				if giveUp {
+					return false, over.failure(pe, now)
+				}
 				onWait(until)
 				if !paused && !sleepUntil(ctx, rt.Clock, until) {
 					return false, ctx.Err()
@@ -331,6 +344,46 @@ func (rt *Runtime) callModel(ctx context.Context, c ModelCall) (providers.Result
 		}
 	})
 	return result, err
+}
+
+// overload times how long a call's model has kept answering that it is
+// overloaded, to give the call up once that has lasted its bound.
+type overload struct {
+	// bound is ModelCall.OverloadFailover (0: never given up).
+	bound time.Duration
+	// since is the first of the overload refusals in a row.
+	since time.Time
+}
+
+// refused takes a refusal at now after which the provider (or the
+// backoff) would have the call wait until then. It returns when to try
+// again, or giveUp once the model has been overloaded for the bound, or
+// the provider asks to wait past it. A wait of the operator's own choosing
+// is cut to the bound, so the last try is made there. A rate limit (429)
+// is no overload and restarts the count.
+func (o *overload) refused(pe *providers.Error, now, until time.Time) (next time.Time, giveUp bool) {
+	if !pe.Overloaded || o.bound <= 0 {
+		o.since = time.Time{}
+		return until, false
+	}
+	if o.since.IsZero() {
+		o.since = now
+	}
+	deadline := o.since.Add(o.bound)
+	switch {
+	case !now.Before(deadline), pe.RetryAfter > 0 && until.After(deadline):
+		return until, true
+	case until.After(deadline):
+		return deadline, false
+	}
+	return until, false
+}
+
+// failure is the failure a call given up on for overload is journaled
+// with: its stage fails over to its next model.
+func (o *overload) failure(pe *providers.Error, now time.Time) *providers.Error {
+	return &providers.Error{Class: journal.FailOverloaded, Status: pe.Status, Message: fmt.Sprintf(
+		"overloaded for %s (overload_failover_seconds is %d): %s", now.Sub(o.since).Round(time.Second), int(o.bound/time.Second), pe.Message)}
 }
 
 // sleepUntil waits until t as clk tells it; false when ctx ended first.
@@ -398,20 +451,21 @@ func EstimateTokens(req providers.Request) int64 {
 // known.
 const expectedAnswerTokens = 256
 
-// failed records a classified failure; every class but Fatal and
-// EgressRefused counts against the provider's circuit (a refusal is one
-// namespace's policy, not the provider's health, and must not open the
-// circuit for namespaces the policy allows).
+// failed records a classified failure; every class but Fatal,
+// EgressRefused and Overloaded counts against the provider's circuit (a
+// refusal is one namespace's policy, not the provider's health, and must
+// not open the circuit for namespaces the policy allows; an overload is one
+// model's, and the provider's other models may be the failover).
 func (rt *Runtime) failed(done *journal.Entry, c ModelCall, err error) {
 	pe := providers.AsError(err)
-	if pe.Class != journal.FailFatal && pe.Class != journal.FailEgressRefused {
+	if pe.Class != journal.FailFatal && pe.Class != journal.FailEgressRefused && pe.Class != journal.FailOverloaded {
 		rt.Breakers.Failure(c.BreakerKey, string(pe.Class), rt.Clock.Now())
 	} else {
 		rt.Breakers.Release(string(c.Run.UID)) // no verdict on the provider's health
 	}
 	done.Kind = journal.ModelCallFailed
 	done.Failure = &journal.Failure{
-		Class: pe.Class, Status: pe.Status, SecretVersion: c.SecretVersion,
+		Class: pe.Class, Status: pe.Status, SecretVersion: c.SecretVersion, ConfigVersion: c.ConfigVersion,
 		Message: providers.Redact(pe.Message, c.Request.APIKey.Reveal()),
 	}
 }
@@ -442,7 +496,14 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 		if len(call.Arguments) > MaxToolArguments {
 			// The call is kept, its arguments replaced by a note the tool
 			// will refuse.
-			r.Calls[i].Arguments = fmt.Sprintf(`{"_dropped":"the arguments were %d bytes, over the %d-byte limit"}`, len(call.Arguments), MaxToolArguments)
+			r.Calls[i].Arguments = droppedArguments(len(call.Arguments))
+		}
+	}
+	for i, m := range r.Moves {
+		if len(m.Arguments) > MaxToolArguments {
+			// Already acted on (a large output is kept in Output); what
+			// the later calls show of the call is the note.
+			r.Moves[i].Arguments = droppedArguments(len(m.Arguments))
 		}
 	}
 	fitJournal(r)
@@ -455,6 +516,11 @@ func (rt *Runtime) answered(done *journal.Entry, c ModelCall, result providers.R
 	if cost, priced := c.Provider.Price(c.Request.Model, providerconfig.Usage{Prompt: u.Prompt, Completion: u.Completion, Cached: u.Cached, CacheWrite: u.CacheWrite}); priced {
 		done.CostNanoUSD = ptr.To(int64(cost))
 	}
+}
+
+// droppedArguments stands for tool-call arguments too large to journal.
+func droppedArguments(n int) string {
+	return fmt.Sprintf(`{"_dropped":"the arguments were %d bytes, over the %d-byte limit"}`, n, MaxToolArguments)
 }
 
 // MaxAnswerEntry bounds a model answer as journaled (its JSON). The caps

@@ -88,8 +88,12 @@ type Archive interface {
 	Archive(ctx context.Context, rec *Record) error
 	// Archived reports whether the run's record is stored.
 	Archived(ctx context.Context, uid types.UID) (bool, error)
+	// Deleted marks the journal of a run deleted before it was archived,
+	// so the sweep removes it once it is older than the retention.
+	Deleted(ctx context.Context, uid types.UID) error
 	// Sweep deletes at most limit records (with their journals) of runs
-	// that finished before before, and returns how many went.
+	// that finished before before, and journals of runs deleted before
+	// then, and returns how many went.
 	Sweep(ctx context.Context, before time.Time, limit int) (int, error)
 }
 

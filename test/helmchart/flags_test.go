@@ -68,7 +68,8 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 		check(f, string(data), "no binary of the image", anyBinary)
 	}
 	all := map[string]any{"console": map[string]any{"enabled": true}, "a2a": map[string]any{"enabled": true}}
-	for _, vals := range []map[string]any{nil, {"replicas": 1, "shards": 1, "leaderElect": false}, all} {
+	database := map[string]any{"store": map[string]any{"dsn": "postgres://agentrun@db.example:5432/agentrun?sslmode=verify-full", "existingSecret": "agentrun-db"}}
+	for _, vals := range []map[string]any{nil, {"replicas": 1, "shards": 1, "leaderElect": false}, database, all} {
 		objs := renderChart(t, vals).objs
 		args := func(suffix string) string {
 			return strings.Join(one[appsv1.Deployment](t, objs, "Deployment", suffix).Spec.Template.Spec.Containers[0].Args, " ")
@@ -94,4 +95,4 @@ func TestChartNamesOnlyRealFlags(t *testing.T) {
 // helmOrKubectlFlag are the flags of helm and kubectl commands the README
 // shows, not the manager's.
 var helmOrKubectlFlag = map[string]bool{"create-namespace": true, "server-side": true, "clusterrole": true, "user": true, "force-conflicts": true,
-	"set": true, "serviceaccount": true, "strict": true}
+	"set": true, "serviceaccount": true, "strict": true, "from-file": true}

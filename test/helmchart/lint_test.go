@@ -16,7 +16,8 @@ const acceptedInfo = "[INFO] Chart.yaml: icon is recommended"
 
 // TestChartLintsClean: `helm lint --strict` (the SDK's lint action, what
 // the CLI runs, strict: a warning fails it) reports no error and no warning
-// with the default values, with every optional object switched on, and in
+// with the default values, with every optional object switched on (a
+// database store among them), and in
 // the namespace-scoped mode, and no INFO but the missing icon; a value the
 // schema refuses fails it.
 func TestChartLintsClean(t *testing.T) {
@@ -43,6 +44,7 @@ extraArgs: [--max-concurrent-steps=64]
 env: [{name: GOGC, value: "75"}]
 podAnnotations: {a: b}
 imagePullSecrets: [{name: regcred}]
+store: {dsn: "postgres://agentrun@db.example:5432/agentrun?sslmode=verify-full", existingSecret: agentrun-db, caSecret: agentrun-db-ca}
 `),
 		"namespace-scoped":          mustYAML(t, `{watchNamespaces: [team-a, team-b], serviceMonitor: {enabled: true}}`),
 		"plain metrics, no objects": mustYAML(t, `{metrics: {secure: false}, serviceMonitor: {enabled: true}, rbac: {create: false}, serviceAccount: {create: false, name: agentrun}}`),

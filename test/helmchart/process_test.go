@@ -3,6 +3,7 @@ package helmchart_test
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +32,7 @@ type managerProcess struct {
 	log             *syncBuffer
 	metrics, probes string
 	webhook         string
+	readyPath       string
 	exited          chan error
 }
 
@@ -72,12 +74,26 @@ func buildCmd(name string) (string, error) {
 // (which includes the webhook server serving its certificate).
 func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *managerProcess {
 	t.Helper()
+	m := launchManager(t, d, kubeconfig, nil)
+	m.waitReady(t)
+	return m
+}
+
+// launchManager starts the manager as startManager does, without waiting
+// for it to be ready. kl fills in what the container takes from Secrets
+// (nil: the Deployment may reference none).
+func launchManager(t *testing.T, d *appsv1.Deployment, kubeconfig string, kl *kubelet) *managerProcess {
+	t.Helper()
 	bin, err := buildManager()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
-	m := &managerProcess{log: &syncBuffer{}, metrics: freeAddr(t), probes: freeAddr(t), webhook: freeAddr(t), exited: make(chan error, 1)}
+	m := &managerProcess{log: &syncBuffer{}, metrics: freeAddr(t), probes: freeAddr(t), webhook: freeAddr(t), exited: make(chan error, 1),
+		readyPath: c.ReadinessProbe.HTTPGet.Path}
+	if kl != nil {
+		kl.mount(t, d)
+	}
 	var args []string
 	for _, a := range c.Args {
 		switch {
@@ -100,8 +116,10 @@ func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *manage
 			env = append(env, e.Name+"="+podName)
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			env = append(env, e.Name+"="+d.Namespace)
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && kl != nil:
+			env = append(env, e.Name+"="+kl.secretKey(t, d.Namespace, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key))
 		case e.ValueFrom == nil:
-			env = append(env, e.Name+"="+e.Value)
+			env = append(env, e.Name+"="+kl.path(e.Value))
 		default:
 			t.Fatalf("env %s comes from %+v, which the test cannot fill in", e.Name, e.ValueFrom)
 		}
@@ -113,21 +131,99 @@ func startManager(t *testing.T, d *appsv1.Deployment, kubeconfig string) *manage
 	}
 	go func() { m.exited <- m.cmd.Wait() }()
 	t.Cleanup(func() { _ = m.cmd.Process.Kill() })
+	return m
+}
+
+// waitReady waits a minute at most for the manager's readiness probe to
+// answer 200.
+func (m *managerProcess) waitReady(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
 		case err := <-m.exited:
-			t.Fatalf("the manager exited (%v) with args %v:\n%s", err, args, m.log.String())
+			t.Fatalf("the manager exited (%v) with args %v:\n%s", err, m.cmd.Args[1:], m.log.String())
 		default:
 		}
-		if code, _ := get("http://" + m.probes + c.ReadinessProbe.HTTPGet.Path); code == http.StatusOK {
-			return m
+		if code, _ := get("http://" + m.probes + m.readyPath); code == http.StatusOK {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the manager is not ready on %s after a minute:\n%s", c.ReadinessProbe.HTTPGet.Path, m.log.String())
+			t.Fatalf("the manager is not ready on %s after a minute:\n%s", m.readyPath, m.log.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// kubelet does for the manager process what a kubelet does for its
+// container: it reads the Secrets the container's environment and volumes
+// name (as the admin: the manager's ServiceAccount need not read them), and
+// writes each Secret volume's items under root, which stands for the
+// container's filesystem root, so a path under a mount becomes root+path.
+type kubelet struct {
+	admin, root string
+	mounts      []string
+}
+
+func newKubelet(t *testing.T, admin string) *kubelet {
+	t.Helper()
+	return &kubelet{admin: admin, root: t.TempDir()}
+}
+
+// secretKey is the value of key in Secret ns/name, as the kubelet reads it
+// for an env var's secretKeyRef.
+func (k *kubelet) secretKey(t *testing.T, ns, name, key string) string {
+	t.Helper()
+	out, err := testenv.Kubectl(k.admin, "get", "secret", name, "-n", ns, "-o", "go-template={{index .data \""+key+"\"}}")
+	if err != nil {
+		t.Fatalf("the container's Secret %s/%s: %v %s", ns, name, err, out)
+	}
+	v, err := base64.StdEncoding.DecodeString(strings.TrimSpace(out))
+	if err != nil || len(v) == 0 {
+		t.Fatalf("Secret %s/%s has no key %q (%v)", ns, name, key, err)
+	}
+	return string(v)
+}
+
+// mount writes the items of the container's Secret volumes under root, at
+// their mount paths, read-only.
+func (k *kubelet) mount(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	for _, vm := range pod.Containers[0].VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name != vm.Name || v.Secret == nil {
+				continue
+			}
+			if !vm.ReadOnly {
+				t.Errorf("Secret volume %s is mounted writable at %s", v.Name, vm.MountPath)
+			}
+			dir := filepath.Join(k.root, vm.MountPath)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range v.Secret.Items {
+				_ = os.Remove(filepath.Join(dir, it.Path)) // a Secret changed since the last start
+				if err := os.WriteFile(filepath.Join(dir, it.Path), []byte(k.secretKey(t, d.Namespace, v.Secret.SecretName, it.Key)), 0o444); err != nil {
+					t.Fatal(err)
+				}
+			}
+			k.mounts = append(k.mounts, vm.MountPath)
+		}
+	}
+}
+
+// path is p as the process sees it: under root when it lies in a mount.
+func (k *kubelet) path(p string) string {
+	if k == nil {
+		return p
+	}
+	for _, m := range k.mounts {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return filepath.Join(k.root, p)
+		}
+	}
+	return p
 }
 
 // checkMetrics: the metrics endpoint the Service targets serves HTTPS, and

@@ -88,6 +88,8 @@ func TestSchemaAcceptsDefaultsAndDocumentedExamples(t *testing.T) {
 		"watchNamespaces":          setValues(t, "watchNamespaces={team-a,team-b}"),
 		"minAvailable percent":     setValues(t, "podDisruptionBudget.minAvailable=50%"),
 		"serviceAccount":           mustYAML(t, `serviceAccount: {create: false, name: platform-agentrun, annotations: {iam.example/role: agentrun}}`),
+		"store":                    setValues(t, "store.dsn=postgres://agentrun@db.example:5432/agentrun?sslmode=verify-full", "store.existingSecret=agentrun-db", "store.caSecret=agentrun-db-ca"),
+		"store.dsnSecret":          mustYAML(t, `store: {dsnSecret: agentrun-dsn, dsnKey: uri, caSecret: agentrun-db-ca, maxConns: 8, archiveRetention: 720h}`),
 	} {
 		if _, err := tryRender(c, vals); err != nil {
 			t.Errorf("%s: %v", name, err)

@@ -26,7 +26,7 @@ var expect = map[string][]string{
 	// moved the runs: the list has them all, in whatever phase.
 	"kubectl get agentruns -A": {"agentrun-demo", "review-pr", "summarise-notes", "deploy-release", "triage-backlog", "watch-canary"},
 	"kubectl wait --for=condition=Ready agentrun/review-pr -n agentrun-demo --timeout=60s":          {"condition met"},
-	"kubectl get configmap review-pr-journal -n agentrun-demo -o jsonpath='{.data.output}'":         {"Findings: 1) an unchecked error"},
+	"kubectl get agentrun review-pr -n agentrun-demo -o jsonpath='{.status.journalStore}'":          {"Database"},
 	"kubectl agentrun status review-pr -n agentrun-demo -o json":                                    {`"state": "completed"`},
 	"kubectl describe agentrun summarise-notes -n agentrun-demo":                                    {"SecretMissing", "demo-model-key"},
 	"kubectl create secret generic demo-model-key -n agentrun-demo --from-literal=api-key=anything": {"secret/demo-model-key created"},

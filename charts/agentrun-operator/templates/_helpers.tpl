@@ -59,7 +59,42 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (gt (int .Values.replicas) 1) (eq (int .Values.shards) 1) (not .Values.leaderElect) -}}
 {{- fail "replicas above 1 with shards 1 need leaderElect: true, else every replica drives every run" -}}
 {{- end -}}
+{{- include "agentrun-operator.validateStore" . -}}
 {{- end -}}
+
+{{/*
+Refuses a store the manager would run wrongly with, or that would put a
+password where anyone reading the Deployment sees it. No message repeats
+the DSN: it may hold a password.
+*/}}
+{{- define "agentrun-operator.validateStore" -}}
+{{- with .Values.store -}}
+{{- if and .dsn .dsnSecret -}}
+{{- fail "store.dsn and store.dsnSecret both give the DSN: set one" -}}
+{{- end -}}
+{{- if hasPrefix "sqlite:" .dsn -}}
+{{- fail "store.dsn: SQLite is make run's store, a file on one machine; the chart's replicas need one database they all reach: give a PostgreSQL DSN" -}}
+{{- end -}}
+{{- if and .dsn (not (regexMatch `^postgres(ql)?://` .dsn)) (not (regexMatch `(^|\s)(host|dbname)=` .dsn)) -}}
+{{- fail "store.dsn is neither postgres://USER@HOST:PORT/DB?sslmode=verify-full nor libpq's key=value form (host=... dbname=...); the value is not shown" -}}
+{{- end -}}
+{{- if or (regexMatch `^postgres(ql)?://[^/?#@]*:[^/?#@]*@` .dsn) (regexMatch `(^|[\s?&])password=` .dsn) -}}
+{{- fail "store.dsn holds a password, which anyone reading the Deployment would see: put the password in a Secret named by store.existingSecret (key store.passwordKey), or the whole DSN in a Secret named by store.dsnSecret; the value is not shown" -}}
+{{- end -}}
+{{- if and (or .existingSecret .caSecret) (not (or .dsn .dsnSecret)) -}}
+{{- fail "store.existingSecret and store.caSecret are for a database: set store.dsn (or store.dsnSecret) too" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when runs' journals are kept in a database, else empty. */}}
+{{- define "agentrun-operator.storeDatabase" -}}
+{{- if or .Values.store.dsn .Values.store.dsnSecret -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the database's CA certificate is mounted, and the file. */}}
+{{- define "agentrun-operator.storeCADir" -}}/etc/agentrun/store-ca{{- end -}}
+{{- define "agentrun-operator.storeCAFile" -}}{{ include "agentrun-operator.storeCADir" . }}/ca.crt{{- end -}}
 
 {{/* The manager's ServiceAccount as the one subject of a binding. */}}
 {{- define "agentrun-operator.managerSubject" -}}

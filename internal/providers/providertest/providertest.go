@@ -3,7 +3,10 @@
 // Messages wire protocols for the official SDKs to talk to them. Each server
 // answers from a per-test queue of scripted replies (text and any number of
 // tool calls), counts requests and records the last one, so tests can assert
-// what was sent (messages, tools offered).
+// what was sent (messages, tools offered). Each also enforces its API's
+// documented request rules (rules.go): a request the real provider would
+// refuse is answered with its HTTP 400, so no test passes on a
+// conversation the provider would not take.
 package providertest
 
 import (
@@ -292,6 +295,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, Reply{Status: http.StatusBadRequest, ErrorMessage: "anthropic-version: header is required"}, "")
 		return
 	}
+	if why := s.violation(body); why != "" {
+		s.writeError(w, Reply{Status: http.StatusBadRequest, ErrorMessage: why}, "")
+		return
+	}
 
 	reply := s.next()
 	if reply.Delay > 0 {
@@ -327,6 +334,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, anthropicMessage(req.Model, reply))
 	}
+}
+
+// violation is what the real API would refuse in a request body (see
+// rules.go), "" when it would take it.
+func (s *Server) violation(body []byte) string {
+	if s.kind == kindAnthropic {
+		return anthropicViolation(body)
+	}
+	return openAIViolation(body)
 }
 
 func (s *Server) lastKey() string {

@@ -174,30 +174,35 @@ func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun,
 	return run, &text, err
 }
 
+// Deleted marks the journal of a run deleted before it was archived.
+func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.ensure(ctx); err != nil {
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`UPDATE run_journals SET deleted_at = $1 WHERE run_uid = $2 AND deleted_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM archived_runs WHERE run_uid = $2)`), s.now(), string(uid))
+	return s.classify(err)
+}
+
 // Sweep deletes at most limit archived runs that finished before before,
-// with their journals and ledger rows, oldest first.
+// or journals of runs deleted before then, with their journals and ledger
+// rows, oldest first.
 func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.ensure(ctx); err != nil {
 		return 0, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT run_uid FROM archived_runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2"), before.UnixMicro(), limit)
-	if err != nil {
-		return 0, s.classify(err)
+	uids, err := s.uids(ctx, "SELECT run_uid FROM archived_runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2", before.UnixMicro(), limit)
+	if err == nil && len(uids) < limit {
+		var gone []any
+		gone, err = s.uids(ctx, "SELECT run_uid FROM run_journals WHERE deleted_at < $1 ORDER BY deleted_at LIMIT $2", before.UnixMicro(), limit-len(uids))
+		uids = append(uids, gone...)
 	}
-	var uids []any
-	for rows.Next() {
-		var uid string
-		if err := rows.Scan(&uid); err != nil {
-			_ = rows.Close()
-			return 0, s.classify(err)
-		}
-		uids = append(uids, uid)
-	}
-	_ = rows.Close()
-	if err := rows.Err(); err != nil || len(uids) == 0 {
-		return 0, s.classify(err)
+	if err != nil || len(uids) == 0 {
+		return 0, err
 	}
 	ph := make([]string, len(uids))
 	for i := range uids {
@@ -216,4 +221,22 @@ func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, er
 		return 0, err
 	}
 	return len(uids), nil
+}
+
+// uids runs a query selecting run UIDs.
+func (s *Store) uids(ctx context.Context, q string, args ...any) ([]any, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(q), args...)
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []any
+	for rows.Next() {
+		var uid string
+		if err := rows.Scan(&uid); err != nil {
+			return nil, s.classify(err)
+		}
+		out = append(out, uid)
+	}
+	return out, s.classify(rows.Err())
 }

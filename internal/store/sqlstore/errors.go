@@ -53,7 +53,7 @@ func (s *Store) classifyPostgres(err error, pg *pgconn.PgError) error {
 	case code == "23505": // unique_violation
 		return errConflict
 	case code == "28P01" || code == "28000": // invalid_password, invalid_authorization_specification
-		return s.unavailable(err, "the database refused the login: fix the user and password the operator connects with (the Secret behind PGPASSWORD or the --store DSN)")
+		return s.unavailable(err, "the database refused the login: fix the user and password the operator connects with (the Secret behind PGPASSWORD or the --store DSN), then restart the manager, which reads them at start")
 	case code == "3D000": // invalid_catalog_name
 		return s.unavailable(err, "the database named in --store does not exist: create it, or fix the DSN")
 	case code == "42501", code == "3F000": // insufficient_privilege; no schema it may create in
@@ -101,7 +101,7 @@ func (s *Store) unreachable(err error) (string, bool) {
 	case errors.As(err, &dns) && dns.IsNotFound:
 		return fmt.Sprintf("the database host %q does not resolve: fix the host in --store", dns.Name), true
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &certInvalid), errors.As(err, &tlsRecord):
-		return "the database's TLS certificate does not verify: check the CA Secret mounted as sslrootcert and that the host in --store is the certificate's name", true
+		return "the database's TLS certificate does not verify: check the CA Secret mounted as sslrootcert (PGSSLROOTCERT) and that the host in --store is the certificate's name, then restart the manager, which reads them at start", true
 	case strings.Contains(err.Error(), "server refused TLS connection"):
 		return "the database does not serve TLS: enable it on the server, or set sslmode to match", true
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),

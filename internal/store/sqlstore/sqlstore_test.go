@@ -322,6 +322,39 @@ func TestArchive(t *testing.T) {
 	})
 }
 
+// TestDeletedRunsJournalIsSwept: a run deleted before it was archived
+// leaves its journal; once marked, the sweep removes it after the
+// retention, and an archived run's mark changes nothing.
+func TestDeletedRunsJournalIsSwept(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		gone, kept := newRun(), newRun()
+		must(t, s.Append(ctx, gone, intent(0, 0)))
+		must(t, s.Append(ctx, kept, intent(0, 0)))
+		kept.Status = arv1.AgentRunStatus{Phase: arv1.PhaseComplete, FinishedAt: ptr.To(metav1.NewTime(time.Now().Add(time.Hour)))}
+		must(t, s.Archive(ctx, &store.Record{Run: kept}))
+		marked := time.Now()
+		must(t, s.Deleted(ctx, gone.UID))
+		must(t, s.Deleted(ctx, kept.UID))
+		if n, err := s.Sweep(ctx, marked.Add(-time.Minute), 100); err != nil || n != 0 {
+			t.Fatalf("sweeping before the deletion: %d, %v", n, err)
+		}
+		if n := count(t, s, "SELECT count(*) FROM journal_entries WHERE run_uid = $1", gone.UID); n != 1 {
+			t.Fatalf("%d journal rows of the deleted run before its retention, want 1", n)
+		}
+		if n, err := s.Sweep(ctx, time.Now().Add(time.Minute), 100); err != nil || n != 1 {
+			t.Fatalf("sweeping after the deletion: %d, %v (want the deleted run's journal only)", n, err)
+		}
+		if n := count(t, s, "SELECT count(*) FROM journal_entries WHERE run_uid = $1", gone.UID); n != 0 {
+			t.Fatalf("%d journal rows of the deleted run left after the sweep", n)
+		}
+		if n := count(t, s, "SELECT count(*) FROM journal_entries WHERE run_uid = $1", kept.UID); n != 1 {
+			t.Fatalf("%d journal rows of the archived run, want 1 (its archive keeps it until it is swept by its finish)", n)
+		}
+	})
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
