@@ -212,6 +212,7 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 		}
 		if qe := (*store.QuotaExceededError)(nil); errors.As(err, &qe) {
 			s.noteRefused(ctx, qe)
+			s.lostAfterRefusal(ctx, run.UID, plan)
 		}
 		if err != nil {
 			return err

@@ -52,7 +52,10 @@ func (s *Store) settleQuotas(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun
 		switch e.Kind {
 		case journal.ModelCallRequested:
 			if p.Replaces != "" {
-				_, err = s.settle(ctx, tx, run.UID, e.Seq, nil)
+				// Issued again: the earlier dispatch may have reached the
+				// provider and be billed (the run counts it lost), so its
+				// reservation is counted as used, at its worst case.
+				err = s.settleLost(ctx, tx, run.UID, e.Seq)
 			}
 			if c := store.ChargeFor(ctx, e.Seq); err == nil && c != nil && !answered[e.Seq] {
 				err = s.reserve(ctx, tx, run, e.Seq, c)
@@ -220,6 +223,44 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, uid types.UID, seq int64
 	}
 	_, err = tx.ExecContext(ctx, s.q("DELETE FROM quota_reservations WHERE run_uid = $1 AND seq = $2"), string(uid), seq)
 	return true, err
+}
+
+// settleLost turns the reservations of a run's call that was lost (its
+// intent is issued again) into used at their worst case, the cost counted
+// as unpriced: what it cost is unknown, and unknown is never free.
+func (s *Store) settleLost(ctx context.Context, tx *sql.Tx, uid types.UID, seq int64) error {
+	rs, err := s.reservationsOf(ctx, tx, "run_uid = $1 AND seq = $2", string(uid), seq)
+	if err != nil || len(rs) == 0 {
+		return err
+	}
+	for _, r := range rs {
+		calls, unp := -1, 1
+		if r.resource == string(arv1.QuotaTokens) {
+			calls, unp = 0, 0
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE quota_usage SET reserved = reserved - $4, used = used + $4, calls = calls + $5, unpriced = unpriced + $6
+			WHERE quota = $1 AND period = $2 AND resource = $3`), r.quota, r.period, r.resource, r.amount, calls, unp); err != nil {
+			return err
+		}
+	}
+	_, err = tx.ExecContext(ctx, s.q("DELETE FROM quota_reservations WHERE run_uid = $1 AND seq = $2"), string(uid), seq)
+	return err
+}
+
+// lostAfterRefusal counts, after a quota refused the reissue of a lost
+// call (its append rolled back), the lost dispatch at its worst case all
+// the same: it was lost whether or not the next one fits, and its
+// reservation must not stay held while the run waits for room.
+func (s *Store) lostAfterRefusal(ctx context.Context, uid types.UID, plan []store.Planned) {
+	for _, p := range plan {
+		if p.Entry.Kind != journal.ModelCallRequested || p.Replaces == "" || p.Entry.Inherited {
+			continue
+		}
+		err := s.inTx(ctx, func(tx *sql.Tx) error { return s.settleLost(ctx, tx, uid, p.Entry.Seq) })
+		if err != nil {
+			s.cfg.Log.V(1).Info("Counting a lost call's reservation failed; the reissue that fits counts it", "seq", p.Entry.Seq, "error", err.Error())
+		}
+	}
 }
 
 // reservation is one quota_reservations row.

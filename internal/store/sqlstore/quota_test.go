@@ -99,19 +99,44 @@ func TestQuotaReissuedIntentKeepsOneReservation(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
 		dead, run := open(t, dsn), newRun()
-		q := dayQuota("AgentRunQuota/ns/budget", 1000)
+		q := dayQuota("AgentRunQuota/ns/budget", 2000)
 		must(t, dead.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
 		taker := open(t, dsn)
 		must(t, taker.Append(charged(ctx, 0, 600, q), run, intent(0, 1)))
-		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 600 || u.InFlight != 1 {
-			t.Fatalf("after the reissue: %+v", u)
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 600 || u.InFlight != 1 || u.Cost != 600 || u.UnpricedCalls != 1 {
+			t.Fatalf("after the reissue (the lost dispatch counted at its worst case): %+v", u)
 		}
 		must(t, taker.Append(ctx, run, journal.Entry{Seq: 1, Kind: journal.ModelCallFailed, At: at, Call: 0, Failure: &journal.Failure{Class: journal.FailFatal}}))
-		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 0 || u.Cost != 0 || u.InFlight != 0 {
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 0 || u.Cost != 600 || u.InFlight != 0 {
 			t.Fatalf("after the failure: %+v", u)
 		}
 		if h, err := taker.QuotaHolders(ctx, q.Key); err != nil || len(h) != 0 {
 			t.Fatalf("holders after the failure: %v %v", h, err)
+		}
+	})
+}
+
+// TestQuotaLostCallCountedWhenItsReissueIsRefused: a dead replica's call
+// is counted at its worst case when the run is taken over, even when the
+// quota has no room to issue it again: its reservation is not left held
+// while the run waits, and the reissue that fits later counts it once.
+func TestQuotaLostCallCountedWhenItsReissueIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		dead, run := open(t, dsn), newRun()
+		q := dayQuota("AgentRunQuota/ns/budget", 1000)
+		must(t, dead.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		taker := open(t, dsn)
+		if err := taker.Append(charged(ctx, 0, 600, q), run, intent(0, 1)); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("the reissue with no room: %v", err)
+		}
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 0 || u.InFlight != 0 || u.Cost != 600 || u.UnpricedCalls != 1 {
+			t.Fatalf("after the refused reissue: %+v", u)
+		}
+		q = dayQuota("AgentRunQuota/ns/budget", 2000)
+		must(t, taker.Append(charged(ctx, 0, 600, q), run, intent(0, 1)))
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 600 || u.InFlight != 1 || u.Cost != 600 || u.UnpricedCalls != 1 {
+			t.Fatalf("after the reissue once raised: %+v", u)
 		}
 	})
 }
