@@ -263,6 +263,17 @@ func (s *Store) lostAfterRefusal(ctx context.Context, uid types.UID, plan []stor
 	}
 }
 
+// deleted runs a DELETE of one row and says whether it deleted it (not
+// when a concurrent transaction did first).
+func (s *Store) deleted(ctx context.Context, tx *sql.Tx, stmt string, args ...any) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.q(stmt), args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // reservation is one quota_reservations row.
 type reservation struct {
 	seq            int64
@@ -403,8 +414,20 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
 		for _, k := range keys {
+			// Each hold and reservation is given back by the transaction
+			// that deletes it: two replicas ending the run at once (its
+			// old and new owner) give it back once.
 			for _, h := range active {
 				if h.quota != k {
+					continue
+				}
+				if gone, err := s.deleted(ctx, tx, "DELETE FROM quota_holds WHERE run_uid = $1 AND quota = $2 AND resource = $3", string(uid), k, string(arv1.QuotaActiveRuns)); err != nil || !gone {
+					if !gone {
+						freed = slices.DeleteFunc(freed, func(q string) bool { return q == k })
+					}
+					if err != nil {
+						return err
+					}
 					continue
 				}
 				if _, err := tx.ExecContext(ctx, s.q("UPDATE quota_usage SET used = used - 1 WHERE quota = $1 AND period = $2 AND resource = $3"), k, h.period, string(arv1.QuotaActiveRuns)); err != nil {
@@ -412,6 +435,12 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 				}
 			}
 			for _, r := range byQuota[k] {
+				if gone, err := s.deleted(ctx, tx, "DELETE FROM quota_reservations WHERE run_uid = $1 AND seq = $2 AND quota = $3 AND resource = $4", string(uid), r.seq, r.quota, r.resource); err != nil || !gone {
+					if err != nil {
+						return err
+					}
+					continue
+				}
 				calls := 0
 				if r.resource == string(arv1.QuotaCost) {
 					calls = -1

@@ -290,3 +290,33 @@ func TestQuotaNoNewRunWhileACallIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestQuotaEndRunTwiceAtOnceGivesBackOnce: a run's old and new owner (or
+// the quota's sweep) ending it at the same moment give its activeRuns
+// slot and its reservation back once, never leaving the counts below
+// zero.
+func TestQuotaEndRunTwiceAtOnceGivesBackOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		a, b := open(t, dsn), open(t, dsn)
+		q := dayQuota("AgentRunQuota/ns/race", 1_000_000)
+		q.ActiveRuns = ptr.To[int64](100)
+		for range 20 {
+			run := newRun()
+			must(t, a.StartRun(ctx, store.RefOf(run), []store.QuotaLimit{q}))
+			must(t, a.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+			var wg sync.WaitGroup
+			for _, s := range []*sqlstore.Store{a, b} {
+				wg.Go(func() {
+					if _, err := s.EndRun(ctx, run.UID); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if u := use(t, a, q.Key, q.Period); u.ActiveRuns != 0 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Fatalf("after each run ended twice at once: %+v", u)
+		}
+	})
+}
