@@ -77,7 +77,7 @@ func ChargeFor(ctx context.Context, seq int64) *Charge {
 	return nil
 }
 
-// ErrQuotaExceeded: a quota has no room for the call or the run. Nothing
+// ErrQuotaExceeded is a quota with no room for the call or the run. Nothing
 // was written; the run waits on QuotaExceeded until the quota's period
 // resets or it is raised.
 var ErrQuotaExceeded = errors.New("a quota has no room")

@@ -371,27 +371,8 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 	defer cancel()
 	var freed []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		freed = nil
-		rows, err := tx.QueryContext(ctx, s.q("SELECT quota, period FROM quota_holds WHERE run_uid = $1 AND resource = $2 ORDER BY quota"), string(uid), string(arv1.QuotaActiveRuns))
+		active, err := s.activeHolds(ctx, tx, uid)
 		if err != nil {
-			return err
-		}
-		type hold struct {
-			quota  string
-			period int64
-		}
-		var active []hold
-		for rows.Next() {
-			var h hold
-			if err := rows.Scan(&h.quota, &h.period); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			active = append(active, h)
-			freed = append(freed, h.quota)
-		}
-		_ = rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		rs, err := s.reservationsOf(ctx, tx, "run_uid = $1", string(uid))
@@ -402,8 +383,8 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 		// tokens rows.
 		byQuota := map[string][]reservation{}
 		var keys []string
-		for _, h := range active {
-			keys = append(keys, h.quota)
+		for k := range active {
+			keys = append(keys, k)
 		}
 		for _, r := range rs {
 			if len(byQuota[r.quota]) == 0 {
@@ -413,46 +394,20 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 		}
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
+		freed = nil
 		for _, k := range keys {
-			// Each hold and reservation is given back by the transaction
-			// that deletes it: two replicas ending the run at once (its
-			// old and new owner) give it back once.
-			for _, h := range active {
-				if h.quota != k {
-					continue
-				}
-				if gone, err := s.deleted(ctx, tx, "DELETE FROM quota_holds WHERE run_uid = $1 AND quota = $2 AND resource = $3", string(uid), k, string(arv1.QuotaActiveRuns)); err != nil || !gone {
-					if !gone {
-						freed = slices.DeleteFunc(freed, func(q string) bool { return q == k })
-					}
-					if err != nil {
-						return err
-					}
-					continue
-				}
-				if _, err := tx.ExecContext(ctx, s.q("UPDATE quota_usage SET used = used - 1 WHERE quota = $1 AND period = $2 AND resource = $3"), k, h.period, string(arv1.QuotaActiveRuns)); err != nil {
+			if period, ok := active[k]; ok {
+				gave, err := s.giveBackSlot(ctx, tx, uid, k, period)
+				if err != nil {
 					return err
 				}
-			}
-			for _, r := range byQuota[k] {
-				if gone, err := s.deleted(ctx, tx, "DELETE FROM quota_reservations WHERE run_uid = $1 AND seq = $2 AND quota = $3 AND resource = $4", string(uid), r.seq, r.quota, r.resource); err != nil || !gone {
-					if err != nil {
-						return err
-					}
-					continue
-				}
-				calls := 0
-				if r.resource == string(arv1.QuotaCost) {
-					calls = -1
-				}
-				if _, err := tx.ExecContext(ctx, s.q("UPDATE quota_usage SET reserved = reserved - $4, calls = calls + $5 WHERE quota = $1 AND period = $2 AND resource = $3"),
-					r.quota, r.period, r.resource, r.amount, calls); err != nil {
-					return err
+				if gave {
+					freed = append(freed, k)
 				}
 			}
-		}
-		if _, err := tx.ExecContext(ctx, s.q("DELETE FROM quota_reservations WHERE run_uid = $1"), string(uid)); err != nil {
-			return err
+			if err := s.giveBackReservations(ctx, tx, uid, byQuota[k]); err != nil {
+				return err
+			}
 		}
 		// The runs holds go too: a run that ended never starts again.
 		_, err = tx.ExecContext(ctx, s.q("DELETE FROM quota_holds WHERE run_uid = $1"), string(uid))
@@ -462,6 +417,61 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 		return nil, err
 	}
 	return freed, nil
+}
+
+// activeHolds are the quotas whose activeRuns slot the run holds, with
+// the period each was taken in.
+func (s *Store) activeHolds(ctx context.Context, tx *sql.Tx, uid types.UID) (map[string]int64, error) {
+	rows, err := tx.QueryContext(ctx, s.q("SELECT quota, period FROM quota_holds WHERE run_uid = $1 AND resource = $2"), string(uid), string(arv1.QuotaActiveRuns))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[string]int64{}
+	for rows.Next() {
+		var q string
+		var period int64
+		if err := rows.Scan(&q, &period); err != nil {
+			return nil, err
+		}
+		out[q] = period
+	}
+	return out, rows.Err()
+}
+
+// giveBackSlot gives back the run's activeRuns slot of quota k, if this
+// transaction deletes its hold: two replicas ending the run at once (its
+// old and new owner) give it back once.
+func (s *Store) giveBackSlot(ctx context.Context, tx *sql.Tx, uid types.UID, k string, period int64) (bool, error) {
+	gone, err := s.deleted(ctx, tx, "DELETE FROM quota_holds WHERE run_uid = $1 AND quota = $2 AND resource = $3", string(uid), k, string(arv1.QuotaActiveRuns))
+	if err != nil || !gone {
+		return false, err
+	}
+	_, err = tx.ExecContext(ctx, s.q("UPDATE quota_usage SET used = used - 1 WHERE quota = $1 AND period = $2 AND resource = $3"), k, period, string(arv1.QuotaActiveRuns))
+	return err == nil, err
+}
+
+// giveBackReservations gives back the reservations of calls the run will
+// never answer, each by the transaction that deletes it.
+func (s *Store) giveBackReservations(ctx context.Context, tx *sql.Tx, uid types.UID, rs []reservation) error {
+	for _, r := range rs {
+		gone, err := s.deleted(ctx, tx, "DELETE FROM quota_reservations WHERE run_uid = $1 AND seq = $2 AND quota = $3 AND resource = $4", string(uid), r.seq, r.quota, r.resource)
+		if err != nil {
+			return err
+		}
+		if !gone {
+			continue
+		}
+		calls := 0
+		if r.resource == string(arv1.QuotaCost) {
+			calls = -1
+		}
+		if _, err := tx.ExecContext(ctx, s.q("UPDATE quota_usage SET reserved = reserved - $4, calls = calls + $5 WHERE quota = $1 AND period = $2 AND resource = $3"),
+			r.quota, r.period, r.resource, r.amount, calls); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // QuotaUse reads what a quota has used in the period (activeRuns, which
