@@ -212,9 +212,10 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		s.out.backpressure = true
 		return nil
 	}
+	journaled := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
 	call, err := r.modelCall(ctx, s, intent)
 	if err == nil {
-		err = r.quotaCharge(ctx, s, &call)
+		err = r.quotaCharge(ctx, s, &call, !journaled)
 	}
 	if err != nil {
 		ticket.Release()
@@ -228,7 +229,11 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	// server nothing).
 	// The step journals it before it calls, so this reconcile waits on
 	// nothing; until then derive folds the copy kept here.
-	inJournal := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
+	// With a database store a reissue of an intent only status held (its
+	// step stopped before journaling it: a handover, a kill) goes there
+	// first too, so it reserves its worst case against the run's quotas
+	// before the call is made.
+	inJournal := journaled || (a.Reissue && r.journals.Database())
 	if inJournal || (!a.Reissue && f.statusIntent == nil && (r.journals.Database() || r.intentMayWait(s))) {
 		call.JournalIntent = true
 		r.unjournaled.Put(run.UID, intent)

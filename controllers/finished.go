@@ -96,6 +96,9 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		setConditions(run, conditionInputs{})
 	}
 	if !r.archived(run) {
+		// A replica that died between the run's end and giving back its
+		// quota holds left them: given back before the archive (once).
+		r.quotaEnd(ctx, run)
 		stored, archived, err := r.archiveFinished(ctx, run)
 		if err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -309,7 +309,12 @@ func (r *AgentRunReconciler) quotaEnd(ctx context.Context, run *arv1.AgentRun) {
 // quotaCharge sets what a model call reserves against the run's quotas
 // (with a database store): its worst case, from its provider's rate card
 // and its request's size.
-func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *steps.ModelCall) error {
+//
+// fresh says the journal does not hold the intent yet: a refused fresh
+// intent was never dispatched, so its reissue once there is room counts no
+// dispatch lost. A refused reissue of a journaled intent keeps its count:
+// the earlier dispatch was lost, and the ledger counted it.
+func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *steps.ModelCall, fresh bool) error {
 	g, run, f := r.quotas, s.run, s.facts
 	if g.db == nil || f.resolved == nil {
 		return nil
@@ -328,8 +333,11 @@ func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *st
 	}
 	cost, tokens, _ := quota.WorstCase(f.resolved.provider, f.resolved.model, promptBytes(&call.Request))
 	call.Quota = &store.Charge{Seq: call.Intent.Seq, Quotas: ls, Cost: cost, Tokens: tokens}
-	uid := run.UID
+	uid, k := run.UID, stepKey(run, call.Intent.Seq)
 	call.OverQuota = func(e *store.QuotaExceededError) {
+		if fresh {
+			r.unstarted.mark(k)
+		}
 		g.mu.Lock()
 		g.hits[uid] = quotaHit{err: *e, generation: gens[e.Quota]}
 		g.mu.Unlock()

@@ -32,10 +32,11 @@ import (
 // replica freed are woken within it (quota_watch.go).
 const DefaultQuotaStatusInterval = 10 * time.Second
 
-// quotaSweepEvery is how often a quota's holders are checked against the
-// live runs, so what a run deleted while no replica drove it held goes
-// back.
-const quotaSweepEvery = time.Minute
+// quotaSweepRounds is how many status refreshes pass between two checks
+// of a quota's holders against the live runs (a minute at the default
+// interval), so what a run deleted while no replica drove it, or ended on
+// a replica that died before giving it back, held goes back.
+const quotaSweepRounds = 6
 
 // QuotaStatusReconciler writes the status of AgentRunQuotas and
 // ClusterAgentRunQuotas: their use in the current period (from the
@@ -231,7 +232,7 @@ func (r *QuotaStatusReconciler) activeRuns(ctx context.Context, q *quota.Quota) 
 	return n, nil
 }
 
-// sweep gives back, at most once per quotaSweepEvery, what runs that are
+// sweep gives back, at most once per quotaSweepRounds refreshes, what runs that are
 // gone or finished still hold of the quota: a run deleted while no
 // replica drove it, a replica that died between a run's end and giving
 // its slot back.
@@ -239,7 +240,7 @@ func (r *QuotaStatusReconciler) sweep(ctx context.Context, key string) {
 	now := r.clock.Now()
 	r.mu.Lock()
 	last, ok := r.swept[key]
-	if ok && now.Sub(last) < quotaSweepEvery {
+	if ok && now.Sub(last) < quotaSweepRounds*r.interval {
 		r.mu.Unlock()
 		return
 	}
