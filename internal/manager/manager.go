@@ -40,6 +40,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/writegauge"
 )
@@ -305,19 +306,25 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := addQuotas(mgr, cfg, o, deps.Store); err != nil {
 		return nil, fmt.Errorf("setting up quotas: %w", err)
 	}
-	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {
-		return nil, err
-	}
-	if err := addProbes(mgr, o.ProbeAddr); err != nil {
-		return nil, err
-	}
-	if err := addStoreProbe(mgr, o, deps.Store); err != nil {
+	if err := addEndpoints(mgr, cfg, o, deps.Store); err != nil {
 		return nil, err
 	}
 	if tracer.On() {
 		return tracedManager{Manager: mgr, tracer: tracer}, nil
 	}
 	return mgr, nil
+}
+
+// addEndpoints registers what the manager serves besides its controllers:
+// the webhooks, the health probes and the store's readiness check.
+func addEndpoints(mgr ctrl.Manager, cfg *rest.Config, o Options, st *router.Router) error {
+	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {
+		return err
+	}
+	if err := addProbes(mgr, o.ProbeAddr); err != nil {
+		return err
+	}
+	return addStoreProbe(mgr, o, st)
 }
 
 // ctrlOptions are the controller-runtime manager's options.
