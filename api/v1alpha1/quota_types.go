@@ -114,16 +114,19 @@ type ClusterAgentRunQuotaSpec struct {
 	// hard are the limits; at least one must be set.
 	// +required
 	Hard QuotaHard `json:"hard,omitzero"`
-	// period: see AgentRunQuotaSpec.period.
+	// period is how often the counts start again, as in an
+	// AgentRunQuota's spec.period.
 	// +optional
 	Period QuotaPeriod `json:"period,omitempty"`
-	// timeZone: see AgentRunQuotaSpec.timeZone.
+	// timeZone is the IANA time zone of the period's midnights, as in an
+	// AgentRunQuota's spec.timeZone.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="self == 'UTC' || (self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$') && timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0)",message="spec.timeZone must be an IANA time zone name such as Europe/Berlin or UTC"
 	TimeZone string `json:"timeZone,omitempty"`
-	// selector: see AgentRunQuotaSpec.selector.
+	// selector picks the runs counted, as in an AgentRunQuota's
+	// spec.selector.
 	// +optional
 	Selector *QuotaSelector `json:"selector,omitempty"`
 	// namespaceSelector picks the namespaces whose runs count, by their
@@ -140,6 +143,7 @@ func (s *ClusterAgentRunQuotaSpec) Common() AgentRunQuotaSpec {
 // QuotaHard are a quota's limits. A limit left out is not enforced (and
 // not shown); 0 allows nothing.
 //
+// +kubebuilder:validation:MinProperties=1
 // +kubebuilder:validation:XValidation:rule="has(self.cost) || has(self.tokens) || has(self.runs) || has(self.activeRuns)",message="spec.hard needs at least one of cost, tokens, runs and activeRuns"
 type QuotaHard struct {
 	// cost is the most the quota's runs may spend in a period, in US
@@ -225,12 +229,12 @@ type AgentRunQuotaStatus struct {
 	// plus the worst case of the calls in flight (inFlight), runs started
 	// and runs active now.
 	// +optional
-	Used QuotaUsed `json:"used,omitzero"`
+	Used QuotaUsed `json:"used,omitempty,omitzero"`
 	// inFlight is the part of used reserved by calls not answered yet:
 	// each call reserves its worst case before it is made and settles to
 	// what it cost once answered.
 	// +optional
-	InFlight QuotaInFlight `json:"inFlight,omitzero"`
+	InFlight QuotaInFlight `json:"inFlight,omitempty,omitzero"`
 	// periodStart is when the current period began; absent for a running
 	// total.
 	// +optional
