@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -240,6 +241,11 @@ func TestQuotaActiveRunsHoldRunsQueued(t *testing.T) {
 	out := kubectlOut(t, "get", "agentrunquotas", "-n", ns)
 	if !strings.Contains(out, "USED/HARD") || !strings.Contains(out, "activeRuns: 0/2") {
 		t.Errorf("kubectl get agentrunquotas:\n%s", out)
+	}
+	// kubectl describe shows each limit's hard (spec) and used (status).
+	out = kubectlOut(t, "describe", "agentrunquota", "two", "-n", ns)
+	if !regexp.MustCompile(`(?s)Hard:\s+Active Runs:\s+2\b.*Used:\s+Active Runs:\s+0\b`).MatchString(out) {
+		t.Errorf("kubectl describe agentrunquota:\n%s", out)
 	}
 }
 
