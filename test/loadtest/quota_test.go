@@ -3,6 +3,7 @@ package loadtest_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +93,7 @@ func zoneAtNoon(now time.Time) (string, *time.Location) {
 }
 
 // activeWatch follows the runs of some namespaces and records the most
-// that were ever started and unfinished at once, event by event (a
+// that were ever started and unfinished at once, event by event (one
 // watch's events come in the API server's order).
 type activeWatch struct {
 	mu     sync.Mutex
@@ -103,20 +104,21 @@ type activeWatch struct {
 func watchActive(t *testing.T, ctx context.Context, c *loadtest.Cluster, nss ...string) *activeWatch {
 	t.Helper()
 	a := &activeWatch{phases: map[string]arv1.Phase{}}
-	for _, ns := range nss {
-		w, err := c.Client.Watch(ctx, &arv1.AgentRunList{}, client.InNamespace(ns))
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			defer w.Stop()
-			for ev := range w.ResultChan() {
-				if r, ok := ev.Object.(*arv1.AgentRun); ok {
-					a.observe(ev.Type, r)
-				}
-			}
-		}()
+	// One watch over every namespace: two streams would each be in order,
+	// but not with each other, and a run's end seen late on one would
+	// count it with the run its slot let start on the other.
+	w, err := c.Client.Watch(ctx, &arv1.AgentRunList{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if r, ok := ev.Object.(*arv1.AgentRun); ok && slices.Contains(nss, r.Namespace) {
+				a.observe(ev.Type, r)
+			}
+		}
+	}()
 	return a
 }
 
@@ -178,14 +180,16 @@ const (
 // checkLedger compares the database's ledger with the journals: every
 // answered call exactly (to the nano-dollar and the token), and on top of
 // them the lost calls the ledger counted (as unpriced), each at its worst
-// case. It never counts less than the journals' answered calls, nor more
-// lost calls than the journals hold.
-func checkLedger(t *testing.T, when string, u store.QuotaUse, j journaled) bool {
+// case. It never counts less than the journals' answered calls, nor, once
+// every run completed (final), more lost calls than the journals hold: a
+// lost call is counted when its reissue is refused, and journaled only
+// once the reissue fits.
+func checkLedger(t *testing.T, when string, u store.QuotaUse, j journaled, final bool) bool {
 	t.Helper()
 	n := u.UnpricedCalls
 	okCost := u.Cost >= j.cost+n*lostCostMin && u.Cost <= j.cost+n*lostCostMax
 	okTokens := u.Tokens >= j.tokens+n*lostTokensMin && u.Tokens <= j.tokens+n*lostTokensMax
-	if !okCost || !okTokens || n > j.lost || (n == 0 && (u.Cost != j.cost || u.Tokens != j.tokens)) {
+	if !okCost || !okTokens || (final && n > j.lost) || (n == 0 && (u.Cost != j.cost || u.Tokens != j.tokens)) {
 		t.Errorf("%s: the ledger says $%s, %d tokens, %d lost calls counted; the journals $%s and %d tokens answered and %d calls lost",
 			when, money.NanoUSD(u.Cost), u.Tokens, n, money.NanoUSD(j.cost), j.tokens, j.lost)
 		return false
@@ -369,7 +373,7 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	if use.Cost < 950_000_000 || use.Cost > 1_000_000_000 {
 		t.Errorf("spend $%s: want at least $0.95 and at most $1.00 (the calls in flight could have added $%s)", money.NanoUSD(use.Cost), money.NanoUSD(inFlightBound))
 	}
-	checkLedger(t, "once the quota was used up", use, journaledUse(t, runs))
+	checkLedger(t, "once the quota was used up", use, journaledUse(t, runs), false)
 	waitingOn := map[arv1.QuotaResource]int{}
 	for i := range runs {
 		r := &runs[i]
@@ -419,8 +423,8 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 		}
 	}
 	final := journaledUse(t, runs)
-	if !checkLedger(t, "once every run completed", use, final) || use.UnpricedCalls != final.lost {
-		t.Logf("the ledger counted %d of the journals' %d lost calls:\n%s", use.UnpricedCalls, final.lost, lostIntents(ctx, db.DSN))
+	if !checkLedger(t, "once every run completed", use, final, true) {
+		t.Logf("the journals' lost calls:\n%s", lostIntents(ctx, db.DSN))
 	}
 	holders, err := ledger.QuotaHolders(ctx, key)
 	if err != nil {
