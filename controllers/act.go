@@ -37,6 +37,9 @@ type actOutcome struct {
 	finalOutput  *arv1.FinalOutputDescriptor
 	// storeDown: the runs' store cannot be used; the run waits on it.
 	storeDown *store.UnavailableError
+	// quotaWait: a quota has no room to start the run; it stays Queued,
+	// waiting on it (quota.go).
+	quotaWait *arv1.WaitingOn
 	// journaledIntents counts the intents this reconcile put into the
 	// journal, not only into status (see intentMayWait).
 	journaledIntents int
@@ -211,7 +214,11 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		s.out.backpressure = true
 		return nil
 	}
+	journaled := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
 	call, err := r.modelCall(ctx, s, intent)
+	if err == nil {
+		err = r.quotaCharge(ctx, s, &call, !journaled)
+	}
 	if err != nil {
 		ticket.Release()
 		return err
@@ -224,7 +231,11 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	// server nothing).
 	// The step journals it before it calls, so this reconcile waits on
 	// nothing; until then derive folds the copy kept here.
-	inJournal := a.Reissue && (f.statusIntent == nil || f.statusIntent.Seq != intent.Seq)
+	// With a database store a reissue of an intent only status held (its
+	// step stopped before journaling it: a handover, a kill) goes there
+	// first too, so it reserves its worst case against the run's quotas
+	// before the call is made.
+	inJournal := journaled || (a.Reissue && r.journals.Database())
 	if inJournal || (!a.Reissue && f.statusIntent == nil && (r.journals.Database() || r.intentMayWait(s))) {
 		call.JournalIntent = true
 		r.unjournaled.Put(run.UID, intent)

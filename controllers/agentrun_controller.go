@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -226,6 +227,8 @@ type AgentRunReconciler struct {
 	store *storeHealth
 	// archiveRetention: see Deps.ArchiveRetention.
 	archiveRetention time.Duration
+	// quotas hold runs back that a quota has no room for (quota.go).
+	quotas *quotaGate
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -277,6 +280,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		r.runsReader = r.shardCaches
 	}
 	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
+	r.quotas = newQuotaGate(d.Client, r.runsReader, r.journals.Quotas(), len(d.Namespaces) == 0, r.cachedRun, r.wake)
 	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
 	r.admission = admission.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
@@ -476,6 +480,8 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 			return err
 		}
 	}
+	// Deleted: what it held of its quotas goes back.
+	r.quotaEnd(ctx, &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: uid}})
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)

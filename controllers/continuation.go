@@ -102,7 +102,7 @@ func (r *AgentRunReconciler) nextModelCall(ctx context.Context, s *scope) *steps
 	intent := modelIntent(f, s.action)
 	intent.RequestHash = requestHash(run, &intent)
 	call, err := r.modelCall(ctx, s, intent)
-	if err != nil {
+	if err != nil || r.quotaCharge(ctx, s, &call, true) != nil {
 		return nil
 	}
 	f.State.Apply(f.Blueprint, intent)

@@ -120,7 +120,11 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 	if err := r.answerFacts(ctx, run, f); err != nil {
 		return nil, err
 	}
-	return f, r.providerFacts(ctx, run, f, now)
+	if err := r.providerFacts(ctx, run, f, now); err != nil {
+		return nil, err
+	}
+	r.quotaFacts(ctx, run, f)
+	return f, nil
 }
 
 // neverDriven says the run's status records nothing it did: no snapshot,

@@ -96,6 +96,9 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		setConditions(run, conditionInputs{})
 	}
 	if !r.archived(run) {
+		// A replica that died between the run's end and giving back its
+		// quota holds left them: given back before the archive (once).
+		r.quotaEnd(ctx, run)
 		stored, archived, err := r.archiveFinished(ctx, run)
 		if err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -179,6 +182,7 @@ func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.Agen
 	if err := r.deleteChildrenOf(ctx, run.Namespace, run.UID); err != nil {
 		return err
 	}
+	r.quotaEnd(ctx, run)
 	r.forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
 		return nil

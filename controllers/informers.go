@@ -20,11 +20,13 @@ type InformerHandler struct {
 // InformerHandlers are the reconciler's: the run cache learns when the
 // informer has caught up with a status write, so the copy kept from the
 // write can go; namespaces' annotations feed the per-namespace caps (when
-// they are watched); a deleted tool policy's compiled rules are dropped.
+// they are watched); a changed or deleted quota wakes the runs waiting on
+// it; a deleted tool policy's compiled rules are dropped.
 func (r *AgentRunReconciler) InformerHandlers() []InformerHandler {
 	hs := []InformerHandler{{Object: &arv1.AgentRun{}, Handler: r.runs.Handler(r.wake)}}
 	if r.watchCaps {
 		hs = append(hs, r.namespaceCapsHandler())
 	}
+	hs = append(hs, r.quotaHandlers()...)
 	return append(hs, r.policies.handlers()...)
 }

@@ -52,6 +52,7 @@ func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g.Register("executor", r.pool)
 	g.Register("circuit probes", probes{r.breakers})
 	g.Register("written status", r.runs)
+	g.Register("quotas", r.quotas)
 	return g
 }
 

@@ -97,6 +97,9 @@ func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 // drive derives, decides and acts until acting changes nothing more. A
 // run without an active-run slot waits in line instead, visibly.
 func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
+	if held, err := r.quotaStart(ctx, s); held || err != nil {
+		return err
+	}
 	if ok, waited := r.admit(ctx, s.run, s.now); !ok {
 		s.out.queued = true
 		if waited < queuedShownAfter && !r.handedOver(s.run) {
@@ -191,6 +194,9 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	r.startSteps(ctx, s)
 	r.releaseIfIdle(s.run, s.out)
 	if s.run.Status.Phase.IsTerminal() {
+		// What it held of its quotas goes back once its end shows (a run
+		// waiting for its slot never starts before this one reads finished).
+		r.quotaEnd(ctx, s.run)
 		// A finished run is never folded again: what was kept to drive it
 		// would only grow the manager's memory with history.
 		r.forget(s.run.UID)

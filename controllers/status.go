@@ -15,6 +15,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
+	"github.com/agentrun-dev/agentrun-operator/internal/quota"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
@@ -140,8 +141,12 @@ func projectQueued(s *scope) {
 	if st.Phase.IsUnstarted() {
 		st.Phase, st.LastProgressAt = arv1.PhaseQueued, &t
 	}
+	if st.Phase == arv1.PhaseQueued {
+		// Held by a quota (quota.go), or in the manager's line.
+		st.WaitingOn = s.out.quotaWait
+	}
 	st.Driver = s.driver
-	setConditions(s.run, conditionInputs{queued: true})
+	setConditions(s.run, conditionInputs{queued: s.out.quotaWait == nil})
 	if !caches.SameStatus(prev, st) {
 		st.UpdatedAt = &t
 	}
@@ -388,6 +393,9 @@ func waitMessage(w *arv1.WaitingOn) string {
 			return m + "; " + w.Remedy
 		}
 		return m + "; the run goes on by itself once it answers"
+	}
+	if w.Reason == arv1.WaitQuotaExceeded {
+		return quota.Message(w)
 	}
 	if w.Remedy != "" {
 		return w.Remedy

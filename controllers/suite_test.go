@@ -160,6 +160,13 @@ type managerOpts struct {
 	// store is the manager's --store DSN, over the suite's (storeDSN);
 	// "-": ConfigMaps.
 	store string
+	// clock is manager.Options.Clock (quota tests run it ahead, near a
+	// period's end); quotaPolicy and quotaStatusInterval are the quota
+	// admission policy it writes and how often quotas' status is
+	// refreshed (quota_test.go).
+	clock               clock.PassiveClock
+	quotaPolicy         string
+	quotaStatusInterval time.Duration
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -167,15 +174,18 @@ func startManager(t *testing.T, o managerOpts) *harness {
 	h := &harness{scripted: providers.NewScripted()}
 	opts := manager.Options{
 		MetricsAddr: "0", ProbeAddr: "0",
-		MaxConcurrentSteps: o.steps,
-		SkipNameValidation: true,
-		Scripted:           h.scripted,
-		Egress:             loopbackEgress(),
-		EgressOptions:      suiteEgressOptions(),
-		Tracing:            o.tracing,
-		StatusInterval:     cmp.Or(o.statusInterval, time.Second),
-		Identity:           o.identity,
-		ScheduleClock:      o.scheduleClock,
+		MaxConcurrentSteps:  o.steps,
+		SkipNameValidation:  true,
+		Scripted:            h.scripted,
+		Egress:              loopbackEgress(),
+		EgressOptions:       suiteEgressOptions(),
+		Tracing:             o.tracing,
+		StatusInterval:      cmp.Or(o.statusInterval, time.Second),
+		Identity:            o.identity,
+		ScheduleClock:       o.scheduleClock,
+		Clock:               o.clock,
+		QuotaPolicy:         o.quotaPolicy,
+		QuotaStatusInterval: o.quotaStatusInterval,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

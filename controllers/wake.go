@@ -40,6 +40,10 @@ const (
 	// wakeStore: the prober of the runs' store wakes the runs that waited
 	// on it once it answers.
 	wakeStore = "store"
+	// wakeQuota: a change of the quota a run waits on (raised, or room
+	// showing in its status) wakes it (quota_watch.go); its period's
+	// reset is a timer.
+	wakeQuota = "quota"
 )
 
 // wakeSources lists what will wake a run whose status a reconcile just
@@ -59,7 +63,7 @@ func wakeSources(st *arv1.AgentRunStatus, out actOutcome, stepRunning bool) []st
 	if out.catalogWait {
 		w = append(w, wakeCatalog)
 	}
-	if out.queued {
+	if out.queued && out.quotaWait == nil {
 		w = append(w, wakeAdmission)
 	}
 	if st.Phase == arv1.PhasePaused {
@@ -79,6 +83,8 @@ func wakeSources(st *arv1.AgentRunStatus, out actOutcome, stepRunning bool) []st
 			w = append(w, wakeAnswers)
 		case arv1.WaitStoreUnavailable:
 			w = append(w, wakeStore)
+		case arv1.WaitQuotaExceeded:
+			w = append(w, wakeQuota)
 		}
 	}
 	return w

@@ -792,7 +792,7 @@ func (p Phase) IsTerminal() bool {
 func (p Phase) IsUnstarted() bool { return p == "" || p == PhaseQueued }
 
 // WaitReason names why a parked run waits.
-// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal;RateLimited;StoreUnavailable
+// +kubebuilder:validation:Enum=ToolApproval;UserPrompt;TaintGate;InteractionPoint;FanOutWorkers;Children;NeedsSetup;Sleeping;BudgetExceeded;NeedsReconciliation;Signal;RateLimited;StoreUnavailable;QuotaExceeded
 type WaitReason string
 
 // Wait reasons: Leviath's seven, then Salvor's parks.
@@ -835,13 +835,20 @@ const (
 	// database is back. A person is needed only when remedy is set (wrong
 	// password, unknown host, missing permission).
 	WaitStoreUnavailable WaitReason = "StoreUnavailable"
+	// WaitQuotaExceeded: an AgentRunQuota or ClusterAgentRunQuota has no
+	// room for the run (a Queued run not started) or for its next model
+	// call (quota, resource, used, hard, resetAt). It goes on by itself
+	// when the period resets (resetAt) or a run holding an activeRuns slot
+	// finishes; needsAPerson is true only when nothing but raising the
+	// quota can lift it (a running total used up).
+	WaitQuotaExceeded WaitReason = "QuotaExceeded"
 )
 
 // WaitReasons lists every wait reason, in the order of the CRD's enum.
 var WaitReasons = []WaitReason{
 	WaitToolApproval, WaitUserPrompt, WaitTaintGate, WaitInteractionPoint, WaitFanOutWorkers, WaitChildren,
 	WaitNeedsSetup, WaitSleeping, WaitBudgetExceeded, WaitNeedsReconciliation, WaitSignal, WaitRateLimited,
-	WaitStoreUnavailable,
+	WaitStoreUnavailable, WaitQuotaExceeded,
 }
 
 // NeedsAPerson reports whether clearing this wait needs a person. False only
@@ -959,6 +966,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(self.reason == 'Signal') == has(self.signal)",message="signal is set exactly for Signal"
 // +kubebuilder:validation:XValidation:rule="!has(self.inputSchema) || self.reason == 'UserPrompt' || self.reason == 'Signal'",message="inputSchema is set only for UserPrompt and Signal"
 // +kubebuilder:validation:XValidation:rule="self.reason == 'RateLimited' ? (has(self.provider) && has(self.model)) : (!has(self.provider) && !has(self.model) && !has(self.retryAt))",message="provider and model are set exactly for RateLimited, retryAt only for it"
+// +kubebuilder:validation:XValidation:rule="self.reason == 'QuotaExceeded' ? (has(self.quota) && has(self.resource) && has(self.used) && has(self.hard)) : (!has(self.quota) && !has(self.resource) && !has(self.used) && !has(self.hard) && !has(self.resetAt))",message="quota, resource, used and hard are set exactly for QuotaExceeded, resetAt only for it"
 type WaitingOn struct {
 	// reason is the variant.
 	// +required
@@ -1060,6 +1068,31 @@ type WaitingOn struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=8192
 	InputSchema string `json:"inputSchema,omitempty"`
+
+	// quota names the quota with no room: AgentRunQuota/<namespace>/<name>
+	// or ClusterAgentRunQuota/<name>. QuotaExceeded only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Quota string `json:"quota,omitempty"`
+	// resource is the quota's limit that has no room. QuotaExceeded only.
+	// +optional
+	Resource QuotaResource `json:"resource,omitempty"`
+	// used is what the quota's runs have used of resource (cost in US
+	// dollars, with the calls in flight at their worst case), as a decimal
+	// string. QuotaExceeded only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Used string `json:"used,omitempty"`
+	// hard is the quota's limit of resource, as a decimal string.
+	// QuotaExceeded only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Hard string `json:"hard,omitempty"`
+	// resetAt is when the quota's period resets and the run goes on by
+	// itself; absent when no reset lifts the wait (a running total, or
+	// activeRuns, which frees as runs finish). QuotaExceeded only.
+	// +optional
+	ResetAt *metav1.Time `json:"resetAt,omitempty"`
 }
 
 // BudgetLimit is a budget and its limit.

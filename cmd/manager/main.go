@@ -23,6 +23,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/manager"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
+	"github.com/agentrun-dev/agentrun-operator/internal/quotapolicy"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
@@ -80,6 +81,8 @@ func main() {
 	flag.StringVar(&o.PriorityClasses.Name, "priority-classes-configmap", priority.DefaultConfigMapName, "ConfigMap of the cluster admin's priority classes (class name: integer value; key "+priority.DefaultKey+" names the default class), in --priority-classes-namespace; read at start and watched, so edits re-order the runs waiting in line. Empty: spec.priority only.")
 	flag.StringVar(&o.PriorityClasses.Namespace, "priority-classes-namespace", envOr("POD_NAMESPACE", arv1.DefaultSystemNamespace), "Namespace of --priority-classes-configmap: the manager's own, which tenants must not be able to write.")
 	flag.StringVar(&o.PriorityPolicy, "priority-class-policy", prioritypolicy.DefaultPolicyName, "ValidatingAdmissionPolicy the manager writes the priority classes in force into (its RBAC allows this one by name), so the API server refuses a run naming an unknown class or a class above its namespace's agentrun.dev/max-priority. Empty: none is written (classes are then not checked at apply).")
+	flag.StringVar(&o.QuotaPolicy, "quota-store-policy", quotapolicy.DefaultPolicyName, "ValidatingAdmissionPolicy the manager writes whether it has a database store (--store) into (its RBAC allows this one by name), so the API server refuses, at apply, quotas that limit cost, tokens or runs or have a period when it has none (docs/quotas.md). Empty: none is written.")
+	flag.DurationVar(&o.QuotaStatusInterval, "quota-status-interval", controllers.DefaultQuotaStatusInterval, "How often AgentRunQuotas' and ClusterAgentRunQuotas' status and gauges are refreshed from the store; runs waiting for an activeRuns slot freed on another replica are woken within it.")
 	ttl := flag.Int("ttl-seconds-after-finished", 3600, "Seconds a finished run is kept when its spec sets no ttlSecondsAfterFinished; the run is then deleted with its journal, output and children. Negative keeps finished runs forever. Runs applied by Argo CD or Flux get no default (deleting them would re-apply them).")
 	o.Tracing = tracing.FromEnv()
 	flag.BoolVar(&o.Tracing.Content, "trace-content", false, "Put prompts and answers into the model-call spans (gen_ai.input.messages, gen_ai.output.messages) when tracing is on. Off by default: they hold whatever tenants wrote. Tool arguments and results, secrets and headers are never traced. Tracing itself is on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (docs/observability.md).")

@@ -164,3 +164,26 @@ func TestUnwokenReconcilesAlert(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaNearlyUsedAlert: a quota's limit used to 80% for 5 minutes
+// fires for that quota and resource; 79% does not, nor a limit of 0 (a
+// quota that refuses everything is not nearly used, it is set so).
+func TestQuotaNearlyUsedAlert(t *testing.T) {
+	got := firing(t, "AgentRunQuotaNearlyUsed", `
+  agentrun_quota_used{instance="m0",quota="ClusterAgentRunQuota/team",resource="cost"} 100 150 160x12
+  agentrun_quota_hard{instance="m0",quota="ClusterAgentRunQuota/team",resource="cost"} 200x14
+  agentrun_quota_used{instance="m0",quota="AgentRunQuota/a/slots",resource="activeRuns"} 79x14
+  agentrun_quota_hard{instance="m0",quota="AgentRunQuota/a/slots",resource="activeRuns"} 100x14
+  agentrun_quota_used{instance="m0",quota="AgentRunQuota/a/closed",resource="runs"} 0x14
+  agentrun_quota_hard{instance="m0",quota="AgentRunQuota/a/closed",resource="runs"} 0x14
+`, 14)
+	for m, alerts := range got {
+		want := m >= 7
+		if fired := len(alerts) == 1 && alerts[0]["quota"] == "ClusterAgentRunQuota/team" && alerts[0]["resource"] == "cost"; fired != want || len(alerts) > 1 {
+			t.Errorf("at %dm firing %v, want the team's cost: %v", m, labelsOf(alerts, "quota"), want)
+		}
+	}
+	if s := got[10][0]["summary"]; !strings.Contains(s, "ClusterAgentRunQuota/team") || !strings.Contains(s, "80%") || !strings.Contains(s, "cost") {
+		t.Errorf("summary %q", s)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
@@ -113,6 +114,7 @@ func TestExpressionsSelectExportedMetrics(t *testing.T) {
 		`agentrun_model_bucket_calls{model="scripted-1",provider="demo",state="in_flight"} `,
 		`agentrun_reconcile_errors_total{kind="terminal"} `,
 		fmt.Sprintf(`agentrun_tool_policy_decisions_total{action="Audit",policy="%s/audit-reads",rule="audit-read-doc"} 1`, ns),
+		fmt.Sprintf(`agentrun_quota_hard{quota="AgentRunQuota/%s/team",resource="activeRuns"} 50`, ns),
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the scrape has no %s", want)
@@ -237,6 +239,11 @@ func scrapeDrivenManager(ctx context.Context, t *testing.T) (Exported, string, s
 		{Name: "audit-read-doc", Match: `tool.name == "read_doc"`, Action: arv1.ToolPolicyAudit},
 	}}}
 	if err := c.Client.Create(ctx, audit); err != nil {
+		t.Fatal(err)
+	}
+	// A quota of active runs (no database needed), so its gauges are set.
+	slots := &arv1.AgentRunQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, Spec: arv1.AgentRunQuotaSpec{Hard: arv1.QuotaHard{ActiveRuns: ptr.To[int32](50)}}}
+	if err := c.Client.Create(ctx, slots); err != nil {
 		t.Fatal(err)
 	}
 	for name := range until {

@@ -41,6 +41,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 	"github.com/agentrun-dev/agentrun-operator/internal/writegauge"
 )
@@ -144,6 +145,13 @@ type Options struct {
 	// EgressOptions are passed to the policy after the manager's own
 	// (tests inject a resolver).
 	EgressOptions []egress.Option
+	// QuotaStatusInterval is how often quotas' status is refreshed from
+	// the store (controllers.DefaultQuotaStatusInterval when 0).
+	QuotaStatusInterval time.Duration
+	// QuotaPolicy names the quota admission policy the manager writes
+	// whether it has a database store into, so spend quotas are refused
+	// at apply without one (internal/quotapolicy). Empty: none is written.
+	QuotaPolicy string
 
 	// Shards divides the runs among replicas by Leases (0 or 1: this
 	// manager drives every run).
@@ -296,19 +304,28 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := policystatus.Add(mgr, len(o.Namespaces) == 0, controller.Options{SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, err
 	}
-	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {
-		return nil, err
+	if err := addQuotas(mgr, cfg, o, deps.Store); err != nil {
+		return nil, fmt.Errorf("setting up quotas: %w", err)
 	}
-	if err := addProbes(mgr, o.ProbeAddr); err != nil {
-		return nil, err
-	}
-	if err := addStoreProbe(mgr, o, deps.Store); err != nil {
+	if err := addEndpoints(mgr, cfg, o, deps.Store); err != nil {
 		return nil, err
 	}
 	if tracer.On() {
 		return tracedManager{Manager: mgr, tracer: tracer}, nil
 	}
 	return mgr, nil
+}
+
+// addEndpoints registers what the manager serves besides its controllers:
+// the webhooks, the health probes and the store's readiness check.
+func addEndpoints(mgr ctrl.Manager, cfg *rest.Config, o Options, st *router.Router) error {
+	if err := addWebhooks(mgr, cfg, o.Webhook); err != nil {
+		return err
+	}
+	if err := addProbes(mgr, o.ProbeAddr); err != nil {
+		return err
+	}
+	return addStoreProbe(mgr, o, st)
 }
 
 // ctrlOptions are the controller-runtime manager's options.

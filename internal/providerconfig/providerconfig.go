@@ -100,6 +100,10 @@ type RateCard struct {
 	// them as ordinary prompt tokens is the closest safe guess.
 	Cached     money.NanoUSD
 	CacheWrite money.NanoUSD
+	// MaxOutputTokens bounds one answer's completion tokens, as far as the
+	// operator knows (max_output_tokens; 0: not declared). A quota reserves
+	// a call's worst case with it (internal/quota).
+	MaxOutputTokens int64
 }
 
 // Usage is the token usage of one model call. Prompt counts prompt tokens
@@ -151,6 +155,9 @@ type rawRate struct {
 	Completion *string `toml:"completion"`
 	Cached     *string `toml:"cached"`
 	CacheWrite *string `toml:"cache_write"`
+	// MaxOutputTokens is the most completion tokens one answer of the
+	// model may have, for quotas' worst cases.
+	MaxOutputTokens *int64 `toml:"max_output_tokens"`
 }
 
 type parser struct {
@@ -376,6 +383,12 @@ func (p *parser) rateCard(provider, model string, r rawRate) (RateCard, *ParseEr
 			return rc, p.errf(line, "provider %q: model %q: rate %s: %v", provider, model, f.key, err)
 		}
 		*f.dst = n
+	}
+	if m := r.MaxOutputTokens; m != nil {
+		if *m < 1 {
+			return rc, p.errf(p.idx.Line("providers", provider, "rates", model, "max_output_tokens"), "provider %q: model %q: max_output_tokens must be at least 1, got %d", provider, model, *m)
+		}
+		rc.MaxOutputTokens = *m
 	}
 	return rc, nil
 }

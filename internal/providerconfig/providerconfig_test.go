@@ -325,6 +325,22 @@ tokens_per_minute = 40000
 	}
 }
 
+// TestMaxOutputTokens: a rate card's max_output_tokens is read (quotas
+// reserve a call's worst case with it); below 1 is refused with its line.
+func TestMaxOutputTokens(t *testing.T) {
+	src := "[providers.p]\ntype = \"scripted\"\nmodels = [\"m\"]\n[providers.p.rates.m]\nprompt = \"1\"\ncompletion = \"2\"\nmax_output_tokens = 300\n"
+	cfg := mustParse(t, src)
+	p, _ := cfg.Provider("p")
+	if got := p.Rates["m"].MaxOutputTokens; got != 300 {
+		t.Errorf("max_output_tokens = %d, want 300", got)
+	}
+	_, err := Parse(map[string]string{DataKey: strings.Replace(src, "= 300", "= 0", 1)})
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line != 7 || !strings.Contains(err.Error(), "max_output_tokens must be at least 1") {
+		t.Errorf("max_output_tokens = 0: %v", err)
+	}
+}
+
 // TestOverloadFailover: a provider without overload_failover_seconds fails
 // an overloaded model over after the default; one with it, after that.
 func TestOverloadFailover(t *testing.T) {

@@ -117,6 +117,10 @@ type Facts struct {
 	// or Secret is gone). Either holds the run before its first step.
 	SeedRegion *journal.Entry
 	SeedBlock  *SetupBlock
+	// Quota is a quota with no room for the run's next model call (the
+	// store refused its intent), until the quota is raised or its period
+	// resets.
+	Quota *QuotaHit
 }
 
 // Answer is an AgentRunAnswer as Decide sees it, already checked against
@@ -276,6 +280,11 @@ func Decide(f Facts) Action {
 	if f.ToolsPending {
 		// The offer is not known yet; a listing is under way.
 		return Action{Kind: ActWaitCatalog}
+	}
+	if q := f.Quota; q != nil {
+		// The store refused the call's reservation: it is not made until
+		// the quota has room (woken by the quota's change, or at its reset).
+		return Action{Kind: ActPark, Markers: Markers{Quota: q}, RetryAt: q.ResetAt}
 	}
 	if st.Pending != nil {
 		// Already recorded (and so already within budget when issued).

@@ -193,6 +193,24 @@ func TestDecide(t *testing.T) {
 			needProvider: true,
 		},
 		{
+			name: "a quota with no room parks a due call (a reissue too) until its reset",
+			facts: with(running(), func(f *Facts) {
+				f.State.Pending = pending()
+				f.Quota = &QuotaHit{Quota: "AgentRunQuota/team-a/daily", Resource: arv1.QuotaCost, Used: "1", Hard: "1", ResetAt: ptrTime(failedAt.Add(time.Hour))}
+			}),
+			want: Action{Kind: ActPark, RetryAt: ptrTime(failedAt.Add(time.Hour)),
+				Markers: Markers{Quota: &QuotaHit{Quota: "AgentRunQuota/team-a/daily", Resource: arv1.QuotaCost, Used: "1", Hard: "1", ResetAt: ptrTime(failedAt.Add(time.Hour))}}},
+			needProvider: true,
+		},
+		{
+			name: "a setup problem comes before a quota",
+			facts: with(running(), func(f *Facts) {
+				f.Setup, f.Quota = setup, &QuotaHit{Quota: "AgentRunQuota/team-a/daily", Resource: arv1.QuotaCost, Used: "1", Hard: "1"}
+			}),
+			want:         Action{Kind: ActPark, Markers: Markers{Setup: setup}},
+			needProvider: true,
+		},
+		{
 			name:         "nothing special dispatches",
 			facts:        running(),
 			want:         Action{Kind: ActDispatch},

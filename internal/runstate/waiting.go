@@ -36,6 +36,22 @@ type Markers struct {
 	// RateLimited: the run's call is in flight but held by a provider's
 	// limit.
 	RateLimited *RateLimit
+	// Quota: a quota has no room for the run's next model call.
+	Quota *QuotaHit
+}
+
+// QuotaHit is a quota with no room for a run's next model call, as the
+// store refused it.
+type QuotaHit struct {
+	// Quota is the quota's key, Resource its limit with no room; Used and
+	// Hard as people read them (dollars for cost).
+	Quota      string
+	Resource   arv1.QuotaResource
+	Used, Hard string
+	// ResetAt is when the quota's period resets (nil: nothing resets it).
+	ResetAt *time.Time
+	// NeedsAPerson: only raising the quota can lift it.
+	NeedsAPerson bool
 }
 
 // RateLimit is the limit holding a run's call: the provider and model,
@@ -80,7 +96,7 @@ type BudgetHit struct {
 }
 
 // DeriveWaitingOn is the one place a wait is derived, in precedence order:
-// NeedsSetup > NeedsReconciliation > BudgetExceeded > TaintGate >
+// NeedsSetup > NeedsReconciliation > BudgetExceeded > QuotaExceeded > TaintGate >
 // InteractionPoint > FanOutWorkers > Children > ToolApproval|UserPrompt >
 // Sleeping > Signal. The first four come before the seeds' hub requests
 // because they block every other answer; healthy waits come last among the
@@ -95,6 +111,9 @@ func DeriveWaitingOn(m Markers, prev *arv1.WaitingOn, now time.Time) *arv1.Waiti
 		w.Point, w.Question = Clip(q.Point, 253), Clip(q.Prompt, 2048)
 	}
 	w.NeedsAPerson = w.Reason.NeedsAPerson()
+	if m.Quota != nil && w.Reason == arv1.WaitQuotaExceeded {
+		w.NeedsAPerson = m.Quota.NeedsAPerson
+	}
 	w.Summary = summary(w)
 	if q := m.Ask; q != nil && q.InputSchema != "" && (w.Reason == arv1.WaitUserPrompt || w.Reason == arv1.WaitSignal) && len(q.InputSchema) <= 8192 {
 		w.InputSchema = q.InputSchema
@@ -122,6 +141,13 @@ func derive(m Markers) *arv1.WaitingOn {
 		return &arv1.WaitingOn{Reason: arv1.WaitNeedsReconciliation, Seq: &seq, Tool: m.NeedsReconciliation.Tool}
 	case m.Budget != nil:
 		return &arv1.WaitingOn{Reason: arv1.WaitBudgetExceeded, Budget: &arv1.BudgetLimit{Kind: m.Budget.Kind, Limit: m.Budget.Limit}, Observed: m.Budget.Observed}
+	case m.Quota != nil:
+		w := &arv1.WaitingOn{Reason: arv1.WaitQuotaExceeded, Quota: Clip(m.Quota.Quota, 512), Resource: m.Quota.Resource, Used: Clip(m.Quota.Used, 64), Hard: Clip(m.Quota.Hard, 64)}
+		if at := m.Quota.ResetAt; at != nil {
+			t := metav1.NewTime(*at)
+			w.ResetAt = &t
+		}
+		return w
 	case m.TaintGate:
 		return &arv1.WaitingOn{Reason: arv1.WaitTaintGate}
 	case m.InteractionPoint != nil:
@@ -169,6 +195,8 @@ func summary(w *arv1.WaitingOn) string {
 		return "Sleeping until " + w.WakeAt.UTC().Format(time.RFC3339)
 	case arv1.WaitRateLimited:
 		return Clip(fmt.Sprintf("RateLimited: %s/%s", w.Provider, w.Model), 128)
+	case arv1.WaitQuotaExceeded:
+		return Clip(fmt.Sprintf("QuotaExceeded: %s %s", w.Quota, w.Resource), 128)
 	}
 	return string(w.Reason)
 }

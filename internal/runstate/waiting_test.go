@@ -45,6 +45,10 @@ func markers() []marker {
 			m.Budget = &BudgetHit{Kind: arv1.BudgetTokens, Limit: "1000", Observed: "1200"}
 		}, arv1.WaitingOn{Reason: arv1.WaitBudgetExceeded, NeedsAPerson: true, Summary: "BudgetExceeded: Tokens",
 			Budget: &arv1.BudgetLimit{Kind: arv1.BudgetTokens, Limit: "1000"}, Observed: "1200"}},
+		{"QuotaExceeded", func(m *Markers) {
+			m.Quota = &QuotaHit{Quota: "AgentRunQuota/team-a/monthly", Resource: arv1.QuotaCost, Used: "199.5", Hard: "200", NeedsAPerson: true}
+		}, arv1.WaitingOn{Reason: arv1.WaitQuotaExceeded, NeedsAPerson: true, Summary: "QuotaExceeded: AgentRunQuota/team-a/monthly cost",
+			Quota: "AgentRunQuota/team-a/monthly", Resource: arv1.QuotaCost, Used: "199.5", Hard: "200"}},
 		{"TaintGate", func(m *Markers) { m.TaintGate = true },
 			arv1.WaitingOn{Reason: arv1.WaitTaintGate, NeedsAPerson: true, Summary: "TaintGate"}},
 		{"InteractionPoint", func(m *Markers) {
@@ -132,9 +136,9 @@ func TestDeriveWaitingOnSingleMarker(t *testing.T) {
 // documented order) and expects a to win; ToolApproval and UserPrompt share
 // a level, so the order is checked once with each.
 func TestDeriveWaitingOnPrecedence(t *testing.T) {
-	for _, hub := range []marker{markers()[7], userPrompt} {
+	for _, hub := range []marker{markers()[8], userPrompt} {
 		order := markers()
-		order[7] = hub
+		order[8] = hub
 		for i, a := range order {
 			for _, b := range order[i+1:] {
 				var m Markers
@@ -172,6 +176,8 @@ func clearMarker(m *Markers, name string) {
 		m.NeedsReconciliation = nil
 	case "BudgetExceeded":
 		m.Budget = nil
+	case "QuotaExceeded":
+		m.Quota = nil
 	case "TaintGate":
 		m.TaintGate = false
 	case "InteractionPoint":
@@ -267,5 +273,18 @@ func TestDeriveWaitingOnSummaryFitsCRD(t *testing.T) {
 	}
 	if !strings.HasPrefix(w.Summary, "NeedsReconciliation: ") {
 		t.Errorf("summary %q lost its reason", w.Summary)
+	}
+}
+
+// TestDeriveWaitingOnQuotaThatResets: a quota wait its period's reset will
+// lift needs no person, and says when.
+func TestDeriveWaitingOnQuotaThatResets(t *testing.T) {
+	reset := wakeAt
+	m := Markers{Quota: &QuotaHit{Quota: "ClusterAgentRunQuota/team", Resource: arv1.QuotaTokens, Used: "1000", Hard: "1000", ResetAt: &reset}}
+	got := DeriveWaitingOn(m, nil, waitNow)
+	want := withSince(arv1.WaitingOn{Reason: arv1.WaitQuotaExceeded, Summary: "QuotaExceeded: ClusterAgentRunQuota/team tokens",
+		Quota: "ClusterAgentRunQuota/team", Resource: arv1.QuotaTokens, Used: "1000", Hard: "1000", ResetAt: mt(wakeAt)}, waitNow)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %s\nwant %s", showWait(got), showWait(want))
 	}
 }

@@ -75,6 +75,12 @@ type ModelCall struct {
 	// a held call (answered it with anything but a refusal).
 	Held func(until time.Time)
 	Sent func()
+	// Quota is what the call reserves against its run's quotas (the
+	// store's worst case, in its intent's write); nil: no quota counts
+	// the run. OverQuota is told when a quota has no room for it: the
+	// call is not made, and the run parks on the quota.
+	Quota     *store.Charge
+	OverQuota func(*store.QuotaExceededError)
 }
 
 // Continuation is the call that follows a finished one, decided from the
@@ -122,8 +128,10 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 	if c.JournalIntent {
 		// On record before the provider sees anything: a call is never
 		// made that a restarted manager could not find.
-		if err := rt.record(ctx, c.Run, nil, c.Intent); err != nil || ctx.Err() != nil {
-			if err != nil {
+		if err := rt.record(store.WithCharges(ctx, c.Quota), c.Run, nil, c.Intent); err != nil || ctx.Err() != nil {
+			if overQuota(c, err) {
+				rt.logFor(ctx, "step", c.Run, "seq", c.Intent.Seq).V(1).Info("A quota has no room for the call; it was not made", "quota", err.Error())
+			} else if err != nil {
 				rt.logFor(ctx, "step", c.Run, "seq", c.Intent.Seq).Error(err, "Journaling the call's intent failed; the call was not made")
 			}
 			rt.Breakers.Release(string(c.Run.UID)) // not made: a probe goes back
@@ -188,7 +196,14 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 	// A manager that dies before this write leaves the intent pending; the
 	// call is issued again once, counted as lost.
 	final := finalOutput(done.Response)
-	err := rt.record(ctx, c.Run, final, entries...)
+	err := rt.record(store.WithCharges(ctx, c.Quota, next.charge()), c.Run, final, entries...)
+	if next != nil && overQuota(next.Call, err) {
+		// No room for the next call: the answer (paid for) is journaled
+		// alone, and the run parks on the quota before that call.
+		next.notMade()
+		next = nil
+		err = rt.record(store.WithCharges(ctx, c.Quota), c.Run, final, entries[:2]...)
+	}
 	switch {
 	case rt.keep(c.Run, err, final, c.Intent, done):
 		log.Error(err, "The store is unavailable; the answer is kept until it is back, and the run waits on it")
@@ -205,6 +220,28 @@ func (rt *Runtime) modelCallOnce(ctx context.Context, c ModelCall) *Continuation
 		})
 	}
 	return followed(ctx, next, err)
+}
+
+// charge is what the continuation's model call reserves (nil for none,
+// and for a tool call).
+func (n *Continuation) charge() *store.Charge {
+	if n == nil || n.Tool != nil {
+		return nil
+	}
+	return n.Call.Quota
+}
+
+// overQuota reports whether err is a quota's refusal of c's intent, and
+// tells c's OverQuota.
+func overQuota(c ModelCall, err error) bool {
+	var qe *store.QuotaExceededError
+	if !errors.As(err, &qe) {
+		return false
+	}
+	if c.OverQuota != nil {
+		c.OverQuota(qe)
+	}
+	return true
 }
 
 // followed is the continuation a step goes on to once the write that

@@ -147,7 +147,7 @@ func (rt *Runtime) record(ctx context.Context, run *arv1.AgentRun, final *string
 		// A store that cannot be used now is not retried here: the answer
 		// is kept for the reconcile (keep), which shows the run waiting on
 		// the store and journals it once the store answers again.
-		return !errors.Is(err, store.ErrSeqTaken) && !errors.Is(err, store.ErrRefused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrFenced), err
+		return !errors.Is(err, store.ErrSeqTaken) && !errors.Is(err, store.ErrRefused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrQuotaExceeded), err
 	})
 	if ctx.Err() != nil {
 		return nil

@@ -24,6 +24,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/prioritypolicy"
+	"github.com/agentrun-dev/agentrun-operator/internal/quotapolicy"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
@@ -114,7 +115,7 @@ func TestChartEqualsTheKustomizeInstall(t *testing.T) {
 	if crb.RoleRef.Name != one[rbacv1.ClusterRole](t, c, "ClusterRole", "-manager").Name || !reflect.DeepEqual(crb.Subjects, subject) {
 		t.Errorf("ClusterRoleBinding %s binds %s to %v", crb.Name, crb.RoleRef.Name, crb.Subjects)
 	}
-	for _, suffix := range []string{"-viewer", "-editor", "-answerer", "-metrics-reader", "-toolpolicy-admin", "-toolpolicy-namespace-admin", "-toolpolicy-reader"} {
+	for _, suffix := range []string{"-viewer", "-editor", "-answerer", "-metrics-reader", "-toolpolicy-admin", "-toolpolicy-namespace-admin", "-toolpolicy-reader", "-quota-admin", "-quota-reader"} {
 		kr, cr := one[rbacv1.ClusterRole](t, k, "ClusterRole", suffix), one[rbacv1.ClusterRole](t, c, "ClusterRole", suffix)
 		if !equality.Semantic.DeepEqual(kr.Rules, cr.Rules) {
 			t.Errorf("ClusterRole %s grants %v, config/default's %v", cr.Name, cr.Rules, kr.Rules)
@@ -126,7 +127,7 @@ func TestChartEqualsTheKustomizeInstall(t *testing.T) {
 		}
 	}
 
-	for _, suffix := range []string{"-answer-identity", "-priority-cap", "-priority-class"} {
+	for _, suffix := range []string{"-answer-identity", "-priority-cap", "-priority-class", "-quota-store"} {
 		kp := one[admissionPolicy](t, k, "ValidatingAdmissionPolicy", suffix)
 		cp := one[admissionPolicy](t, c, "ValidatingAdmissionPolicy", suffix)
 		if !reflect.DeepEqual(kp.Spec, cp.Spec) {
@@ -193,7 +194,7 @@ func comparePods(t *testing.T, k, c corev1.PodSpec) {
 	// flags' defaults.
 	args := slices.DeleteFunc(slices.Clone(cc.Args), func(a string) bool {
 		return strings.HasPrefix(a, "--webhook-secret=") || strings.HasPrefix(a, "--webhook-service=") || strings.HasPrefix(a, "--webhook-configuration=") ||
-			strings.HasPrefix(a, "--priority-class-policy=")
+			strings.HasPrefix(a, "--priority-class-policy=") || strings.HasPrefix(a, "--quota-store-policy=")
 	})
 	if got := slices.Sorted(slices.Values(args)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Errorf("args %v, want config/manager's %v and the default lease timings", cc.Args, kc.Args)
@@ -244,6 +245,46 @@ func selects(t *testing.T, sel *metav1.LabelSelector, pod map[string]string) boo
 		t.Fatal(err)
 	}
 	return !s.Empty() && s.Matches(labels.Set(pod))
+}
+
+// TestQuotaStorePolicyShips: both installs ship the quota-store policy
+// saying the manager has no database store (so spend quotas are refused
+// until one that has says so), a ClusterRole that lets the manager write
+// that one policy only, and a manager that names it (the chart's by its
+// release name, config/default's by the flag's default).
+func TestQuotaStorePolicyShips(t *testing.T) {
+	for _, install := range []struct {
+		name string
+		objs []*unstructured.Unstructured
+		role string
+	}{
+		{"config/default", kustomize(t, "default"), "-quota-policy-role"},
+		{"the chart", renderChart(t, nil).objs, "-quota-policy"},
+	} {
+		p := one[admissionPolicy](t, install.objs, "ValidatingAdmissionPolicy", "-quota-store")
+		vars, _ := p.Spec["variables"].([]any)
+		shipped := ""
+		for _, v := range vars {
+			if m, _ := v.(map[string]any); m["name"] == quotapolicy.VarDatabase {
+				shipped, _ = m["expression"].(string)
+			}
+		}
+		if shipped != quotapolicy.Expression(false) {
+			t.Errorf("%s: the quota-store policy ships %s = %q, want %q", install.name, quotapolicy.VarDatabase, shipped, quotapolicy.Expression(false))
+		}
+		role := one[rbacv1.ClusterRole](t, install.objs, "ClusterRole", install.role)
+		if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].ResourceNames, []string{p.Name}) || !slices.Equal(role.Rules[0].Resources, []string{"validatingadmissionpolicies"}) {
+			t.Errorf("%s: ClusterRole %s grants %v, want the one policy %s", install.name, role.Name, role.Rules, p.Name)
+		}
+	}
+	chart := renderChart(t, nil).objs
+	policy := one[admissionPolicy](t, chart, "ValidatingAdmissionPolicy", "-quota-store").Name
+	if args := one[appsv1.Deployment](t, chart, "Deployment", "").Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--quota-store-policy="+policy) {
+		t.Errorf("the chart's manager args %v do not name its quota-store policy %s", args, policy)
+	}
+	if quotapolicy.DefaultPolicyName != one[admissionPolicy](t, kustomize(t, "default"), "ValidatingAdmissionPolicy", "-quota-store").Name {
+		t.Errorf("--quota-store-policy's default %s is not config/default's policy", quotapolicy.DefaultPolicyName)
+	}
 }
 
 // TestPriorityClassesShipWithThePolicy: both installs ship the classes

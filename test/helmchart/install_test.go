@@ -92,7 +92,7 @@ func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	}
 	// The chart's policies must be the ones in force, not testenv's copies
 	// of config/admission.
-	kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "answer-identity", "priority-cap", "priority-class")
+	kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "answer-identity", "priority-cap", "priority-class", "quota-store")
 	// testenv ships the manager's namespace and its empty priority classes
 	// ConfigMap, as config/default does; the chart brings its own.
 	kubectl("delete", "configmap", "-n", releaseNS, "agentrun-priority-classes")
@@ -109,6 +109,7 @@ func TestChartInstallsAndDrivesTheDemoAsItsServiceAccount(t *testing.T) {
 	d := one[appsv1.Deployment](t, r.objs, "Deployment", "")
 	sa := "system:serviceaccount:" + releaseNS + ":" + d.Spec.Template.Spec.ServiceAccountName
 	checkGrants(t, admin, sa)
+	checkQuotaRoles(t, admin)
 	checkPodAdmission(t, admin, d)
 
 	saKubeconfig := serviceAccountKubeconfig(t, e, kubectl("create", "token", d.Spec.Template.Spec.ServiceAccountName, "-n", releaseNS, "--duration=1h"))
@@ -192,6 +193,12 @@ func checkGrants(t *testing.T, kubeconfig, sa string) {
 		{[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/" + releaseName + "-priority-class"}, "yes"},
 		{[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/" + releaseName + "-priority-cap"}, "no"},
 		{[]string{"create", "validatingadmissionpolicies.admissionregistration.k8s.io"}, "no"},
+		// Quotas: read, their status written, and whether it has a
+		// database store written into its one quota policy.
+		{[]string{"watch", "clusteragentrunquotas.agentrun.dev"}, "yes"},
+		{[]string{"patch", "agentrunquotas.agentrun.dev", "--subresource=status", "-n", "team-a"}, "yes"},
+		{[]string{"update", "agentrunquotas.agentrun.dev", "-n", "team-a"}, "no"},
+		{[]string{"update", "validatingadmissionpolicies.admissionregistration.k8s.io/" + releaseName + "-quota-store"}, "yes"},
 	} {
 		if got := canI(kubeconfig, sa, c.args...); got != c.want {
 			t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), sa, got, c.want)
@@ -238,6 +245,41 @@ func ptrTo[T any](v T) *T { return &v }
 // SubjectAccessReview), whether user may do what args say: "yes" or "no",
 // the last line of kubectl's answer (a cluster-scoped resource comes after
 // a warning).
+// checkQuotaRoles binds the chart's quota reader role to bob in quota-team and
+// its quota-admin role to carol cluster-wide, as an admin would, and asks
+// the API server what each may do: bob reads his namespace's quotas and
+// changes none; carol writes quotas of both kinds, not their status.
+func checkQuotaRoles(t *testing.T, kubeconfig string) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"create", "namespace", "quota-team"},
+		{"create", "rolebinding", "quota-readers", "-n", "quota-team", "--clusterrole=" + releaseName + "-quota-reader", "--user=bob"},
+		{"create", "clusterrolebinding", "quota-admins", "--clusterrole=" + releaseName + "-quota-admin", "--user=carol"},
+	} {
+		if out, err := testenv.Kubectl(kubeconfig, args...); err != nil {
+			t.Fatalf("kubectl %v: %v %s", args, err, out)
+		}
+	}
+	for _, c := range []struct {
+		user string
+		args []string
+		want string
+	}{
+		{"bob", []string{"list", "agentrunquotas.agentrun.dev", "-n", "quota-team"}, "yes"},
+		{"bob", []string{"get", "agentrunquotas.agentrun.dev", "--subresource=status", "-n", "quota-team"}, "yes"},
+		{"bob", []string{"update", "agentrunquotas.agentrun.dev", "-n", "quota-team"}, "no"},
+		{"bob", []string{"list", "agentrunquotas.agentrun.dev", "-n", "team-b"}, "no"},
+		{"bob", []string{"list", "clusteragentrunquotas.agentrun.dev"}, "no"},
+		{"carol", []string{"create", "clusteragentrunquotas.agentrun.dev"}, "yes"},
+		{"carol", []string{"update", "agentrunquotas.agentrun.dev", "-n", "quota-team"}, "yes"},
+		{"carol", []string{"patch", "agentrunquotas.agentrun.dev", "--subresource=status", "-n", "quota-team"}, "no"},
+	} {
+		if got := canI(kubeconfig, c.user, c.args...); got != c.want {
+			t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), c.user, got, c.want)
+		}
+	}
+}
+
 func canI(kubeconfig, user string, args ...string) string {
 	out, _ := testenv.Kubectl(kubeconfig, append([]string{"auth", "can-i", "--as=" + user}, args...)...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")

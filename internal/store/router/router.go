@@ -221,3 +221,12 @@ func (r *Router) reading(run store.RunRef) store.Backend {
 
 // Check reports whether the configured store can be written now.
 func (r *Router) Check(ctx context.Context) error { return r.primary.Check(ctx) }
+
+// Quotas is the configured store's quota counts, nil without a database.
+func (r *Router) Quotas() store.Quotas {
+	if r.legacy == nil {
+		return nil
+	}
+	q, _ := r.primary.(store.Quotas)
+	return q
+}

@@ -230,6 +230,10 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 		if errors.Is(err, errConflict) {
 			err = s.storedAlready(ctx, run, plan)
 		}
+		if qe := (*store.QuotaExceededError)(nil); errors.As(err, &qe) {
+			s.noteRefused(ctx, qe)
+			s.lostAfterRefusal(ctx, run.UID, plan)
+		}
 		if err != nil {
 			return err
 		}
@@ -302,6 +306,9 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 			return err
 		}
 		if err := s.ledger(ctx, tx, run, l, fresh); err != nil {
+			return err
+		}
+		if err := s.settleQuotas(ctx, tx, run, plan); err != nil {
 			return err
 		}
 		if output != nil {
@@ -490,7 +497,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
-		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) {
+		if errors.Is(err, store.ErrSeqTaken) || errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrQuotaExceeded) {
 			return err
 		}
 		return s.classify(err)

@@ -1,0 +1,530 @@
+package controllers
+
+// Quotas (AgentRunQuota, ClusterAgentRunQuota): a run that would exceed
+// one is not started (it stays Queued, waiting on QuotaExceeded), and a
+// running run parks before a model call the quota has no room for. With a
+// database store the store decides, in its transactions, exactly across
+// replicas: a run's start takes its runs and activeRuns holds
+// (store.Quotas.StartRun), a call's intent reserves its worst case and its
+// answer settles it (the step's journal writes, with the charge set here).
+// Without one only activeRuns is enforced, from the live runs this
+// process sees. A waiting run is woken by the quota's change (a raise, or
+// its status showing room: quotaWatch) or, for a period, at its reset.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/admission"
+	"github.com/agentrun-dev/agentrun-operator/internal/providers"
+	"github.com/agentrun-dev/agentrun-operator/internal/quota"
+	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
+	"github.com/agentrun-dev/agentrun-operator/internal/steps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+)
+
+// +kubebuilder:rbac:groups=agentrun.dev,resources=agentrunquotas;clusteragentrunquotas,verbs=get;list;watch
+// +kubebuilder:rbac:groups=agentrun.dev,resources=agentrunquotas/status;clusteragentrunquotas/status,verbs=get;update;patch
+
+// quotaGate is what the reconciler keeps of quotas, per run: the runs
+// whose start the quotas counted, the runs a quota refused a call (until
+// it is raised or resets), and who waits on which quota.
+type quotaGate struct {
+	// reader reads quotas and Namespaces (metadata) from the cache.
+	reader client.Reader
+	// runs lists the live runs of a namespace ("": all) and finds a root.
+	runs   client.Reader
+	rootOf func(ctx context.Context, ns, name string) *arv1.AgentRun
+	// db counts quotas in the database store; nil without one.
+	db store.Quotas
+	// cluster: ClusterAgentRunQuotas apply (a cluster-wide install).
+	cluster bool
+	wake    func(...types.NamespacedName)
+
+	mu sync.Mutex
+	// started are runs whose start the quotas counted.
+	started map[types.UID]bool
+	// hits are runs parked on a quota before a call, with the quota's
+	// generation then (a new one lifts the hit).
+	hits map[types.UID]quotaHit
+	// waiting are the runs waiting on each quota (by key).
+	waiting map[string]map[types.UID]quotaWaiter
+	// active are, without a database, the runs holding each activeRuns
+	// quota's slots (seeded from the live runs on first use).
+	active map[string]map[types.UID]bool
+}
+
+type quotaHit struct {
+	err        store.QuotaExceededError
+	generation int64
+}
+
+type quotaWaiter struct {
+	key      types.NamespacedName
+	place    admission.Place
+	resource arv1.QuotaResource
+}
+
+func newQuotaGate(reader, runs client.Reader, db store.Quotas, cluster bool, rootOf func(context.Context, string, string) *arv1.AgentRun, wake func(...types.NamespacedName)) *quotaGate {
+	return &quotaGate{
+		reader: reader, runs: runs, db: db, cluster: cluster, rootOf: rootOf, wake: wake,
+		started: map[types.UID]bool{}, hits: map[types.UID]quotaHit{},
+		waiting: map[string]map[types.UID]quotaWaiter{}, active: map[string]map[types.UID]bool{},
+	}
+}
+
+// isRoot: the run is no fan-out worker or sub-agent (those count with
+// their tree's root, which the quotas admitted).
+func isRoot(run *arv1.AgentRun) bool { return run.Labels[arv1.LabelParent] == "" }
+
+// rootRun is the run's tree's root (the run itself when it is one, or
+// when its root is gone).
+func (g *quotaGate) rootRun(ctx context.Context, run *arv1.AgentRun) *arv1.AgentRun {
+	if name := run.Labels[arv1.LabelRoot]; name != "" && name != run.Name {
+		if root := g.rootOf(ctx, run.Namespace, name); root != nil {
+			return root
+		}
+	}
+	return run
+}
+
+// applying lists the quotas that count the run, from the cache.
+func (g *quotaGate) applying(ctx context.Context, run *arv1.AgentRun) ([]quota.Quota, error) {
+	var qs []quota.Quota
+	var nl arv1.AgentRunQuotaList
+	if err := g.reader.List(ctx, &nl, client.InNamespace(run.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing AgentRunQuotas: %w", err)
+	}
+	for i := range nl.Items {
+		qs = append(qs, quota.FromNamespaced(&nl.Items[i]))
+	}
+	selectNamespaces := false
+	if g.cluster {
+		var cl arv1.ClusterAgentRunQuotaList
+		if err := g.reader.List(ctx, &cl); err != nil {
+			return nil, fmt.Errorf("listing ClusterAgentRunQuotas: %w", err)
+		}
+		for i := range cl.Items {
+			qs = append(qs, quota.FromCluster(&cl.Items[i]))
+			selectNamespaces = selectNamespaces || cl.Items[i].Spec.NamespaceSelector != nil
+		}
+	}
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	root := g.rootRun(ctx, run)
+	m := quota.Run{Namespace: run.Namespace, RootLabels: root.Labels, RootAgent: root.Spec.Agent}
+	if selectNamespaces {
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		if err := g.reader.Get(ctx, types.NamespacedName{Name: run.Namespace}, ns); err != nil {
+			return nil, fmt.Errorf("reading namespace %s's labels for quotas: %w", run.Namespace, err)
+		}
+		m.NamespaceLabels = ns.Labels
+	}
+	out := qs[:0]
+	for i := range qs {
+		if qs[i].Counts(m) {
+			out = append(out, qs[i])
+		}
+	}
+	return out, nil
+}
+
+// limits are the quotas as the store enforces them now: without a
+// database only activeRuns (the others cannot be counted; the quota's
+// status says so).
+func (g *quotaGate) limits(qs []quota.Quota, now time.Time) ([]store.QuotaLimit, error) {
+	out := make([]store.QuotaLimit, 0, len(qs))
+	for i := range qs {
+		l, err := qs[i].Limit(now)
+		if err != nil {
+			return nil, fmt.Errorf("quota %s: %w", qs[i].Key(), err)
+		}
+		if g.db == nil {
+			if l.ActiveRuns == nil {
+				continue
+			}
+			l = store.QuotaLimit{Key: l.Key, ActiveRuns: l.ActiveRuns}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// quotaStart holds back a root run's start while a quota has no room for
+// it: the run stays Queued, waiting on QuotaExceeded, and is looked at
+// again at the period's reset (a timer) or when the quota changes. It
+// reports whether the run is held.
+func (r *AgentRunReconciler) quotaStart(ctx context.Context, s *scope) (bool, error) {
+	g, run := r.quotas, s.run
+	if !run.Status.Phase.IsUnstarted() || run.Status.BlueprintSnapshot != "" || !isRoot(run) || g.counted(run.UID) {
+		return false, nil
+	}
+	qs, err := g.applying(ctx, run)
+	if err != nil || len(qs) == 0 {
+		return false, err
+	}
+	ls, err := g.limits(qs, s.now)
+	if err != nil {
+		return false, err
+	}
+	if g.db != nil {
+		err = g.db.StartRun(ctx, store.RefOf(run), ls)
+	} else {
+		err = g.memStart(ctx, run, qs, ls)
+	}
+	var qe *store.QuotaExceededError
+	switch {
+	case errors.As(err, &qe):
+		g.await(qe.Quota, run, qe.Resource)
+		s.out.queued, s.out.quotaWait = true, quota.Wait(qe, s.before.Status.WaitingOn, s.now)
+		if !qe.ResetAt.IsZero() {
+			s.out.requeueAfter = max(qe.ResetAt.Sub(s.now), time.Millisecond)
+		}
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	g.mu.Lock()
+	g.started[run.UID] = true
+	g.unawait(run.UID)
+	g.mu.Unlock()
+	return false, nil
+}
+
+func (g *quotaGate) counted(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.started[uid]
+}
+
+// memStart takes, without a database, an activeRuns slot of each quota
+// for the run, all or none, counting the live runs started and not
+// finished.
+func (g *quotaGate) memStart(ctx context.Context, run *arv1.AgentRun, qs []quota.Quota, ls []store.QuotaLimit) error {
+	for _, l := range ls {
+		if err := g.seed(ctx, l.Key, qs); err != nil {
+			return err
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range ls {
+		set := g.active[ls[i].Key]
+		if !set[run.UID] && int64(len(set)) >= *ls[i].ActiveRuns {
+			return &store.QuotaExceededError{Quota: ls[i].Key, Resource: arv1.QuotaActiveRuns, Used: int64(len(set)), Hard: *ls[i].ActiveRuns, Need: 1}
+		}
+	}
+	for _, l := range ls {
+		g.active[l.Key][run.UID] = true
+	}
+	return nil
+}
+
+// seed counts, once per quota, the live runs holding its slots: roots it
+// counts that started and have not finished.
+func (g *quotaGate) seed(ctx context.Context, key string, qs []quota.Quota) error {
+	g.mu.Lock()
+	_, done := g.active[key]
+	g.mu.Unlock()
+	if done {
+		return nil
+	}
+	var q *quota.Quota
+	for i := range qs {
+		if qs[i].Key() == key {
+			q = &qs[i]
+		}
+	}
+	var list arv1.AgentRunList
+	if err := g.runs.List(ctx, &list, client.InNamespace(q.Namespace)); err != nil {
+		return fmt.Errorf("listing runs to count quota %s: %w", key, err)
+	}
+	set := map[types.UID]bool{}
+	for i := range list.Items {
+		run := &list.Items[i]
+		if p := run.Status.Phase; p.IsUnstarted() || p.IsTerminal() || !isRoot(run) {
+			continue
+		}
+		nsLabels := map[string]string(nil)
+		if q.NamespaceSelector != nil {
+			ns := &metav1.PartialObjectMetadata{}
+			ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+			if err := g.reader.Get(ctx, types.NamespacedName{Name: run.Namespace}, ns); err == nil {
+				nsLabels = ns.Labels
+			}
+		}
+		if q.Counts(quota.Run{Namespace: run.Namespace, NamespaceLabels: nsLabels, RootLabels: run.Labels, RootAgent: run.Spec.Agent}) {
+			set[run.UID] = true
+		}
+	}
+	g.mu.Lock()
+	if _, done := g.active[key]; !done {
+		g.active[key] = set
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// quotaEnd gives back what a finished or deleted run held (its activeRuns
+// slots, the reservations of calls it will never answer) and wakes a run
+// waiting for a slot of each quota it freed.
+func (r *AgentRunReconciler) quotaEnd(ctx context.Context, run *arv1.AgentRun) {
+	g := r.quotas
+	g.mu.Lock()
+	var freed []string
+	for key, set := range g.active {
+		if set[run.UID] {
+			delete(set, run.UID)
+			freed = append(freed, key)
+		}
+	}
+	g.mu.Unlock()
+	if g.db != nil {
+		keys, err := g.db.EndRun(ctx, run.UID)
+		if err != nil {
+			// The quota's status refresh releases what a gone or finished
+			// run holds (quotaSweep).
+			ctrl.LoggerFrom(ctx).Info("Giving back the run's quota holds failed; the quota's next refresh does", "error", err.Error())
+		}
+		freed = append(freed, keys...)
+	}
+	for _, key := range freed {
+		g.wakeRoom(key, 1)
+	}
+}
+
+// quotaCharge sets what a model call reserves against the run's quotas
+// (with a database store): its worst case, from its provider's rate card
+// and its request's size.
+//
+// fresh says the journal does not hold the intent yet: a refused fresh
+// intent was never dispatched, so its reissue once there is room counts no
+// dispatch lost. A refused reissue of a journaled intent keeps its count:
+// the earlier dispatch was lost, and the ledger counted it.
+func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *steps.ModelCall, fresh bool) error {
+	g, run, f := r.quotas, s.run, s.facts
+	if g.db == nil || f.resolved == nil {
+		return nil
+	}
+	qs, err := g.applying(ctx, run)
+	if err != nil || len(qs) == 0 {
+		return err
+	}
+	ls, err := g.limits(qs, s.now)
+	if err != nil {
+		return err
+	}
+	gens := map[string]int64{}
+	for i := range qs {
+		gens[qs[i].Key()] = qs[i].Generation
+	}
+	cost, tokens, _ := quota.WorstCase(f.resolved.provider, f.resolved.model, promptBytes(&call.Request))
+	call.Quota = &store.Charge{Seq: call.Intent.Seq, Quotas: ls, Cost: cost, Tokens: tokens}
+	uid, k := run.UID, stepKey(run, call.Intent.Seq)
+	call.OverQuota = func(e *store.QuotaExceededError) {
+		if fresh {
+			r.unstarted.mark(k)
+		}
+		g.mu.Lock()
+		g.hits[uid] = quotaHit{err: *e, generation: gens[e.Quota]}
+		g.mu.Unlock()
+	}
+	return nil
+}
+
+// quotaFacts says, when a model call is due, whether a quota refused it
+// and still has no room: not once the quota changed (raised, edited,
+// deleted, or no longer counting the run) or its period reset.
+func (r *AgentRunReconciler) quotaFacts(ctx context.Context, run *arv1.AgentRun, f *facts) {
+	g := r.quotas
+	g.mu.Lock()
+	h, ok := g.hits[run.UID]
+	g.mu.Unlock()
+	if !ok || !runstate.NeedsProvider(f.Facts) {
+		return
+	}
+	lifted := !h.err.ResetAt.IsZero() && !f.Now.Before(h.err.ResetAt)
+	if !lifted {
+		qs, err := g.applying(ctx, run)
+		i := slices.IndexFunc(qs, func(q quota.Quota) bool { return q.Key() == h.err.Quota })
+		lifted = err == nil && (i < 0 || qs[i].Generation != h.generation)
+	}
+	if lifted {
+		g.mu.Lock()
+		delete(g.hits, run.UID)
+		g.unawait(run.UID)
+		g.mu.Unlock()
+		return
+	}
+	g.await(h.err.Quota, run, h.err.Resource)
+	w := quota.Wait(&h.err, nil, f.Now)
+	hit := &runstate.QuotaHit{Quota: w.Quota, Resource: w.Resource, Used: w.Used, Hard: w.Hard, NeedsAPerson: w.NeedsAPerson}
+	if w.ResetAt != nil {
+		at := w.ResetAt.Time
+		hit.ResetAt = &at
+	}
+	f.Quota = hit
+}
+
+// promptBytes is the size of what a request sends (quota.WorstCase
+// bounds its prompt tokens by it).
+func promptBytes(req *providers.Request) int64 {
+	n := len(req.SystemPrompt) + len(req.Task) + len(req.OutputInstructions) + len(req.TransitionPrompt) + len(req.StageNote) + len(req.Directive)
+	for _, t := range req.History {
+		n += len(t.Assistant) + len(t.Feedback)
+		for _, tr := range t.Tools {
+			n += len(tr.Name) + len(tr.Arguments) + len(tr.Result)
+		}
+		for _, m := range t.Messages {
+			n += len(m)
+		}
+	}
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	for _, o := range req.ChildOutputs {
+		n += len(o)
+	}
+	for _, m := range req.Messages {
+		n += len(m)
+	}
+	for _, c := range req.Choices {
+		n += len(c.Point) + len(c.Text)
+	}
+	if d := req.Document; d != nil {
+		n += len(d.Name) + len(d.Content)
+	}
+	return int64(n)
+}
+
+// await notes that the run waits on the quota.
+func (g *quotaGate) await(key string, run *arv1.AgentRun, r arv1.QuotaResource) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unawait(run.UID)
+	if g.waiting[key] == nil {
+		g.waiting[key] = map[types.UID]quotaWaiter{}
+	}
+	g.waiting[key][run.UID] = quotaWaiter{key: client.ObjectKeyFromObject(run), place: admission.PlaceOf(run), resource: r}
+}
+
+// unawait drops the run from every quota's waiters; g.mu held.
+func (g *quotaGate) unawait(uid types.UID) {
+	for key, ws := range g.waiting {
+		delete(ws, uid)
+		if len(ws) == 0 {
+			delete(g.waiting, key)
+		}
+	}
+}
+
+// wakeAll wakes every run waiting on the quota (raised, edited, deleted,
+// or its limits with no room changed); the hits on it are dropped, so a
+// parked run tries its call again (and parks again if it still does not
+// fit).
+func (g *quotaGate) wakeAll(key string) {
+	g.mu.Lock()
+	ws := g.waiting[key]
+	delete(g.waiting, key)
+	keys := make([]types.NamespacedName, 0, len(ws))
+	for uid, w := range ws {
+		if h, ok := g.hits[uid]; ok && h.err.Quota == key {
+			delete(g.hits, uid)
+		}
+		keys = append(keys, w.key)
+	}
+	g.mu.Unlock()
+	g.wake(keys...)
+}
+
+// wakeRoom wakes the first n runs (in their place in line) waiting on the
+// quota's activeRuns: slots have freed.
+func (g *quotaGate) wakeRoom(key string, n int) {
+	if n <= 0 {
+		return
+	}
+	g.mu.Lock()
+	var ws []quotaWaiter
+	var uids []types.UID
+	for uid, w := range g.waiting[key] {
+		if w.resource == arv1.QuotaActiveRuns {
+			ws, uids = append(ws, w), append(uids, uid)
+		}
+	}
+	idx := make([]int, len(ws))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch {
+		case ws[a].place.Before(ws[b].place):
+			return -1
+		case ws[b].place.Before(ws[a].place):
+			return 1
+		}
+		return 0
+	})
+	var keys []types.NamespacedName
+	for _, i := range idx[:min(n, len(idx))] {
+		delete(g.waiting[key], uids[i])
+		keys = append(keys, ws[i].key)
+	}
+	if len(g.waiting[key]) == 0 {
+		delete(g.waiting, key)
+	}
+	g.mu.Unlock()
+	g.wake(keys...)
+}
+
+// Forget drops what is kept of the run (its activeRuns slot without a
+// database stays: the run still holds it until it ends).
+func (g *quotaGate) Forget(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.started, uid)
+	delete(g.hits, uid)
+	g.unawait(uid)
+}
+
+// Has reports whether anything is kept of the run.
+func (g *quotaGate) Has(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, hit := g.hits[uid]
+	has := g.started[uid] || hit
+	for _, ws := range g.waiting {
+		_, w := ws[uid]
+		has = has || w
+	}
+	return has
+}
+
+// EachRun calls fn with every run something is kept of.
+func (g *quotaGate) EachRun(fn func(types.UID)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for uid := range g.started {
+		fn(uid)
+	}
+	for uid := range g.hits {
+		fn(uid)
+	}
+	for _, ws := range g.waiting {
+		for uid := range ws {
+			fn(uid)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package controllers
+
+import (
+	"slices"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/quota"
+)
+
+// quotaHandlers wake the runs waiting on a quota when it changes in a way
+// that may let them go on: a new generation (raised, edited) or its
+// deletion wakes them all; its status (refreshed by the quota's
+// reconciler from the store, on every replica's behalf) waking them all
+// when the limits with no room change, and as many runs waiting for an
+// activeRuns slot as slots freed. No run waiting on a quota is polled.
+func (r *AgentRunReconciler) quotaHandlers() []InformerHandler {
+	kinds := []client.Object{&arv1.AgentRunQuota{}}
+	if r.quotas.cluster {
+		kinds = append(kinds, &arv1.ClusterAgentRunQuota{})
+	}
+	hs := make([]InformerHandler, 0, len(kinds))
+	for _, obj := range kinds {
+		hs = append(hs, InformerHandler{Object: obj, Handler: toolscache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(old, obj any) { r.quotaChanged(view(old), view(obj)) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if v := view(obj); v != nil {
+					r.quotas.wakeAll(v.key)
+				}
+			},
+		}})
+	}
+	return hs
+}
+
+// quotaView is what the watch compares of a quota.
+type quotaView struct {
+	key        string
+	generation int64
+	status     *arv1.AgentRunQuotaStatus
+	hard       arv1.QuotaHard
+}
+
+func view(obj any) *quotaView {
+	switch q := obj.(type) {
+	case *arv1.AgentRunQuota:
+		return &quotaView{key: quota.Key(arv1.KindAgentRunQuota, q.Namespace, q.Name), generation: q.Generation, status: &q.Status, hard: q.Spec.Hard}
+	case *arv1.ClusterAgentRunQuota:
+		return &quotaView{key: quota.Key(arv1.KindClusterAgentRunQuota, "", q.Name), generation: q.Generation, status: &q.Status, hard: q.Spec.Hard}
+	}
+	return nil
+}
+
+// quotaChanged wakes what a quota's change may let go on.
+func (r *AgentRunReconciler) quotaChanged(old, cur *quotaView) {
+	if old == nil || cur == nil {
+		return
+	}
+	switch {
+	case old.generation != cur.generation, !slices.Equal(old.status.Exceeded, cur.status.Exceeded):
+		r.quotas.wakeAll(cur.key)
+	case cur.hard.ActiveRuns != nil:
+		was, now := activeOf(old.status), activeOf(cur.status)
+		if now < was {
+			r.quotas.wakeRoom(cur.key, int(*cur.hard.ActiveRuns-now))
+		}
+	}
+}
+
+func activeOf(st *arv1.AgentRunQuotaStatus) int32 {
+	if st.Used.ActiveRuns == nil {
+		return 0
+	}
+	return *st.Used.ActiveRuns
+}

@@ -1,0 +1,322 @@
+package sqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
+)
+
+var resetAt = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+
+// dayQuota is a quota of the day at, limited to cost nano-USD.
+func dayQuota(key string, cost int64) store.QuotaLimit {
+	return store.QuotaLimit{Key: key, Period: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC).UnixMicro(), ResetAt: resetAt, Cost: ptr.To(cost)}
+}
+
+// charged is ctx carrying a charge of worst case cost for the intent seq.
+func charged(ctx context.Context, seq, cost int64, quotas ...store.QuotaLimit) context.Context {
+	return store.WithCharges(ctx, &store.Charge{Seq: seq, Quotas: quotas, Cost: cost, Tokens: 1000})
+}
+
+func costAnswer(seq, call, cost int64) journal.Entry {
+	return answer(seq, call, "ok", ptr.To(cost))
+}
+
+func use(t *testing.T, s *sqlstore.Store, key string, period int64) store.QuotaUse {
+	t.Helper()
+	u, err := s.QuotaUse(context.Background(), key, period)
+	must(t, err)
+	return u
+}
+
+// TestQuotaReservesTheWorstCaseAndSettlesToTheCost: an intent reserves its
+// charge in the append's transaction, its completion settles it to what
+// the call cost; an intent that does not fit is refused with the quota,
+// what is used, the limit and the reset, and nothing of that append is
+// stored.
+func TestQuotaReservesTheWorstCaseAndSettlesToTheCost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, run := open(t, dsn), newRun()
+		q := dayQuota("ClusterAgentRunQuota/team", 1000)
+		must(t, s.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		if u := use(t, s, q.Key, q.Period); u.ReservedCost != 600 || u.Cost != 0 || u.InFlight != 1 || u.ReservedTokens != 1000 {
+			t.Fatalf("after the intent: %+v", u)
+		}
+		// The completion and the next intent in one append: settled to 150,
+		// then 600 more reserved (150 + 600 <= 1000).
+		must(t, s.Append(charged(ctx, 2, 600, q), run, costAnswer(1, 0, 150), intent(2, 0)))
+		if u := use(t, s, q.Key, q.Period); u.Cost != 150 || u.ReservedCost != 600 || u.Tokens != 15 || u.InFlight != 1 {
+			t.Fatalf("after the first answer: %+v", u)
+		}
+		// The answer settles first (150 + 200), then the next worst case
+		// (700) does not fit.
+		err := s.Append(charged(ctx, 4, 700, q), run, costAnswer(3, 2, 200), intent(4, 0))
+		var qe *store.QuotaExceededError
+		if !errors.As(err, &qe) || !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("an intent past the limit: %v", err)
+		}
+		if qe.Quota != q.Key || qe.Resource != arv1.QuotaCost || qe.Used != 350 || qe.Hard != 1000 || qe.Need != 700 || !qe.ResetAt.Equal(resetAt) {
+			t.Errorf("refusal = %+v", qe)
+		}
+		es, err := open(t, dsn).Load(ctx, run, false)
+		must(t, err)
+		if len(es) != 3 {
+			t.Fatalf("the refused append left %d entries, want the 3 before it", len(es))
+		}
+		// The answer alone is journaled and settled (an answer is never
+		// refused: it was paid for).
+		must(t, s.Append(ctx, run, costAnswer(3, 2, 200)))
+		if u := use(t, s, q.Key, q.Period); u.Cost != 350 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Fatalf("after the last answer: %+v", u)
+		}
+		// The next period starts from nothing.
+		next := q
+		next.Period = resetAt.UnixMicro()
+		must(t, s.Append(charged(ctx, 4, 600, next), run, intent(4, 0)))
+		if u := use(t, s, q.Key, next.Period); u.ReservedCost != 600 {
+			t.Fatalf("the next period: %+v", u)
+		}
+	})
+}
+
+// TestQuotaReissuedIntentKeepsOneReservation: an intent issued again under
+// its seq by another replica (the first died with the call in flight)
+// gives back the first reservation as it takes its own, and a failure
+// settles to nothing: no reservation is left behind.
+func TestQuotaReissuedIntentKeepsOneReservation(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		dead, run := open(t, dsn), newRun()
+		q := dayQuota("AgentRunQuota/ns/budget", 2000)
+		must(t, dead.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		taker := open(t, dsn)
+		must(t, taker.Append(charged(ctx, 0, 600, q), run, intent(0, 1)))
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 600 || u.InFlight != 1 || u.Cost != 600 || u.UnpricedCalls != 1 {
+			t.Fatalf("after the reissue (the lost dispatch counted at its worst case): %+v", u)
+		}
+		must(t, taker.Append(ctx, run, journal.Entry{Seq: 1, Kind: journal.ModelCallFailed, At: at, Call: 0, Failure: &journal.Failure{Class: journal.FailFatal}}))
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 0 || u.Cost != 600 || u.InFlight != 0 {
+			t.Fatalf("after the failure: %+v", u)
+		}
+		if h, err := taker.QuotaHolders(ctx, q.Key); err != nil || len(h) != 0 {
+			t.Fatalf("holders after the failure: %v %v", h, err)
+		}
+	})
+}
+
+// TestQuotaLostCallCountedWhenItsReissueIsRefused: a dead replica's call
+// is counted at its worst case when the run is taken over, even when the
+// quota has no room to issue it again: its reservation is not left held
+// while the run waits, and the reissue that fits later counts it once.
+func TestQuotaLostCallCountedWhenItsReissueIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		dead, run := open(t, dsn), newRun()
+		q := dayQuota("AgentRunQuota/ns/budget", 1000)
+		must(t, dead.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		taker := open(t, dsn)
+		if err := taker.Append(charged(ctx, 0, 600, q), run, intent(0, 1)); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("the reissue with no room: %v", err)
+		}
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 0 || u.InFlight != 0 || u.Cost != 600 || u.UnpricedCalls != 1 {
+			t.Fatalf("after the refused reissue: %+v", u)
+		}
+		q = dayQuota("AgentRunQuota/ns/budget", 2000)
+		must(t, taker.Append(charged(ctx, 0, 600, q), run, intent(0, 1)))
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 600 || u.InFlight != 1 || u.Cost != 600 || u.UnpricedCalls != 1 {
+			t.Fatalf("after the reissue once raised: %+v", u)
+		}
+	})
+}
+
+// TestQuotaAnswerJournaledWithItsIntentCountsItsCharge: an intent held
+// until its answer (journaled together) reserves nothing, and its answer
+// counts against its charge.
+func TestQuotaAnswerJournaledWithItsIntentCountsItsCharge(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, run := open(t, dsn), newRun()
+		q := dayQuota("AgentRunQuota/ns/budget", 1000)
+		must(t, s.Append(charged(ctx, 0, 600, q), run, intent(0, 0), costAnswer(1, 0, 70)))
+		if u := use(t, s, q.Key, q.Period); u.Cost != 70 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Fatalf("%+v", u)
+		}
+	})
+}
+
+// TestQuotaConcurrentReplicasNeverPassTheLimit: three stores (three
+// replicas' connection pools) append intents and answers of 40 runs at
+// once against one quota: at no moment do the answered and the reserved
+// exceed the limit, the calls admitted spend it down to less than one
+// worst case, and once everything settled nothing is reserved.
+func TestQuotaConcurrentReplicasNeverPassTheLimit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		const hard, worst, cost = 100_000, 3_000, 1_000
+		q := dayQuota("ClusterAgentRunQuota/shared", hard)
+		replicas := []*sqlstore.Store{open(t, dsn), open(t, dsn), open(t, dsn)}
+		for _, r := range replicas {
+			must(t, r.Check(ctx)) // as a manager does at start: migrated once
+		}
+		var wg sync.WaitGroup
+		var admitted, refused atomic.Int64
+		var failed atomic.Value
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, run := replicas[i%3], newRun()
+				for seq := int64(0); ; seq += 2 {
+					err := s.Append(charged(ctx, seq, worst, q), run, intent(seq, 0))
+					if errors.Is(err, store.ErrQuotaExceeded) {
+						refused.Add(1)
+						return
+					}
+					if err != nil {
+						failed.Store(err)
+						return
+					}
+					admitted.Add(1)
+					if u, err := s.QuotaUse(ctx, q.Key, q.Period); err == nil && u.Cost+u.ReservedCost > hard {
+						failed.Store(fmt.Errorf("used %d + reserved %d over %d", u.Cost, u.ReservedCost, hard))
+					}
+					if err := s.Append(ctx, run, costAnswer(seq+1, seq, cost)); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			t.Fatal(err)
+		}
+		u := use(t, replicas[0], q.Key, q.Period)
+		if u.ReservedCost != 0 || u.InFlight != 0 || u.Cost != admitted.Load()*cost {
+			t.Fatalf("after every run stopped: %+v; %d calls admitted", u, admitted.Load())
+		}
+		if u.Cost > hard || u.Cost <= hard-worst {
+			t.Fatalf("spent %d of %d: want within one worst case (%d) of the limit", u.Cost, hard, worst)
+		}
+		t.Logf("%d calls admitted, %d runs refused, %d of %d spent", admitted.Load(), refused.Load(), u.Cost, hard)
+	})
+}
+
+// TestQuotaRunStartsAndActiveSlots: a run's start takes a runs and an
+// activeRuns hold, once however often it is asked; a full activeRuns is
+// refused without a reset (finishing runs lift it), a period's runs with
+// its reset; ending a run gives its slot and its reservations back; a
+// quota whose cost is used up refuses a start.
+func TestQuotaRunStartsAndActiveSlots(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		q := dayQuota("AgentRunQuota/ns/slots", 1000)
+		q.ActiveRuns, q.Runs = ptr.To[int64](2), ptr.To[int64](3)
+		a, b, c, d := newRun(), newRun(), newRun(), newRun()
+		for _, r := range []*arv1.AgentRun{a, b, a, b} {
+			must(t, s.StartRun(ctx, store.RefOf(r), []store.QuotaLimit{q}))
+		}
+		if u := use(t, s, q.Key, q.Period); u.Runs != 2 || u.ActiveRuns != 2 {
+			t.Fatalf("two runs started (each asked twice): %+v", u)
+		}
+		var qe *store.QuotaExceededError
+		if err := s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaActiveRuns || !qe.ResetAt.IsZero() || qe.Used != 2 {
+			t.Fatalf("a third active run: %v", err)
+		}
+		must(t, s.Append(charged(ctx, 0, 600, q), a, intent(0, 0)))
+		if freed, err := s.EndRun(ctx, a.UID); err != nil || len(freed) != 1 || freed[0] != q.Key {
+			t.Fatalf("EndRun(a) = %v, %v", freed, err)
+		}
+		if u := use(t, s, q.Key, q.Period); u.ActiveRuns != 1 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Fatalf("after a ended: %+v", u)
+		}
+		must(t, s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}))
+		if _, err := s.EndRun(ctx, b.UID); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StartRun(ctx, store.RefOf(d), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaRuns || !qe.ResetAt.Equal(resetAt) || qe.Used != 3 {
+			t.Fatalf("a fourth run in the period: %v", err)
+		}
+		// Spend the cost: c's answer settles 1000 of 1000.
+		must(t, s.Append(charged(ctx, 0, 1000, q), c, intent(0, 0), costAnswer(1, 0, 1000)))
+		q.Runs = nil
+		if err := s.StartRun(ctx, store.RefOf(d), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaCost || qe.Used != 1000 {
+			t.Fatalf("a start with the cost used up: %v", err)
+		}
+	})
+}
+
+// TestQuotaNoNewRunWhileACallIsRefused: once a call found no room, a new
+// run is not started against the quota until a call that large would fit
+// again (its first call would only park it), and the quota's use says
+// what was refused.
+func TestQuotaNoNewRunWhileACallIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		q := dayQuota("AgentRunQuota/ns/tight", 1000)
+		a, b, c := newRun(), newRun(), newRun()
+		must(t, s.StartRun(ctx, store.RefOf(a), []store.QuotaLimit{q}))
+		must(t, s.StartRun(ctx, store.RefOf(b), []store.QuotaLimit{q}))
+		must(t, s.Append(charged(ctx, 0, 600, q), a, intent(0, 0)))
+		if err := s.Append(charged(ctx, 0, 600, q), b, intent(0, 0)); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("b's call: %v", err)
+		}
+		if u := use(t, s, q.Key, q.Period); u.RefusedCost != 600 {
+			t.Fatalf("after b's refusal: %+v", u)
+		}
+		var qe *store.QuotaExceededError
+		if err := s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}); !errors.As(err, &qe) || qe.Resource != arv1.QuotaCost || qe.Need != 600 || qe.Used != 600 {
+			t.Fatalf("c's start while b's call is refused: %v", err)
+		}
+		must(t, s.Append(ctx, a, costAnswer(1, 0, 100)))
+		must(t, s.StartRun(ctx, store.RefOf(c), []store.QuotaLimit{q}))
+		must(t, s.Append(charged(ctx, 0, 600, q), b, intent(0, 0)))
+		if u := use(t, s, q.Key, q.Period); u.RefusedCost != 0 || u.ReservedCost != 600 || u.Cost != 100 {
+			t.Fatalf("after b's call fitted: %+v", u)
+		}
+	})
+}
+
+// TestQuotaEndRunTwiceAtOnceGivesBackOnce: a run's old and new owner (or
+// the quota's sweep) ending it at the same moment give its activeRuns
+// slot and its reservation back once, never leaving the counts below
+// zero.
+func TestQuotaEndRunTwiceAtOnceGivesBackOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		a, b := open(t, dsn), open(t, dsn)
+		q := dayQuota("AgentRunQuota/ns/race", 1_000_000)
+		q.ActiveRuns = ptr.To[int64](100)
+		for range 20 {
+			run := newRun()
+			must(t, a.StartRun(ctx, store.RefOf(run), []store.QuotaLimit{q}))
+			must(t, a.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+			var wg sync.WaitGroup
+			for _, s := range []*sqlstore.Store{a, b} {
+				wg.Go(func() {
+					if _, err := s.EndRun(ctx, run.UID); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if u := use(t, a, q.Key, q.Period); u.ActiveRuns != 0 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Fatalf("after each run ended twice at once: %+v", u)
+		}
+	})
+}
