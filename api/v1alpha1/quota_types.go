@@ -27,7 +27,7 @@ func addQuotaTypes(s *runtime.Scheme) error {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=arq,categories=agentrun
+// +kubebuilder:resource:shortName=arq
 // +kubebuilder:printcolumn:name="Used/Hard",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Period",type=string,JSONPath=`.spec.period`
 // +kubebuilder:printcolumn:name="Resets",type=string,JSONPath=`.status.resetAt`
@@ -55,7 +55,7 @@ type AgentRunQuota struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=carq,categories=agentrun
+// +kubebuilder:resource:scope=Cluster,shortName=carq
 // +kubebuilder:printcolumn:name="Used/Hard",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Period",type=string,JSONPath=`.spec.period`
 // +kubebuilder:printcolumn:name="Resets",type=string,JSONPath=`.status.resetAt`

@@ -117,6 +117,8 @@ func waitingVariants(now time.Time) map[arv1.WaitReason]*arv1.WaitingOn {
 		arv1.WaitSignal: {Reason: arv1.WaitSignal, Summary: "Signal", Since: since, Signal: "waiting for the CI pipeline to finish", InputSchema: `{"type":"object"}`},
 		arv1.WaitRateLimited: {Reason: arv1.WaitRateLimited, Summary: "RateLimited: openai/gpt-4o-mini", Since: since,
 			Provider: "openai", Model: "gpt-4o-mini", RetryAt: at(now, 3*time.Second)},
+		arv1.WaitQuotaExceeded: {Reason: arv1.WaitQuotaExceeded, NeedsAPerson: true, Summary: "QuotaExceeded: AgentRunQuota/team-a/total cost", Since: since,
+			Quota: "AgentRunQuota/team-a/total", Resource: "cost", Used: "200.00", Hard: "200"},
 		arv1.WaitStoreUnavailable: {Reason: arv1.WaitStoreUnavailable, Summary: "StoreUnavailable", Since: since,
 			StoreError: "postgres: connection refused", Remedy: "Start the database, or fix --store; the run goes on by itself."},
 	}
