@@ -281,6 +281,14 @@ func Decide(f Facts) Action {
 		// The offer is not known yet; a listing is under way.
 		return Action{Kind: ActWaitCatalog}
 	}
+	return decideCall(f)
+}
+
+// decideCall is the run's next model call, or what stops it: a quota with
+// no room, a message to take in first, the title, a budget, results of
+// finished sub-agents to deliver.
+func decideCall(f Facts) Action {
+	st := f.State
 	if q := f.Quota; q != nil {
 		// The store refused the call's reservation: it is not made until
 		// the quota has room (woken by the quota's change, or at its reset).
