@@ -19,10 +19,9 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	admissionclient "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
-	"k8s.io/client-go/util/retry"
 
+	"github.com/agentrun-dev/agentrun-operator/internal/policysync"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 )
 
@@ -83,21 +82,5 @@ func Apply(p *admissionv1.ValidatingAdmissionPolicy, exprs map[string]string) (b
 // Sync writes exprs into the policy named name unless it holds them
 // already, re-reading it on a conflict. It reports whether it wrote.
 func Sync(ctx context.Context, policies admissionclient.ValidatingAdmissionPolicyInterface, name string, exprs map[string]string) (bool, error) {
-	wrote := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		p, err := policies.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		changed, err := Apply(p, exprs)
-		if err != nil || !changed {
-			return err
-		}
-		if _, err := policies.Update(ctx, p, metav1.UpdateOptions{FieldManager: "agentrun-operator"}); err != nil {
-			return err
-		}
-		wrote = true
-		return nil
-	})
-	return wrote, err
+	return policysync.Sync(ctx, policies, name, func(p *admissionv1.ValidatingAdmissionPolicy) (bool, error) { return Apply(p, exprs) })
 }

@@ -139,14 +139,11 @@ func orZero(s string) string {
 
 // Archived reports whether the run's record is stored.
 func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return false, err
-	}
 	var one int
 	err = s.db.QueryRowContext(ctx, s.q("SELECT 1 FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -158,14 +155,11 @@ func (s *Store) Archived(ctx context.Context, uid types.UID) (bool, error) {
 // ArchivedRun reads one archived record back: the run as it finished and
 // its output.
 func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun, *string, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, nil, err
-	}
 	var doc string
 	var output sql.NullString
 	err = s.db.QueryRowContext(ctx, s.q("SELECT record, output FROM archived_runs WHERE run_uid = $1"), string(uid)).Scan(&doc, &output)
@@ -188,14 +182,11 @@ var purgedTables = []string{"archived_runs", "archived_run_labels", "journal_ent
 
 // Deleted marks the journal of a run deleted before it was archived.
 func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return err
-	}
 	_, err = s.db.ExecContext(ctx, s.q(`UPDATE run_journals SET deleted_at = $1 WHERE run_uid = $2 AND deleted_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM archived_runs WHERE run_uid = $2)`), s.now(), string(uid))
 	return s.classify(err)
@@ -205,14 +196,11 @@ func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
 // or journals of runs deleted before then, with their journals and ledger
 // rows, oldest first.
 func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return 0, err
-	}
 	uids, err := s.uids(ctx, "SELECT run_uid FROM archived_runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2", before.UnixMicro(), limit)
 	if err == nil && len(uids) < limit {
 		var gone []any

@@ -155,14 +155,11 @@ func (q *RecordQuery) where() (string, []any) {
 // ListRecords returns the records q selects, newest first (oldest
 // archived first when q.ArchivedAfter is set).
 func (s *Store) ListRecords(ctx context.Context, q RecordQuery) ([]ArchivedRecord, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
 	where, args := q.where()
 	stmt := "SELECT r.run_uid, r.namespace, r.name, r.agent, r.phase, r.finished_at, r.archived_at, r.record, r.children, r.output IS NOT NULL FROM archived_runs r" + where
 	if q.ArchivedAfter != 0 {
@@ -193,14 +190,11 @@ func (s *Store) ListRecords(ctx context.Context, q RecordQuery) ([]ArchivedRecor
 // microseconds; 0 when it is empty): a list's resourceVersion, from which
 // a watch goes on.
 func (s *Store) NewestArchived(ctx context.Context) (int64, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return 0, err
-	}
 	var newest sql.NullInt64
 	err = s.db.QueryRowContext(ctx, "SELECT MAX(archived_at) FROM archived_runs").Scan(&newest)
 	return newest.Int64, s.classify(err)
@@ -208,14 +202,11 @@ func (s *Store) NewestArchived(ctx context.Context) (int64, error) {
 
 // RecordJournal reads an archived run's journal.
 func (s *Store) RecordJournal(ctx context.Context, namespace, name, uid string) ([]journal.Entry, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
 	entries, _, _, _, err := s.read(ctx, namespace, name, types.UID(uid))
 	return entries, err
 }
@@ -223,14 +214,11 @@ func (s *Store) RecordJournal(ctx context.Context, namespace, name, uid string) 
 // RecordOutput reads an archived run's final output; ok is false when
 // none is stored.
 func (s *Store) RecordOutput(ctx context.Context, uid string) (text string, ok bool, err error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return "", false, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return "", false, err
-	}
 	var output sql.NullString
 	err = s.db.QueryRowContext(ctx, s.q("SELECT output FROM archived_runs WHERE run_uid = $1"), uid).Scan(&output)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !output.Valid) {
@@ -311,14 +299,11 @@ const microsPerDay = int64(24 * time.Hour / time.Microsecond)
 // spec.agent, written into the ledger when the run is archived; calls of
 // runs not archived yet read agent "".
 func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
 	cols := map[CostDimension]string{ByNamespace: "c.namespace", ByAgent: "c.agent", ByModel: "c.model",
 		ByDay: fmt.Sprintf("(c.at / %d) * %d", microsPerDay, microsPerDay)}
 	sel := map[CostDimension]string{ByNamespace: "''", ByAgent: "''", ByModel: "''", ByDay: "0"}
@@ -374,14 +359,11 @@ func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) 
 // made once per database and shared by every replica, so a page listed on
 // one continues on another.
 func (s *Store) HistoryKey(ctx context.Context) ([]byte, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, err
@@ -403,14 +385,11 @@ func (s *Store) HistoryKey(ctx context.Context) ([]byte, error) {
 // none. The history API serves its transcript and output, so journals in
 // the database are read through the API server like ConfigMaps are.
 func (s *Store) LiveJournal(ctx context.Context, namespace, name string) (uid string, ok bool, err error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return "", false, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return "", false, err
-	}
 	err = s.db.QueryRowContext(ctx, s.q(`SELECT run_uid FROM run_journals j WHERE namespace = $1 AND name = $2 AND deleted_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM archived_runs a WHERE a.run_uid = j.run_uid)
 		ORDER BY created_at DESC LIMIT 1`), namespace, name).Scan(&uid)

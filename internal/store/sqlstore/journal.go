@@ -79,14 +79,11 @@ func (s *Store) Target() Target { return s.target }
 // Check reports whether the database can be used now: reachable, the
 // login and permissions accepted, the schema this binary's.
 func (s *Store) Check(ctx context.Context) error {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return err
-	}
 	var one int
 	return s.classify(s.db.QueryRowContext(ctx, "SELECT 1 FROM run_journals WHERE run_uid = '' UNION ALL SELECT 1").Scan(&one))
 }
@@ -113,6 +110,20 @@ func (s *Store) bound(ctx context.Context) (context.Context, func(), error) {
 		s.line.leave(bctx.Err() == nil)
 		cancel()
 	}, nil
+}
+
+// op begins an operation: its turn at the database, bounded (bound), on
+// a migrated schema (ensure). done ends it.
+func (s *Store) op(ctx context.Context) (context.Context, func(), error) {
+	ctx, done, err := s.bound(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.ensure(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ctx, done, nil
 }
 
 // q rewrites a statement for the dialect.
@@ -435,28 +446,22 @@ func (s *Store) Cached() int { return s.logs.Cached() }
 
 // Entries reads a run's journal as stored.
 func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
 	entries, _, _, _, err := s.read(ctx, run.Namespace, run.Name, run.UID)
 	return entries, err
 }
 
 // Output reads a run's stored final output.
 func (s *Store) Output(ctx context.Context, run store.RunRef) (string, bool, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return "", false, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return "", false, err
-	}
 	var output sql.NullString
 	err = s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(run.UID)).Scan(&output)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !output.Valid) {

@@ -521,14 +521,11 @@ func (s *Store) QuotaUse(ctx context.Context, key string, period int64) (store.Q
 // QuotaHolders lists the runs holding an activeRuns slot or a call's
 // reservation of the quota.
 func (s *Store) QuotaHolders(ctx context.Context, key string) ([]store.Holder, error) {
-	ctx, done, err := s.bound(ctx)
+	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.ensure(ctx); err != nil {
-		return nil, err
-	}
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT run_uid, namespace, name FROM quota_holds WHERE quota = $1 AND resource = $2
 		UNION SELECT run_uid, namespace, name FROM quota_reservations WHERE quota = $1`), key, string(arv1.QuotaActiveRuns))
 	if err != nil {
