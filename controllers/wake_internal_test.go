@@ -24,6 +24,7 @@ func TestEveryParkHasAWakeSource(t *testing.T) {
 		arv1.WaitChildren:            wakeChildren,
 		arv1.WaitBudgetExceeded:      wakeSpec,
 		arv1.WaitStoreUnavailable:    wakeStore,
+		arv1.WaitQuotaExceeded:       wakeQuota,
 	}
 	for _, r := range arv1.WaitReasons {
 		st := &arv1.AgentRunStatus{Phase: arv1.PhaseWaitingInput, WaitingOn: &arv1.WaitingOn{Reason: r}}
