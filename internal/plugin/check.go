@@ -38,8 +38,8 @@ import (
 // key is there, and no value is ever printed.
 
 // expectedCRDs are the resources of this build's install: the runs and
-// answers the plugin reads and writes, and the schedules and tool policies
-// the manager reads, each served and stored at arv1.GroupVersion (a test compares them
+// answers the plugin reads and writes, and the schedules, tool policies
+// and quotas the manager reads, each served and stored at arv1.GroupVersion (a test compares them
 // with config/crd/bases).
 var expectedCRDs = []struct{ plural, kind string }{
 	{"agentruns", "AgentRun"},
@@ -47,6 +47,8 @@ var expectedCRDs = []struct{ plural, kind string }{
 	{"agentrunschedules", "AgentRunSchedule"},
 	{"agenttoolpolicies", "AgentToolPolicy"},
 	{"clusteragenttoolpolicies", "ClusterAgentToolPolicy"},
+	{"agentrunquotas", "AgentRunQuota"},
+	{"clusteragentrunquotas", "ClusterAgentRunQuota"},
 }
 
 // managerLabel is the label of the manager's pods, in the kustomize
