@@ -9,14 +9,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 )
 
-// admissionRun is the run as admission sees it (admission.RunOf, which
+// admissionRun is the run as admission sees it (runqueue.RunOf, which
 // kubectl agentrun ps places runs in line by too).
-func admissionRun(run *arv1.AgentRun, classes priority.Classes, rootOf func(ns, name string) *arv1.AgentRun) admission.Run {
-	return admission.RunOf(run, classes, rootOf)
+func admissionRun(run *arv1.AgentRun, classes priority.Classes, rootOf func(ns, name string) *arv1.AgentRun) runqueue.Run {
+	return runqueue.RunOf(run, classes, rootOf)
 }
 
 // cachedRun reads a run from the cache (nil when not there); the caller
@@ -34,7 +34,7 @@ func (r *AgentRunReconciler) cachedRun(ctx context.Context, ns, name string) *ar
 func (r *AgentRunReconciler) PrioritiesChanged(ctx context.Context) {
 	classes := r.priorities.Load()
 	rootOf := func(ns, name string) *arv1.AgentRun { return r.cachedRun(ctx, ns, name) }
-	r.admission.Reprioritize(func(q admission.Run) int32 {
+	r.admission.Reprioritize(func(q runqueue.Run) int32 {
 		run := r.cachedRun(ctx, q.Namespace, q.Name)
 		if run == nil {
 			return q.Place.Priority
@@ -71,13 +71,13 @@ func (r *AgentRunReconciler) seedAdmission(ctx context.Context) {
 
 // working is the runs that were being driven (not parked, not finished),
 // as admission sees them.
-func working(runs []arv1.AgentRun, classes priority.Classes) []admission.Run {
+func working(runs []arv1.AgentRun, classes priority.Classes) []runqueue.Run {
 	byName := make(map[types.NamespacedName]*arv1.AgentRun, len(runs))
 	for i := range runs {
 		byName[types.NamespacedName{Namespace: runs[i].Namespace, Name: runs[i].Name}] = &runs[i]
 	}
 	rootOf := func(ns, name string) *arv1.AgentRun { return byName[types.NamespacedName{Namespace: ns, Name: name}] }
-	var line []admission.Run
+	var line []runqueue.Run
 	for i := range runs {
 		if p := runs[i].Status.Phase; p.IsUnstarted() || p == arv1.PhaseStarting || p == arv1.PhaseRunning {
 			line = append(line, admissionRun(&runs[i], classes, rootOf))

@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
+	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -44,6 +44,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
+	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
@@ -51,7 +52,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
-	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
 
 // Deps are what the reconciler is built from. Client, APIReader, Recorder
@@ -77,7 +77,7 @@ type Deps struct {
 	// runs (providers, MCP servers, webhooks).
 	HTTP func(namespace string) *http.Client
 	// CallbackPolicy bounds webhook delivery attempts.
-	CallbackPolicy webhook.Policy
+	CallbackPolicy callbacks.Policy
 	// StepTimeout bounds one attempt of a model or tool call.
 	StepTimeout time.Duration
 	// Retention is how long finished runs are kept by default.
@@ -178,7 +178,7 @@ type AgentRunReconciler struct {
 	unstarted   *unstartedIntents
 	failures    *failures
 	pressure    *pressure
-	admission   *admission.Controller
+	admission   *runqueue.Controller
 	caps        *namespaceCaps
 	priorities  *priority.Store
 	watchCaps   bool
@@ -282,7 +282,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
 	r.quotas = newQuotaGate(d.Client, r.runsReader, r.journals.Quotas(), len(d.Namespaces) == 0, r.cachedRun, r.wake)
 	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
-	r.admission = admission.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
+	r.admission = runqueue.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, CallbackPolicy: d.CallbackPolicy, StepTimeout: d.StepTimeout,

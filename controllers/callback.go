@@ -6,9 +6,9 @@ import (
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
-	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // markCallbackDue records, in the same status write as the terminal phase,
@@ -17,7 +17,7 @@ func markCallbackDue(run *arv1.AgentRun) {
 	if run.Spec.Callback == nil || !run.Status.Phase.IsTerminal() || run.Status.Callback != nil {
 		return
 	}
-	run.Status.Callback = &arv1.CallbackStatus{DeliveryID: webhook.DeliveryID(string(run.UID)), State: arv1.CallbackPending}
+	run.Status.Callback = &arv1.CallbackStatus{DeliveryID: callbacks.DeliveryID(string(run.UID)), State: arv1.CallbackPending}
 }
 
 // callbackDue reports whether the run owes a delivery.
@@ -63,16 +63,16 @@ func callbackBody(run *arv1.AgentRun, now time.Time) ([]byte, error) {
 		cost = st.Usage.CostUSD
 	}
 	return json.Marshal(map[string]any{
-		"event":           webhook.EventCompleted,
+		"event":           callbacks.EventCompleted,
 		"delivery_id":     st.Callback.DeliveryID,
 		"run_id":          string(run.UID),
 		"namespace":       run.Namespace,
 		"name":            run.Name,
 		"agent":           st.AgentName,
 		"phase":           st.Phase,
-		"status":          wire.Status(run, now),
+		"status":          wirestatus.Status(run, now),
 		"result":          result,
-		"final_output":    wire.OutputDescriptor(st.FinalOutput),
+		"final_output":    wirestatus.OutputDescriptor(st.FinalOutput),
 		"metadata":        run.Spec.Metadata,
 		"tokens":          map[string]int64{"prompt": st.Usage.PromptTokens, "completion": st.Usage.CompletionTokens},
 		"cost_usd":        cost,

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
+	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 )
 
 // webhookReceiver verifies signatures and accepts each delivery id once,
@@ -47,7 +47,7 @@ func (w *webhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := webhook.Verify(w.key, r.Header.Get(webhook.HeaderSignature), body, time.Now(), 5*time.Minute); err != nil {
+	if err := callbacks.Verify(w.key, r.Header.Get(callbacks.HeaderSignature), body, time.Now(), 5*time.Minute); err != nil {
 		w.mu.Lock()
 		w.bad++
 		w.mu.Unlock()
@@ -57,7 +57,7 @@ func (w *webhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	var m map[string]any
 	_ = json.Unmarshal(body, &m)
 	w.mu.Lock()
-	w.accepted[r.Header.Get(webhook.HeaderDelivery)]++
+	w.accepted[r.Header.Get(callbacks.HeaderDelivery)]++
 	w.bodies = append(w.bodies, m)
 	w.mu.Unlock()
 	rw.WriteHeader(http.StatusNoContent)

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
+	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
@@ -111,7 +111,7 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 	default:
 		return nil, fmt.Errorf("unknown child kind %q", req.Kind)
 	}
-	place := admission.PlaceOf(run)
+	place := runqueue.PlaceOf(run)
 	child := &arv1.AgentRun{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: run.Namespace,

@@ -26,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
+	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
@@ -72,7 +72,7 @@ type quotaHit struct {
 
 type quotaWaiter struct {
 	key      types.NamespacedName
-	place    admission.Place
+	place    runqueue.Place
 	resource arv1.QuotaResource
 }
 
@@ -418,7 +418,7 @@ func (g *quotaGate) await(key string, run *arv1.AgentRun, r arv1.QuotaResource) 
 	if g.waiting[key] == nil {
 		g.waiting[key] = map[types.UID]quotaWaiter{}
 	}
-	g.waiting[key][run.UID] = quotaWaiter{key: client.ObjectKeyFromObject(run), place: admission.PlaceOf(run), resource: r}
+	g.waiting[key][run.UID] = quotaWaiter{key: client.ObjectKeyFromObject(run), place: runqueue.PlaceOf(run), resource: r}
 }
 
 // unawait drops the run from every quota's waiters; g.mu held.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 const napper = `
@@ -67,7 +67,7 @@ func TestSleepOverdueWhileNobodyDrivesIt(t *testing.T) {
 	// is behind it.
 	deadline := s.Status.WaitingOn.WakeAt.Add(20 * time.Second)
 	for {
-		st := wire.Status(getRun(t, ns, "r"), time.Now())
+		st := wirestatus.Status(getRun(t, ns, "r"), time.Now())
 		state, _ := st.Get("state")
 		overdue, _ := st.Get("overdue")
 		if state != "sleeping" {

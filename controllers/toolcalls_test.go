@@ -19,7 +19,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers/providertest"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // toolAgent is a blueprint whose scripted model makes the given tool calls,
@@ -592,7 +592,7 @@ func TestCancelDuringAWriteKeepsTheEvidence(t *testing.T) {
 	if pc == nil || pc.Tool != "create_ticket" || pc.Effect != arv1.EffectWrite {
 		t.Fatalf("pendingCall = %+v, want the write on record", pc)
 	}
-	st := wire.Status(done, time.Now())
+	st := wirestatus.Status(done, time.Now())
 	if w, ok := st.Get("unresolved_write"); !ok || w == nil {
 		b, _ := st.MarshalJSON()
 		t.Errorf("wire status %s lacks unresolved_write", b)

@@ -1,4 +1,4 @@
-// Package webhook delivers a run's terminal notification: one signed POST
+// Package callbacks delivers a run's terminal notification: one signed POST
 // per terminal transition, with a delivery id that stays the same across
 // retries and manager restarts, so a receiver can drop duplicates.
 //
@@ -6,7 +6,7 @@
 // where hex is HMAC-SHA256(key, "<t>." + body) over the exact body bytes.
 // Putting the timestamp inside the signed content lets a receiver refuse
 // replays older than its tolerance (Verify).
-package webhook
+package callbacks
 
 import (
 	"bytes"

@@ -13,7 +13,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // may is what the signed-in person may do in one namespace, as the API
@@ -164,9 +164,9 @@ type runPage struct {
 func runView(ctx context.Context, se *session, run *arv1.AgentRun, now time.Time, can may) runPage {
 	st := &run.Status
 	p := runPage{Namespace: run.Namespace, Name: run.Name, Agent: run.Spec.Agent, Task: run.Spec.Task, Title: st.Title,
-		Phase: wire.NewPsRow(run, now).Phase, Error: st.Error, Paused: run.Spec.Paused, Cancelled: run.Spec.Cancel,
+		Phase: wirestatus.NewPsRow(run, now).Phase, Error: st.Error, Paused: run.Spec.Paused, Cancelled: run.Spec.Cancel,
 		Terminal: st.Phase.IsTerminal(), May: can,
-		Usage: usageView{Tokens: wire.NewPsRow(run, now).Tokens, Prompt: st.Usage.PromptTokens, Completion: st.Usage.CompletionTokens,
+		Usage: usageView{Tokens: wirestatus.NewPsRow(run, now).Tokens, Prompt: st.Usage.PromptTokens, Completion: st.Usage.CompletionTokens,
 			ModelCalls: st.Usage.ModelCalls, ToolCalls: st.Usage.ToolCalls, Cost: plugin.CostText(st.Usage)},
 		Stages: stagesOf(st), Waiting: waitOf(st.WaitingOn), Regions: []regionView{}}
 	if st.JournalStore == arv1.JournalDatabase {
@@ -235,7 +235,7 @@ func stagesOf(st *arv1.AgentRunStatus) []stageView {
 			v.Entered = ss.Entered.UTC().Format(time.RFC3339)
 		}
 		if ss.TimeInStage != nil {
-			v.Time = wire.Duration(int64(ss.TimeInStage.Seconds()))
+			v.Time = wirestatus.Duration(int64(ss.TimeInStage.Seconds()))
 		}
 		out = append(out, v)
 	}

@@ -12,7 +12,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // RenderDescribe writes the run record of run at now, for a person;
@@ -78,7 +78,7 @@ func describeRun(rec record, run *arv1.AgentRun, now time.Time, own *shards.Owne
 		phase = "(not seen by the controller yet)"
 	}
 	rec.line("Phase", "%s", phase)
-	rec.line("State", "%s", wire.Status(run, now).String("state"))
+	rec.line("State", "%s", wirestatus.Status(run, now).String("state"))
 	rec.line("Driver", "%s", DriverText(run, own))
 }
 
@@ -113,7 +113,7 @@ func describeLineage(rec record, run *arv1.AgentRun, failovers []string) {
 	for _, f := range failovers {
 		rec.line("Failover", "%s", f)
 	}
-	if p := wire.ParentOf(run); p != "" {
+	if p := wirestatus.ParentOf(run); p != "" {
 		rec.line("Parent", "%s (depth %d)", p, run.Spec.Depth)
 	}
 	if c := st.Children; c != nil {
@@ -132,10 +132,10 @@ func describeUsage(rec record, run *arv1.AgentRun, now time.Time) {
 	if t := st.TreeUsage; t != nil {
 		rec.line("Tree cost", "%s, %d tokens (this run and its descendants)", costText(*t), totalTokens(*t))
 	}
-	rec.line("Age", "%s", wire.Duration(run.AgeSeconds(now)))
-	rec.line("Working", "%s", wire.Duration(run.ActiveRuntimeSeconds(now)))
+	rec.line("Age", "%s", wirestatus.Duration(run.AgeSeconds(now)))
+	rec.line("Working", "%s", wirestatus.Duration(run.ActiveRuntimeSeconds(now)))
 	if s, ok := run.LastMovedSeconds(now); ok {
-		rec.line("Last moved", "%s ago", wire.Duration(s))
+		rec.line("Last moved", "%s ago", wirestatus.Duration(s))
 	} else {
 		rec.line("Last moved", "never")
 	}
@@ -180,7 +180,7 @@ func describeWait(rec record, run *arv1.AgentRun, wo *arv1.WaitingOn, now time.T
 		rec.sub("Needs a person", "no (clears by itself)")
 	}
 	if wo.Since != nil {
-		rec.sub("Since", fmt.Sprintf("%s (%s ago)", stamp(wo.Since), wire.Duration(int64(now.Sub(wo.Since.Time)/time.Second))))
+		rec.sub("Since", fmt.Sprintf("%s (%s ago)", stamp(wo.Since), wirestatus.Duration(int64(now.Sub(wo.Since.Time)/time.Second))))
 	}
 	rec.sub("Blocker", string(wo.Blocker))
 	rec.sub("Remedy", wo.Remedy)
@@ -213,7 +213,7 @@ func describeWaitDetail(rec record, wo *arv1.WaitingOn, now time.Time) {
 	if wo.WakeAt != nil {
 		v := stamp(wo.WakeAt)
 		if now.After(wo.WakeAt.Time) {
-			v += fmt.Sprintf(" (overdue by %s)", wire.Duration(int64(now.Sub(wo.WakeAt.Time)/time.Second)))
+			v += fmt.Sprintf(" (overdue by %s)", wirestatus.Duration(int64(now.Sub(wo.WakeAt.Time)/time.Second)))
 		}
 		rec.sub("Wake at", v)
 	}
@@ -278,9 +278,9 @@ func describeConditions(w io.Writer, conditions []metav1.Condition, now time.Tim
 	tw := newTable(w)
 	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
 	for _, c := range conditions {
-		age := wire.Empty
+		age := wirestatus.Empty
 		if !c.LastTransitionTime.IsZero() {
-			age = wire.Duration(int64(now.Sub(c.LastTransitionTime.Time) / time.Second))
+			age = wirestatus.Duration(int64(now.Sub(c.LastTransitionTime.Time) / time.Second))
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age, oneLine(c.Message, 160))
 	}
@@ -344,7 +344,7 @@ func stamp(t *metav1.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func orDash(s string) string {
 	if s == "" {
-		return wire.Empty
+		return wirestatus.Empty
 	}
 	return s
 }
@@ -439,7 +439,7 @@ func stageLine(ss arv1.StageStatus) string {
 	}
 	out := fmt.Sprintf("%s, %d visit(s), %d turn(s)", ss.State, ss.Visits, ss.Iterations)
 	if ss.TimeInStage != nil {
-		out += ", " + wire.Duration(int64(ss.TimeInStage.Seconds())) + " in ended visits"
+		out += ", " + wirestatus.Duration(int64(ss.TimeInStage.Seconds())) + " in ended visits"
 	}
 	return out
 }

@@ -38,7 +38,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 var (
@@ -378,7 +378,7 @@ func TestKubectlAgentrunStatusJSON(t *testing.T) {
 			if !strings.HasPrefix(out, "{\n  \"status\": {") || !strings.HasSuffix(out, "}\n") {
 				t.Errorf("not 2-space indented JSON:\n%s", out)
 			}
-			lo, hi := decode(t, wire.RunState(&run, before)), decode(t, wire.RunState(&run, after))
+			lo, hi := decode(t, wirestatus.RunState(&run, before)), decode(t, wirestatus.RunState(&run, after))
 			if reflect.DeepEqual(got, lo) || reflect.DeepEqual(got, hi) {
 				return
 			}
@@ -391,7 +391,7 @@ func TestKubectlAgentrunStatusJSON(t *testing.T) {
 					return
 				}
 			}
-			t.Errorf("status -o json =\n%s\nwant wire.RunState =\n%s", out, mustIndent(t, wire.RunState(&run, after)))
+			t.Errorf("status -o json =\n%s\nwant wirestatus.RunState =\n%s", out, mustIndent(t, wirestatus.RunState(&run, after)))
 		})
 	}
 

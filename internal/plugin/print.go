@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // The commands that print runs (ps, status), in the human form or through
@@ -87,7 +87,7 @@ func (a *app) status(ctx context.Context, c client.Client, ns string, o options)
 	if err != nil {
 		return err
 	}
-	state := wire.RunState(run, a.now())
+	state := wirestatus.RunState(run, a.now())
 	switch o.output {
 	case "json": // two-space indented, as every agentrun surface returns it
 		b, err := json.MarshalIndent(state, "", "  ")
@@ -106,12 +106,12 @@ func (a *app) status(ctx context.Context, c client.Client, ns string, o options)
 		}
 		return a.printObjects(o, &runtime.Unknown{Raw: b, ContentType: runtime.ContentTypeJSON})
 	}
-	st := wire.Status(run, a.now())
+	st := wirestatus.Status(run, a.now())
 	fmt.Fprintf(a.stdout, "%s/%s: %s\n", run.Namespace, run.Name, st.String("state"))
 	for _, f := range st[1:] {
 		fmt.Fprintf(a.stdout, "  %s: %s\n", f.Key, plain(f.Value))
 	}
-	fmt.Fprintf(a.stdout, "pending: %s\n", plain(wire.Pending(run)))
+	fmt.Fprintf(a.stdout, "pending: %s\n", plain(wirestatus.Pending(run)))
 	return nil
 }
 

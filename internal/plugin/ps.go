@@ -11,10 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // newTable is the tabwriter every listing uses: kubectl's three-space gap.
@@ -24,7 +24,7 @@ func newTable(w io.Writer) *tabwriter.Writer {
 
 // psNode is one run in the listing's forest.
 type psNode struct {
-	row      wire.PsRow
+	row      wirestatus.PsRow
 	children []*psNode
 	// needs: this run or one of its descendants needs a person, so its
 	// tree sorts first.
@@ -69,7 +69,7 @@ func (c psColumns) header() string {
 
 // line is one run's row, tab-separated; name is its RUN cell (with the
 // tree drawn before it).
-func (c psColumns) line(run *arv1.AgentRun, r wire.PsRow, name, driver string, now time.Time) string {
+func (c psColumns) line(run *arv1.AgentRun, r wirestatus.PsRow, name, driver string, now time.Time) string {
 	l := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", name, r.Phase, r.Waiting, r.Stage, r.Tokens, r.Cost, r.Working, r.LastMoved, driver)
 	if c.allNamespaces {
 		l = r.Namespace + "\t" + l
@@ -89,7 +89,7 @@ func priorityText(spec *arv1.AgentRunSpec) string {
 	case spec.PriorityClassName != "":
 		return spec.PriorityClassName
 	}
-	return wire.Empty
+	return wirestatus.Empty
 }
 
 // renderPs writes the runs as a forest of run trees, with the footer.
@@ -125,7 +125,7 @@ func newPsListing(runs []arv1.AgentRun, now time.Time, own *shards.Ownership, cl
 	nodes := make(map[string]*psNode, len(runs))
 	key := func(ns, name string) string { return ns + "/" + name }
 	for i := range runs {
-		n := &psNode{row: wire.NewPsRow(&runs[i], now)}
+		n := &psNode{row: wirestatus.NewPsRow(&runs[i], now)}
 		l.drivers[n] = DriverText(&runs[i], own)
 		l.objs[n] = &runs[i]
 		nodes[key(n.row.Namespace, n.row.Name)] = n
@@ -221,7 +221,7 @@ func (l *psListing) walk(visit func(n *psNode, prefix, connector string, depth i
 // TreeRun is one run of an ordered listing (OrderTrees).
 type TreeRun struct {
 	Run *arv1.AgentRun
-	Row wire.PsRow
+	Row wirestatus.PsRow
 	// Depth is 0 for a top-level run, 1 for its children, and so on.
 	Depth int
 	// Driver is the DRIVER cell (DriverText).
@@ -245,7 +245,7 @@ func OrderTrees(runs []arv1.AgentRun, now time.Time, own *shards.Ownership, clas
 }
 
 // markLine fills the WAITING cell of each run still in line with how
-// many listed runs are ahead of it, in the manager's order: admission.RunOf
+// many listed runs are ahead of it, in the manager's order: runqueue.RunOf
 // with the priority classes in force (priority, a child's taken from its
 // tree's root, then the root's creation, then the run's own). Counting the
 // listing costs nothing: the manager writes no position. Among namespaces
@@ -258,11 +258,11 @@ func markLine(order []*psNode, objs map[*psNode]*arv1.AgentRun, classes priority
 	}
 	rootOf := func(ns, name string) *arv1.AgentRun { return byName[ns+"/"+name] }
 	var line []*psNode
-	places := map[*psNode]admission.Place{}
+	places := map[*psNode]runqueue.Place{}
 	for _, n := range order {
 		if r := objs[n]; waitsInLine(r) {
 			line = append(line, n)
-			places[n] = admission.RunOf(r, classes, rootOf).Place
+			places[n] = runqueue.RunOf(r, classes, rootOf).Place
 		}
 	}
 	sort.SliceStable(line, func(i, j int) bool { return places[line[i]].Before(places[line[j]]) })
@@ -289,7 +289,7 @@ func classesMatter(runs []arv1.AgentRun) bool {
 			continue
 		}
 		spec := &runs[i].Spec
-		if root, ok := byName[runs[i].Namespace+"/"+admission.PlaceOf(&runs[i]).RootName]; ok {
+		if root, ok := byName[runs[i].Namespace+"/"+runqueue.PlaceOf(&runs[i]).RootName]; ok {
 			spec = &root.Spec
 		}
 		switch {
@@ -344,11 +344,11 @@ func sortNodes(ns []*psNode) {
 // replica at all. A finished run has no driver.
 func DriverText(run *arv1.AgentRun, own *shards.Ownership) string {
 	if run.Status.Phase.IsTerminal() {
-		return wire.Empty
+		return wirestatus.Empty
 	}
 	if own == nil || !own.Sharded {
 		if run.Status.Driver == "" {
-			return wire.Empty
+			return wirestatus.Empty
 		}
 		return run.Status.Driver
 	}

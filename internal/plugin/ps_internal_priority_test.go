@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/admission"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
+	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 )
 
 // TestPriorityCellAndLine: the PRIORITY cell shows the number asked for,
@@ -84,8 +84,8 @@ func lineFixture(t *testing.T) ([]arv1.AgentRun, priority.Classes) {
 }
 
 // TestLineIsTheManagersOrder: the WAITING cell counts places in the order
-// the manager's admission queue (admission.Controller, fed with
-// admission.RunOf as the reconciler feeds it) admits the runs, priority
+// the manager's admission queue (runqueue.Controller, fed with
+// runqueue.RunOf as the reconciler feeds it) admits the runs, priority
 // classes, the default class and a child's root's class included.
 func TestLineIsTheManagersOrder(t *testing.T) {
 	runs, classes := lineFixture(t)
@@ -96,14 +96,14 @@ func TestLineIsTheManagersOrder(t *testing.T) {
 	rootOf := func(_, name string) *arv1.AgentRun { return byName[name] }
 
 	var woken []string
-	c := admission.New(1, nil, func(_, name string) { woken = append(woken, name) })
+	c := runqueue.New(1, nil, func(_, name string) { woken = append(woken, name) })
 	now := time.Unix(1_900_000_000, 0)
-	if ok, _ := c.Admit(admission.RunOf(byName["busy"], classes, rootOf), now); !ok {
+	if ok, _ := c.Admit(runqueue.RunOf(byName["busy"], classes, rootOf), now); !ok {
 		t.Fatal("busy not admitted to the free slot")
 	}
 	for i := range runs {
 		if waitsInLine(&runs[i]) {
-			c.Admit(admission.RunOf(&runs[i], classes, rootOf), now)
+			c.Admit(runqueue.RunOf(&runs[i], classes, rootOf), now)
 		}
 	}
 	managers := []string{}
@@ -112,7 +112,7 @@ func TestLineIsTheManagersOrder(t *testing.T) {
 		c.Release(types.UID("uid-" + active))
 		active = woken[len(woken)-1]
 		managers = append(managers, active)
-		c.Admit(admission.RunOf(byName[active], classes, rootOf), now)
+		c.Admit(runqueue.RunOf(byName[active], classes, rootOf), now)
 	}
 
 	l := newPsListing(runs, now, nil, classes)

@@ -17,7 +17,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
-	"github.com/agentrun-dev/agentrun-operator/internal/wire"
+	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
 // watchRuns is ps --watch: the listing as of list, then every change the
@@ -129,7 +129,7 @@ func (t *tableWatch) start(runs []arv1.AgentRun) error {
 
 func (t *tableWatch) event(typ watch.EventType, run *arv1.AgentRun) error {
 	key := run.Namespace + "/" + run.Name
-	row := wire.NewPsRow(run, t.now())
+	row := wirestatus.NewPsRow(run, t.now())
 	if typ == watch.Deleted {
 		row.Phase = "Deleted"
 		delete(t.needs, key)

@@ -1,4 +1,4 @@
-// Package admission bounds how many runs are active (driven by the
+// Package runqueue bounds how many runs are active (driven by the
 // manager) at once and admits the rest first come, first served, so a
 // burst of runs finishes in order instead of everybody progressing a
 // little and nobody finishing (a breadth-first convoy). Order is by the
@@ -10,7 +10,7 @@
 // (then the earlier place): priority reorders a tenant's own queue, it
 // does not take another tenant's share. A parked run gives its slot back;
 // when something wakes it, it queues again with its original place.
-package admission
+package runqueue
 
 import (
 	"container/heap"

@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
-	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
 
 // CallbackSeq keys a run's webhook delivery in the executor, apart from
@@ -77,7 +77,7 @@ func (rt *Runtime) RunDelivery(ctx context.Context, d Delivery) {
 		log.Error(err, "Building the callback body")
 		return
 	}
-	res := webhook.Deliver(ctx, rt.HTTP(run.Namespace), rt.CallbackPolicy, run.Spec.Callback.URL, cb.DeliveryID, key, body, rt.Clock.Now)
+	res := callbacks.Deliver(ctx, rt.HTTP(run.Namespace), rt.CallbackPolicy, run.Spec.Callback.URL, cb.DeliveryID, key, body, rt.Clock.Now)
 	if ctx.Err() != nil {
 		return // manager stopping: the delivery stays Pending for the next one
 	}

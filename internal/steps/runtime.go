@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
 	"github.com/agentrun-dev/agentrun-operator/internal/egress"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
@@ -30,7 +31,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/toolcatalog"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
-	"github.com/agentrun-dev/agentrun-operator/internal/webhook"
 )
 
 // DefaultStepTimeout bounds one attempt of a model or tool call.
@@ -81,7 +81,7 @@ type Options struct {
 
 	Clock          clock.PassiveClock
 	StepTimeout    time.Duration
-	CallbackPolicy webhook.Policy
+	CallbackPolicy callbacks.Policy
 	// Log is for steps whose context carries no logger of their run.
 	Log logr.Logger
 }
@@ -119,7 +119,7 @@ func New(o Options) (*Runtime, error) {
 		rt.StepTimeout = DefaultStepTimeout
 	}
 	if rt.CallbackPolicy.Attempts == 0 {
-		rt.CallbackPolicy = webhook.DefaultPolicy
+		rt.CallbackPolicy = callbacks.DefaultPolicy
 	}
 	if rt.Log.GetSink() == nil {
 		rt.Log = logr.Discard()

@@ -1,4 +1,4 @@
-// Package wire renders an AgentRun into the stable, self-describing JSON
+// Package wirestatus renders an AgentRun into the stable, self-describing JSON
 // shapes of seed 002 (Salvor's wire status): a status object
 // {"state": "<snake_case>", ...}, a pending-call object (or null), and the
 // run-state object that combines them with usage. It is the one place those
@@ -7,7 +7,7 @@
 //
 // Everything here is a pure function of the AgentRun and, for the sleeping
 // state's overdue check only, the caller's clock. Nothing is fetched.
-package wire
+package wirestatus
 
 import (
 	"encoding/json"

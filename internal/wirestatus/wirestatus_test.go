@@ -1,4 +1,4 @@
-package wire
+package wirestatus
 
 import (
 	"encoding/json"
