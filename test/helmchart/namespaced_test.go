@@ -102,9 +102,11 @@ func TestNamespacedModeHoldsOnlyRoles(t *testing.T) {
 		// (TestPriorityClassesShipWithThePolicy).
 		webhookConfig := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-webhook-configuration").Rules)
 		priorityPolicy := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-priority-policy").Rules)
-		wantCluster := sorted(append(append(slices.Clone(reviews), webhookConfig...), priorityPolicy...))
+		// The quota-store policy's grant, by name, likewise.
+		quotaPolicy := grants(one[rbacv1.ClusterRole](t, objs, "ClusterRole", "-quota-policy").Rules)
+		wantCluster := sorted(append(append(append(slices.Clone(reviews), webhookConfig...), priorityPolicy...), quotaPolicy...))
 		if !secure {
-			wantCluster = sorted(append(slices.Clone(webhookConfig), priorityPolicy...))
+			wantCluster = sorted(append(append(slices.Clone(webhookConfig), priorityPolicy...), quotaPolicy...))
 		}
 		want := map[string][]string{"team-a": tenant, "team-b": tenant, "default": endpoints, "": wantCluster,
 			releaseNS: sorted(append(append(slices.Clone(egress), grants(one[rbacv1.Role](t, objs, "Role", "-leader-election").Rules)...),

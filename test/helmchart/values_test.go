@@ -37,8 +37,8 @@ import (
 // namespaced object in the release namespace.
 func TestDefaultValuesRender(t *testing.T) {
 	objs := renderChart(t, nil).objs
-	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 10, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
-		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "ValidatingWebhookConfiguration": 1,
+	want := map[string]int{"ServiceAccount": 1, "ClusterRole": 13, "ClusterRoleBinding": 4, "Role": 2, "RoleBinding": 2,
+		"ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4, "ValidatingWebhookConfiguration": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "ConfigMap": 1}
 	got := map[string]int{}
 	for _, u := range objs {

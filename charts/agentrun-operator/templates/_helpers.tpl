@@ -113,7 +113,7 @@ namespace, which the namespace-scoped install grants apart.
 {{- define "agentrun-operator.namespacedRules" -}}
 {{- $out := list -}}
 {{- range (.Files.Get "files/manager-role.yaml" | fromYaml).rules -}}
-{{- $res := without .resources "namespaces" "tokenreviews" "subjectaccessreviews" "endpointslices" "clusteragenttoolpolicies" "clusteragenttoolpolicies/status" -}}
+{{- $res := without .resources "namespaces" "tokenreviews" "subjectaccessreviews" "endpointslices" "clusteragenttoolpolicies" "clusteragenttoolpolicies/status" "clusteragentrunquotas" "clusteragentrunquotas/status" -}}
 {{- if $res -}}
 {{- $out = append $out (set (deepCopy .) "resources" $res) -}}
 {{- end -}}
