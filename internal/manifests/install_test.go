@@ -143,8 +143,9 @@ func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
 			// Cluster-scoped, or only ever read in the default namespace.
 			// ClusterAgentToolPolicies are the cluster admin's: a
 			// namespace-scoped install cannot read them, and its runs are
-			// governed by their namespaces' AgentToolPolicies alone.
-			if !slices.Contains(clusterScoped, x) && x != "endpointslices" && !strings.HasPrefix(x, "clusteragenttoolpolicies") {
+			// governed by their namespaces' AgentToolPolicies alone;
+			// ClusterAgentRunQuotas likewise (AgentRunQuotas apply).
+			if !slices.Contains(clusterScoped, x) && x != "endpointslices" && !strings.HasPrefix(x, "clusteragenttoolpolicies") && !strings.HasPrefix(x, "clusteragentrunquotas") {
 				res = append(res, x)
 			}
 		}
@@ -174,13 +175,19 @@ func TestNamespacedOverlayHoldsOnlyRoles(t *testing.T) {
 	for _, v := range []string{"get", "list", "update", "watch"} {
 		ownPriorityPolicy = append(ownPriorityPolicy, "admissionregistration.k8s.io validatingadmissionpolicies "+v+" [agentrun-priority-class]")
 	}
+	// Whether it has a database store: its own quota-store policy, by name.
+	var ownQuotaPolicy []string
+	for _, v := range []string{"get", "list", "update", "watch"} {
+		ownQuotaPolicy = append(ownQuotaPolicy, "admissionregistration.k8s.io validatingadmissionpolicies "+v+" [agentrun-quota-store]")
+	}
 	tenants := 0
 	for _, u := range objs {
 		switch u.GetKind() {
 		case "ClusterRoleBinding":
 			b := convert[rbacv1.ClusterRoleBinding](t, u)
-			if cr := clusterRoles[b.RoleRef.Name]; cr == nil || !slices.Equal(grants(cr.Rules), reviewsOnly) && !slices.Equal(grants(cr.Rules), ownWebhookConfig) && !slices.Equal(grants(cr.Rules), ownPriorityPolicy) {
-				t.Errorf("the namespaced overlay's ClusterRoleBinding %s grants more than %v, %v or %v: %v", b.Name, reviewsOnly, ownWebhookConfig, ownPriorityPolicy, cr)
+			cr := clusterRoles[b.RoleRef.Name]
+			if cr == nil || !slices.ContainsFunc([][]string{reviewsOnly, ownWebhookConfig, ownPriorityPolicy, ownQuotaPolicy}, func(allowed []string) bool { return slices.Equal(grants(cr.Rules), allowed) }) {
+				t.Errorf("the namespaced overlay's ClusterRoleBinding %s grants more than %v, %v, %v or %v: %v", b.Name, reviewsOnly, ownWebhookConfig, ownPriorityPolicy, ownQuotaPolicy, cr)
 			}
 		case "Deployment":
 			d := convert[struct {
