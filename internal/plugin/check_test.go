@@ -183,6 +183,8 @@ func TestKubectlAgentrunCheck(t *testing.T) {
 		{"CRD agentrunschedules.agentrun.dev: v1alpha1 served and stored"},
 		{"CRD agenttoolpolicies.agentrun.dev: v1alpha1 served and stored"},
 		{"CRD clusteragenttoolpolicies.agentrun.dev: v1alpha1 served and stored"},
+		{"CRD agentrunquotas.agentrun.dev: v1alpha1 served and stored"},
+		{"CRD clusteragentrunquotas.agentrun.dev: v1alpha1 served and stored"},
 		{"admission policy answer-identity, bound by answer-identity (Deny)"},
 		{"Deployment " + opNS + "/agentrun-controller-manager: 2 of 2 replicas ready"},
 		{"shard 0: Lease " + opNS + "/agentrun-shard-0 held by agentrun-controller-manager-abc-0"},
@@ -195,8 +197,8 @@ func TestKubectlAgentrunCheck(t *testing.T) {
 			t.Errorf("no OK line with %q in\n%s", want, strings.Join(lines["OK"], "\n"))
 		}
 	}
-	if len(lines["OK"]) != 12 || summary != "12 OK" {
-		t.Errorf("%d OK lines, summary %q; want the 12 above", len(lines["OK"]), summary)
+	if len(lines["OK"]) != 14 || summary != "14 OK" {
+		t.Errorf("%d OK lines, summary %q; want the 14 above", len(lines["OK"]), summary)
 	}
 
 	// What breaks, each on its own line.
