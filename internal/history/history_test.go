@@ -277,3 +277,31 @@ func TestDirectRequestsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRunNamesStillMeanRuns: with the history API up, the names people
+// type for runs (agentrun, ar, the category agentrun-all) still mean the
+// runs of agentrun.dev, even where a record of the same name exists; only
+// agentrunrecord and arr mean records.
+func TestRunNamesStillMeanRuns(t *testing.T) {
+	ns := "run-names"
+	bind(t, ns, "nobody", "view") // makes the namespace
+	archiveRun(t, runSpec{ns: ns, name: "same", agent: "a1", phase: arv1.PhaseComplete, calls: []*int64{ptr.To[int64](1)}})
+	liveRun(t, ns, "same", nil)
+	for _, args := range [][]string{
+		{"get", "agentrun", "same", "-n", ns, "-o", "name"},
+		{"get", "ar", "same", "-n", ns, "-o", "name"},
+		{"get", "agentrun-all", "-n", ns, "-o", "name"},
+	} {
+		if out := mustKubectl(t, admin, args...); strings.TrimSpace(out) != "agentrun.agentrun.dev/same" {
+			t.Errorf("kubectl %s: %q, want the run", strings.Join(args, " "), out)
+		}
+	}
+	if out := mustKubectl(t, admin, "describe", "agentrun", "same", "-n", ns); !strings.Contains(out, "agentrun.dev/v1alpha1") || strings.Contains(out, "history.agentrun.dev") {
+		t.Errorf("kubectl describe agentrun describes no run:\n%s", out)
+	}
+	for _, name := range []string{"agentrunrecord", "arr"} {
+		if out := mustKubectl(t, admin, "get", name, "same", "-n", ns, "-o", "name"); strings.TrimSpace(out) != "agentrunrecord.history.agentrun.dev/same" {
+			t.Errorf("kubectl get %s same: %q, want the record", name, out)
+		}
+	}
+}

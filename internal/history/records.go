@@ -59,7 +59,11 @@ func (*recordsREST) Destroy()                {}
 func (*recordsREST) NamespaceScoped() bool   { return true }
 func (*recordsREST) GetSingularName() string { return "agentrunrecord" }
 func (*recordsREST) ShortNames() []string    { return []string{"arr"} }
-func (*recordsREST) Categories() []string    { return []string{"agentrun"} }
+
+// Records name no category: kubectl expands a category before it matches
+// a resource's names, so a category "agentrun" made `kubectl get agentrun
+// NAME` and `kubectl describe agentrun NAME` read records, not runs, once
+// the history API was up (TestRunNamesStillMeanRuns).
 
 // find reads the newest record of the name in the request's namespace (a
 // name reused by a later run names several records; the newest answers,
