@@ -75,8 +75,9 @@ type Env struct {
 	// with; tokenDir holds the API server's token file.
 	managerToken, tokenDir string
 	// controllerManager runs the garbage collector and namespace
-	// controller.
-	controllerManager *controllerManager
+	// controller; it authenticates with controllerManagerToken.
+	controllerManager      *controllerManager
+	controllerManagerToken string
 }
 
 // Start launches etcd and kube-apiserver with the repository's CRDs
@@ -129,10 +130,10 @@ func StartWith(o Options) (*Env, error) {
 		_ = os.RemoveAll(tokenDir)
 		return nil, fmt.Errorf("starting the test control plane from %s: %w", BinDir(), err)
 	}
-	env := &Env{Environment: e, Config: cfg, managerToken: tokens[managerUser], tokenDir: tokenDir}
+	env := &Env{Environment: e, Config: cfg, managerToken: tokens[managerUser], tokenDir: tokenDir, controllerManagerToken: tokens[controllerManagerUser]}
 	// Started once the CRDs are installed: the garbage collector discovers
 	// the resources it watches at its start (and again every 30 s).
-	if env.controllerManager, err = startControllerManager(cfg, tokens[controllerManagerUser], tokenDir); err != nil {
+	if env.controllerManager, err = startControllerManager(cfg, env.controllerManagerToken, tokenDir); err != nil {
 		_ = env.Stop()
 		return nil, err
 	}
@@ -150,6 +151,22 @@ func StartWith(o Options) (*Env, error) {
 // tokenFile is the API server's static token file (--token-auth-file) in
 // Env.tokenDir.
 const tokenFile = "tokens.csv"
+
+// PauseControllerManager stops kube-controller-manager until resume starts
+// it again, so a test sees what happens while a cluster's garbage collector
+// is behind: what the operator does not delete itself stays.
+func (e *Env) PauseControllerManager() (resume func() error) {
+	e.controllerManager.stop()
+	e.controllerManager = nil
+	return func() error {
+		if e.controllerManager != nil {
+			return nil
+		}
+		c, err := startControllerManager(e.Config, e.controllerManagerToken, e.tokenDir)
+		e.controllerManager = c
+		return err
+	}
+}
 
 // The users of the token file: the manager, and kube-controller-manager.
 const (
