@@ -1,5 +1,5 @@
 // Package testenv starts the real kube-apiserver and etcd that hack/ builds
-// into bin/k8s/<version>, with the AgentRun CRDs installed, and the
+// into bin/k8s/<version>, with the AgentRun CRDs installed, and
 // kube-controller-manager's garbage collector and namespace controller, so
 // owner references and namespace deletion work as in a cluster. Every suite
 // that needs an API server uses it, so none downloads anything or finds
@@ -152,22 +152,6 @@ func StartWith(o Options) (*Env, error) {
 // Env.tokenDir.
 const tokenFile = "tokens.csv"
 
-// PauseControllerManager stops kube-controller-manager until resume starts
-// it again, so a test sees what happens while a cluster's garbage collector
-// is behind: what the operator does not delete itself stays.
-func (e *Env) PauseControllerManager() (resume func() error) {
-	e.controllerManager.stop()
-	e.controllerManager = nil
-	return func() error {
-		if e.controllerManager != nil {
-			return nil
-		}
-		c, err := startControllerManager(e.Config, e.controllerManagerToken, e.tokenDir)
-		e.controllerManager = c
-		return err
-	}
-}
-
 // The users of the token file: the manager, and kube-controller-manager.
 const (
 	managerUser           = "agentrun-manager"
@@ -207,6 +191,22 @@ func (e *Env) Stop() error {
 	err := e.Environment.Stop()
 	_ = os.RemoveAll(e.tokenDir)
 	return err
+}
+
+// PauseControllerManager stops kube-controller-manager until resume starts
+// it again, so a test sees what happens while a cluster's garbage collector
+// is behind: what the operator does not delete itself stays.
+func (e *Env) PauseControllerManager() (resume func() error) {
+	e.controllerManager.stop()
+	e.controllerManager = nil
+	return func() error {
+		if e.controllerManager != nil {
+			return nil
+		}
+		c, err := startControllerManager(e.Config, e.controllerManagerToken, e.tokenDir)
+		e.controllerManager = c
+		return err
+	}
 }
 
 // ManagerKubeconfig writes a kubeconfig for the running API server into
