@@ -77,7 +77,7 @@ vet: ## go vet both modules (and the tracing package as -tags otlpgrpc builds it
 	cd $(TEST_MODULE) && go vet ./...
 
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver, etcd and kubectl from Go modules into bin/k8s/$(KUBE_VERSION) (once; ~5 min).
+controlplane: ## Build kube-apiserver, etcd, kubectl and kube-controller-manager from Go modules into bin/k8s/$(KUBE_VERSION) (once each).
 	bash hack/build-controlplane.sh
 
 .PHONY: test

@@ -461,11 +461,14 @@ func (r *AgentRunReconciler) wake(runs ...types.NamespacedName) {
 
 // forgetGone stops what a run that left the cache (uid: the informer
 // saw it go) left behind in this process: its steps and what was kept of
-// it. A run that was deleted also takes its children and its journal
-// (where no garbage collector runs, such as the local control plane, a run
-// created again under the name would otherwise find its predecessor's
-// journal in the way); one that is still there belongs to a shard another
-// replica drives now, and its children stay.
+// it. A run that was deleted also takes its children and its journal,
+// though the garbage collector would delete them too: it does so in its
+// own time, and both are named after the run, so a run created again under
+// the name would find its predecessor's journal chunks and children in the
+// way (its journal writes refused, its children's creates taken for done).
+// This runs in the reconcile of the name, before its successor's. One that
+// is still there belongs to a shard another replica drives now, and its
+// children stay.
 func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.NamespacedName, uid types.UID) error {
 	r.pool.Cancel(uid)
 	r.forget(uid)

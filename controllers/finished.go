@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -125,10 +126,14 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 	return res, nil
 }
 
-// deleteTree deletes a finished run with everything it owns: its
-// children (each with what it owns), its journal and output. Owner
-// references would let a cluster's garbage collector do the same; doing
-// it here also holds where none runs, and says exactly what went.
+// deleteTree deletes a finished run with everything it owns, leaves first:
+// its children (each with what it owns), its journal and output, then the
+// run, so a run that is gone left nothing behind. Owner references would
+// let the garbage collector do it (a foreground deletion), but the
+// collector is one rate-limited client for the whole cluster
+// (kube-controller-manager's --kube-api-qps, 20 requests/s by default, and
+// several requests per object it deletes): retention would go at its
+// pace. Deleted leaves first, nothing is left for the collector to do.
 func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
 	children, err := r.listChildren(ctx, run)
 	if err != nil {
@@ -142,7 +147,7 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 	if err := r.deleteObjectsOf(ctx, run.Namespace, run.UID); err != nil {
 		return fmt.Errorf("deleting the objects of run %s: %w", run.Name, err)
 	}
-	err = r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy("Background"))
+	err = r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting run %s: %w", run.Name, err)
 	}
@@ -152,14 +157,15 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 }
 
 // deleteObjectsOf deletes the ConfigMaps a run owns (its journal chunks,
-// which hold its output), where no garbage collector does it.
+// which hold its output). The garbage collector would too, once the run is
+// gone, in its own time (see deleteTree and forgetGone).
 func (r *AgentRunReconciler) deleteObjectsOf(ctx context.Context, ns string, uid types.UID) error {
 	return r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns),
 		client.MatchingLabels{configmaps.LabelRunUID: string(uid)})
 }
 
-// deleteChildrenOf deletes the children of a run that is gone, where no
-// garbage collector does it.
+// deleteChildrenOf deletes the children of a deleted run. The garbage
+// collector would too, in its own time (see forgetGone).
 func (r *AgentRunReconciler) deleteChildrenOf(ctx context.Context, ns string, uid types.UID) error {
 	var list arv1.AgentRunList
 	if err := r.runsReader.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexOwnerUID: string(uid)}); err != nil {
@@ -173,15 +179,14 @@ func (r *AgentRunReconciler) deleteChildrenOf(ctx context.Context, ns string, ui
 	return nil
 }
 
-// reconcileDelete finishes the deletion of a run whose deletion waits on
-// the finalizer older versions added: in-flight work is stopped first.
-// Runs are no longer given a finalizer (it cost a write per run); owner
-// references take their objects with them.
+// reconcileDelete stops the work of a run being deleted whose deletion
+// waits: on the finalizer older versions added, removed here, or on the
+// garbage collector (kubectl delete --cascade=foreground). Runs are no
+// longer given a finalizer (it cost a write per run). Its children go when
+// it is gone (forgetGone), or before, by the collector, in a foreground
+// deletion.
 func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.AgentRun) error {
 	r.pool.Cancel(run.UID)
-	if err := r.deleteChildrenOf(ctx, run.Namespace, run.UID); err != nil {
-		return err
-	}
 	r.quotaEnd(ctx, run)
 	r.forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {

@@ -176,7 +176,8 @@ func (w *forgetWorld) drive(prefix string, n endings) int {
 }
 
 // waitJournalsGone waits until no journal object of the deleted runs is
-// left (no garbage collector runs here: the manager deletes them).
+// left (the manager deletes them when it sees the run go, and the garbage
+// collector would).
 func (w *forgetWorld) waitJournalsGone(uids []types.UID) {
 	w.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -245,9 +246,10 @@ func (w *forgetWorld) deleteMidCall(set *runSet, name string, recreate bool) {
 	if err := k8s.Delete(ctx, run); err != nil {
 		w.t.Errorf("deleting %s: %v", name, err)
 	}
-	// No garbage collector runs here: the manager deletes the run's
-	// journal itself, which would stand in the way of its successor's
-	// (named after the run).
+	// The manager deletes the run's journal itself before it drives the
+	// successor: the garbage collector's deletion may come after the
+	// successor's first write, and the journal (named after the run) would
+	// stand in its way.
 	set.mu.Lock()
 	delete(set.want, name)
 	delete(set.uids, name)
@@ -353,8 +355,10 @@ func (w *forgetWorld) deleteAll() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// The journals and snapshots the runs owned (no garbage collector
-	// runs here): nothing of the manager's, but the API server's memory.
+	// The blueprint snapshots the runs shared (no run owns one, so the
+	// garbage collector leaves them to the manager's sweep) and any journal
+	// not deleted yet: nothing of the manager's, but the API server's
+	// memory.
 	if err := k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(w.ns), client.HasLabels{arv1.LabelComponent}); err != nil && !apierrors.IsNotFound(err) {
 		w.t.Fatal(err)
 	}

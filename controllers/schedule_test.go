@@ -255,8 +255,7 @@ func journalCount(t *testing.T, ns string, uid types.UID) int {
 
 // TestScheduleHistoryLimitDeletesOldestWithJournals: with a successful
 // history of 1, each completed run replaces the one before, whose journal
-// ConfigMaps go with it (envtest has no garbage collector: the operator
-// deletes them).
+// ConfigMaps go with it.
 func TestScheduleHistoryLimitDeletesOldestWithJournals(t *testing.T) {
 	fc, _ := fakeAt(t, time.Now())
 	ns, _ := scheduleSetup(t, 0)

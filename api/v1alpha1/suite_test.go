@@ -86,9 +86,8 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// newNamespace creates a fresh namespace for one test. envtest runs no
-// namespace controller, so namespaces are never cleaned up; each test gets
-// its own to stay independent.
+// newNamespace creates a fresh namespace for one test, so tests stay
+// independent.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "artest-"}}

@@ -20,9 +20,10 @@ const (
 
 // trimHistory deletes the oldest finished runs beyond the schedule's
 // limits: Complete runs against successfulRunsHistoryLimit, Error and
-// Cancelled ones against failedRunsHistoryLimit. The AgentRun controller
-// deletes a deleted run's journal ConfigMaps (forgetGone), so this works
-// where no garbage collector runs.
+// Cancelled ones against failedRunsHistoryLimit, in the background as
+// CronJob deletes its Jobs: what a run owns (its journal, its children)
+// goes after it, deleted by the garbage collector and by the AgentRun
+// controller when it sees the run go (forgetGone).
 func (r *Reconciler) trimHistory(ctx context.Context, s *arv1.AgentRunSchedule, finished []arv1.AgentRun) error {
 	var ok, failed []arv1.AgentRun
 	for _, run := range finished {

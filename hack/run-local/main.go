@@ -1,11 +1,12 @@
 // Command run-local is what `make run` runs. With a reachable cluster in
 // KUBECONFIG it installs the CRD there and runs the manager against it. With
-// none, it starts a local control plane (etcd + kube-apiserver on loopback,
-// built by hack/ into bin/k8s), writes a kubeconfig to bin/local/kubeconfig,
-// installs the CRD and runs the manager in the foreground, keeping runs'
-// journals and finished runs in SQLite beside it (bin/local/agentrun.db),
-// so a laptop has the database store with nothing installed. Ctrl-C stops
-// everything it started.
+// none, it starts a local control plane (etcd, kube-apiserver and
+// kube-controller-manager's garbage collector and namespace controller on
+// loopback, built by hack/ into bin/k8s), writes a kubeconfig to
+// bin/local/kubeconfig, installs the CRD and runs the manager in the
+// foreground, keeping runs' journals and finished runs in SQLite beside it
+// (bin/local/agentrun.db), so a laptop has the database store with nothing
+// installed. Ctrl-C stops everything it started.
 package main
 
 import (
@@ -107,7 +108,7 @@ func run(ctx context.Context, o manager.Options, kubeconfigOut string, forceLoca
 		}
 	}
 
-	fmt.Println(">> No reachable cluster in KUBECONFIG: starting a local control plane (etcd + kube-apiserver " + testenv.KubeVersion + ") on loopback.")
+	fmt.Println(">> No reachable cluster in KUBECONFIG: starting a local control plane (etcd, kube-apiserver and kube-controller-manager " + testenv.KubeVersion + ") on loopback.")
 	env, err := testenv.StartWith(testenv.Options{Aggregation: true})
 	if err != nil {
 		return err

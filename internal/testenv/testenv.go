@@ -1,7 +1,9 @@
 // Package testenv starts the real kube-apiserver and etcd that hack/ builds
-// into bin/k8s/<version>, with the AgentRun CRDs installed. Every suite that
-// needs an API server uses it, so none downloads anything or finds binaries
-// on its own.
+// into bin/k8s/<version>, with the AgentRun CRDs installed, and
+// kube-controller-manager's garbage collector and namespace controller, so
+// owner references and namespace deletion work as in a cluster. Every suite
+// that needs an API server uses it, so none downloads anything or finds
+// binaries on its own.
 package testenv
 
 import (
@@ -17,8 +19,6 @@ import (
 	"sync"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -38,7 +38,8 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// BinDir is where kube-apiserver, etcd and kubectl are built.
+// BinDir is where kube-apiserver, etcd, kubectl and kube-controller-manager
+// are built.
 func BinDir() string {
 	return filepath.Join(RepoRoot(), "bin", "k8s", KubeVersion)
 }
@@ -52,7 +53,7 @@ func KubectlPath() string { return filepath.Join(BinDir(), "kubectl") }
 func EnsureBinaries() error { return ensureBinaries() }
 
 var ensureBinaries = sync.OnceValue(func() error {
-	for _, b := range []string{"kube-apiserver", "etcd", "kubectl"} {
+	for _, b := range []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(BinDir(), b)); err != nil {
 			cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "build-controlplane.sh"))
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -73,9 +74,14 @@ type Env struct {
 	// managerToken is the bearer token ManagerKubeconfig authenticates
 	// with; tokenDir holds the API server's token file.
 	managerToken, tokenDir string
+	// controllerManager runs the garbage collector and namespace
+	// controller; it authenticates with controllerManagerToken.
+	controllerManager      *controllerManager
+	controllerManagerToken string
 }
 
-// Start launches etcd and kube-apiserver with the repository's CRDs installed.
+// Start launches etcd and kube-apiserver with the repository's CRDs
+// installed, then kube-controller-manager.
 func Start() (*Env, error) { return StartWith(Options{}) }
 
 // Options are what some suites add to the control plane.
@@ -92,7 +98,7 @@ type Options struct {
 	Aggregation bool
 }
 
-// StartWith launches etcd and kube-apiserver as Start does, with o.
+// StartWith launches the control plane as Start does, with o.
 func StartWith(o Options) (*Env, error) {
 	if err := EnsureBinaries(); err != nil {
 		return nil, err
@@ -103,7 +109,7 @@ func StartWith(o Options) (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: o.WebhookPaths},
 	}
-	token, tokenDir, err := writeTokenFile()
+	tokens, tokenDir, err := writeTokenFile()
 	if err != nil {
 		return nil, err
 	}
@@ -124,13 +130,19 @@ func StartWith(o Options) (*Env, error) {
 		_ = os.RemoveAll(tokenDir)
 		return nil, fmt.Errorf("starting the test control plane from %s: %w", BinDir(), err)
 	}
-	env := &Env{Environment: e, Config: cfg, managerToken: token, tokenDir: tokenDir}
+	env := &Env{Environment: e, Config: cfg, managerToken: tokens[managerUser], tokenDir: tokenDir, controllerManagerToken: tokens[controllerManagerUser]}
+	// Started once the CRDs are installed: the garbage collector discovers
+	// the resources it watches at its start (and again every 30 s).
+	if env.controllerManager, err = startControllerManager(cfg, env.controllerManagerToken, tokenDir); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
 	if err := env.ApplyDir(filepath.Join(RepoRoot(), "config", "admission")); err != nil {
-		_ = e.Stop()
+		_ = env.Stop()
 		return nil, fmt.Errorf("installing the admission policies: %w", err)
 	}
 	if err := manifests.CreatePriorityClasses(context.Background(), cfg); err != nil {
-		_ = e.Stop()
+		_ = env.Stop()
 		return nil, err
 	}
 	return env, nil
@@ -140,31 +152,61 @@ func StartWith(o Options) (*Env, error) {
 // Env.tokenDir.
 const tokenFile = "tokens.csv"
 
-// writeTokenFile writes a token file naming one user, agentrun-manager (in
-// system:masters, as the admin user is), with a random token, and returns
-// the token and the file's directory.
-func writeTokenFile() (token, dir string, err error) {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return "", "", err
-	}
-	token = hex.EncodeToString(b)
+// The users of the token file: the manager, and kube-controller-manager.
+const (
+	managerUser           = "agentrun-manager"
+	controllerManagerUser = "kube-controller-manager"
+)
+
+// writeTokenFile writes a token file naming the manager's and
+// kube-controller-manager's users (in system:masters, as the admin user
+// is), each with a random token, and returns the tokens by user and the
+// file's directory.
+func writeTokenFile() (tokens map[string]string, dir string, err error) {
 	if dir, err = os.MkdirTemp("", "agentrun-testenv-"); err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	line := token + `,agentrun-manager,agentrun-manager,"system:masters"` + "\n"
-	if err := os.WriteFile(filepath.Join(dir, tokenFile), []byte(line), 0o600); err != nil {
+	tokens = map[string]string{}
+	var lines strings.Builder
+	for _, user := range []string{managerUser, controllerManagerUser} {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, "", err
+		}
+		tokens[user] = hex.EncodeToString(b)
+		fmt.Fprintf(&lines, "%s,%s,%s,\"system:masters\"\n", tokens[user], user, user)
+	}
+	if err := os.WriteFile(filepath.Join(dir, tokenFile), []byte(lines.String()), 0o600); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", "", err
+		return nil, "", err
 	}
-	return token, dir, nil
+	return tokens, dir, nil
 }
 
-// Stop stops the control plane and removes its token file.
+// Stop stops the control plane, kube-controller-manager first, and removes
+// its token file.
 func (e *Env) Stop() error {
+	e.controllerManager.stop()
 	err := e.Environment.Stop()
 	_ = os.RemoveAll(e.tokenDir)
 	return err
+}
+
+// PauseControllerManager stops kube-controller-manager until resume starts
+// it again, so a test sees what happens while a cluster's garbage collector
+// is behind: what the operator does not delete itself stays.
+func (e *Env) PauseControllerManager() (resume func() error) {
+	e.controllerManager.stop()
+	e.controllerManager = nil
+	return func() error {
+		if e.controllerManager != nil {
+			return nil
+		}
+		c, err := startControllerManager(e.Config, e.controllerManagerToken, e.tokenDir)
+		e.controllerManager = c
+		return err
+	}
 }
 
 // ManagerKubeconfig writes a kubeconfig for the running API server into
@@ -176,16 +218,8 @@ func (e *Env) Stop() error {
 // CPU under the load benchmarks) and a token once per 10 s (its token
 // cache).
 func (e *Env) ManagerKubeconfig(dir string) (string, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
-	cfg.AuthInfos["agentrun-manager"] = &clientcmdapi.AuthInfo{Token: e.managerToken}
-	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "agentrun-manager"}
-	cfg.CurrentContext = "envtest"
 	path := filepath.Join(dir, "kubeconfig-manager")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return "", err
-	}
-	return path, os.Chmod(path, 0o600)
+	return path, writeTokenKubeconfig(path, e.Config, managerUser, e.managerToken)
 }
 
 // Kubeconfig writes a kubeconfig for the running API server into dir and
