@@ -171,92 +171,46 @@ func debVersion(pkg string) string {
 
 func imageCmd(args []string) error {
 	fs := flag.NewFlagSet("release image", flag.ExitOnError)
-	var c common
-	c.register(fs)
+	var o imageOptions
+	o.register(fs)
 	out := fs.String("out", "dist/image", "directory to write the image's files to")
 	plats := fs.String("platforms", "linux/amd64,linux/arm64", "the image's platforms")
-	source := fs.String("source", "https://github.com/agentrun-dev/agentrun-operator", "org.opencontainers.image.source")
-	licenses := fs.String("licenses", "", "org.opencontainers.image.licenses (an SPDX expression)")
-	caPath := fs.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "the CA bundle to put in the image (Debian's ca-certificates)")
+	fs.StringVar(&o.source, "source", "https://github.com/agentrun-dev/agentrun-operator", "org.opencontainers.image.source")
+	fs.StringVar(&o.licenses, "licenses", "", "org.opencontainers.image.licenses (an SPDX expression)")
+	caDir := fs.String("ca-certificates", imagebuild.DebianCAs, "the directory of CA certificates (*.crt) the image's bundle is made of: Debian's ca-certificates package's")
 	_ = fs.Parse(args)
-	tag, err := c.tag()
+	tag, err := o.tag()
 	if err != nil {
 		return err
 	}
-	if *licenses == "" {
+	if o.licenses == "" {
 		return errors.New("-licenses is required")
 	}
 	ps, err := platforms(*plats)
 	if err != nil {
 		return err
 	}
-	when, err := epoch(c.repo)
-	if err != nil {
+	if o.epoch, err = epoch(o.repo); err != nil {
 		return err
 	}
-	rev, err := revision(c.repo)
-	if err != nil {
+	if o.revision, err = revision(o.repo); err != nil {
 		return err
 	}
-	ca, err := os.ReadFile(*caPath)
-	if err != nil {
-		return fmt.Errorf("the CA bundle (Debian's ca-certificates package): %w", err)
-	}
-	// update-ca-certificates adds local CAs to the bundle; a release must
-	// not carry this machine's.
-	if local, _ := filepath.Glob("/usr/local/share/ca-certificates/*.crt"); len(local) > 0 && *caPath == "/etc/ssl/certs/ca-certificates.crt" {
-		return fmt.Errorf("%s holds local CAs (%s); point -ca-bundle at a bundle of Debian's alone", *caPath, strings.Join(local, ", "))
-	}
-	base, err := imagebuild.Layer(imagebuild.BaseFiles(ca), when)
-	if err != nil {
+	if o.ca, err = imagebuild.CABundle(*caDir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if o.base, err = imagebuild.Layer(imagebuild.BaseFiles(o.ca), o.epoch); err != nil {
+		return err
+	}
+	o.out = *out
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	var images []v1.Image
 	for _, p := range ps {
-		dir := filepath.Join(c.bin, p.OS+"_"+p.Arch)
-		bins := map[string][]byte{}
-		var sb []sbom.Binary
-		for _, b := range Binaries {
-			data, err := os.ReadFile(filepath.Join(dir, b))
-			if err != nil {
-				return err
-			}
-			bins[b] = data
-			sb = append(sb, sbom.Binary{Path: "/" + b, File: filepath.Join(dir, b)})
-		}
-		doc, err := sbom.Write(sbom.Image{Name: path.Base(c.image), Version: c.version, OS: p.OS, Arch: p.Arch, Epoch: when, Binaries: sb,
-			CA: sbom.CABundle{Path: "/" + imagebuild.CABundlePath, Data: ca, Package: "ca-certificates", Version: debVersion("ca-certificates")}})
+		img, err := o.platformImage(p, tag)
 		if err != nil {
-			return err
-		}
-		sbomName := c.imageBase(p) + ".cdx.json"
-		if err := os.WriteFile(filepath.Join(*out, sbomName), doc, 0o644); err != nil {
-			return err
-		}
-		sum := sha256.Sum256(doc)
-		img, err := imagebuild.Image(imagebuild.Spec{Platform: p, Base: base, Binaries: bins, Epoch: when, Labels: map[string]string{
-			"org.opencontainers.image.title":       path.Base(c.image),
-			"org.opencontainers.image.description": "The agentrun-operator's manager (entrypoint) and kubectl-agentrun (the web console).",
-			"org.opencontainers.image.source":      *source,
-			"org.opencontainers.image.revision":    rev,
-			"org.opencontainers.image.version":     c.version,
-			"org.opencontainers.image.created":     when.Format(time.RFC3339),
-			"org.opencontainers.image.licenses":    *licenses,
-			LabelSBOM:                              sbomName,
-			LabelSBOMSHA256:                        hex.EncodeToString(sum[:]),
-		}})
-		if err != nil {
-			return err
-		}
-		var archive bytes.Buffer
-		if err := imagebuild.WriteArchive(&archive, img, p, tag, when); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(*out, c.imageBase(p)+".tar"), archive.Bytes(), 0o644); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", p, err)
 		}
 		images = append(images, img)
 	}
@@ -264,18 +218,71 @@ func imageCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := imagebuild.WriteLayout(filepath.Join(*out, "oci"), idx, tag); err != nil {
+	if err := imagebuild.WriteLayout(filepath.Join(o.out, "oci"), idx, tag); err != nil {
 		return err
 	}
 	d, err := idx.Digest()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(*out, "digest"), []byte(d.String()+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.out, "digest"), []byte(d.String()+"\n"), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf(">> %s@%s (%s) in %s\n", tag.Name(), d, *plats, *out)
+	fmt.Printf(">> %s@%s (%s) in %s\n", tag.Name(), d, *plats, o.out)
 	return nil
+}
+
+// imageOptions is what every platform's image is made with.
+type imageOptions struct {
+	common
+	out, source, licenses, revision string
+	epoch                           time.Time
+	ca                              []byte
+	base                            v1.Layer
+}
+
+// platformImage writes p's SBOM and archive and returns its image.
+func (o *imageOptions) platformImage(p imagebuild.Platform, tag name.Tag) (v1.Image, error) {
+	dir := filepath.Join(o.bin, p.OS+"_"+p.Arch)
+	bins := map[string][]byte{}
+	var sb []sbom.Binary
+	for _, b := range Binaries {
+		data, err := os.ReadFile(filepath.Join(dir, b))
+		if err != nil {
+			return nil, err
+		}
+		bins[b] = data
+		sb = append(sb, sbom.Binary{Path: "/" + b, File: filepath.Join(dir, b)})
+	}
+	doc, err := sbom.Write(sbom.Image{Name: path.Base(o.image), Version: o.version, OS: p.OS, Arch: p.Arch, Epoch: o.epoch, Binaries: sb,
+		CA: sbom.CABundle{Path: "/" + imagebuild.CABundlePath, Data: o.ca, Package: "ca-certificates", Version: debVersion("ca-certificates")}})
+	if err != nil {
+		return nil, err
+	}
+	sbomName := o.imageBase(p) + ".cdx.json"
+	if err := os.WriteFile(filepath.Join(o.out, sbomName), doc, 0o644); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(doc)
+	img, err := imagebuild.Image(imagebuild.Spec{Platform: p, Base: o.base, Binaries: bins, Epoch: o.epoch, Labels: map[string]string{
+		"org.opencontainers.image.title":       path.Base(o.image),
+		"org.opencontainers.image.description": "The agentrun-operator's manager (entrypoint) and kubectl-agentrun (the web console).",
+		"org.opencontainers.image.source":      o.source,
+		"org.opencontainers.image.revision":    o.revision,
+		"org.opencontainers.image.version":     o.version,
+		"org.opencontainers.image.created":     o.epoch.Format(time.RFC3339),
+		"org.opencontainers.image.licenses":    o.licenses,
+		LabelSBOM:                              sbomName,
+		LabelSBOMSHA256:                        hex.EncodeToString(sum[:]),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	var archive bytes.Buffer
+	if err := imagebuild.WriteArchive(&archive, img, p, tag, o.epoch); err != nil {
+		return nil, err
+	}
+	return img, os.WriteFile(filepath.Join(o.out, o.imageBase(p)+".tar"), archive.Bytes(), 0o644)
 }
 
 func pushCmd(args []string) error {
@@ -329,35 +336,55 @@ func distCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	chartFile, err := c.packageChart(*chart, *out, digest.String(), when)
+	if err != nil {
+		return err
+	}
+	if err := c.pluginArchives(ps, *krew, *out, when); err != nil {
+		return err
+	}
+	n, err := writeChecksums(*out, filepath.Join(*out, "build"))
+	if err != nil {
+		return err
+	}
+	fmt.Printf(">> %s: the chart %s (image %s@%s), %d plugin archives, %s, checksums.txt (%d files)\n",
+		*out, chartFile, c.image, digest, len(ps), filepath.Base(*krew), n)
+	return nil
+}
 
-	chartDir := filepath.Join(c.repo, *chart)
+// packageChart writes the chart at chart (relative to the repository),
+// pinned to the image's digest, into out, and returns the file's name.
+func (c *common) packageChart(chart, out, digest string, when time.Time) (string, error) {
+	chartDir := filepath.Join(c.repo, chart)
 	meta, err := chartpkg.ReadChart(chartDir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if meta.AppVersion != c.version {
-		return fmt.Errorf("%s/Chart.yaml's appVersion is %q, the release %s", *chart, meta.AppVersion, c.version)
+		return "", fmt.Errorf("%s/Chart.yaml's appVersion is %q, the release %s", chart, meta.AppVersion, c.version)
 	}
-	listed, err := git(c.repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *chart)
+	listed, err := git(c.repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", chart)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var files []string
 	for _, f := range strings.Split(strings.TrimRight(listed, "\x00"), "\x00") {
-		rel := strings.TrimPrefix(f, strings.TrimSuffix(filepath.ToSlash(*chart), "/")+"/")
+		rel := strings.TrimPrefix(f, strings.TrimSuffix(filepath.ToSlash(chart), "/")+"/")
 		if info, err := os.Lstat(filepath.Join(chartDir, filepath.FromSlash(rel))); err == nil && info.Mode().IsRegular() {
 			files = append(files, rel)
 		}
 	}
 	sort.Strings(files)
-	pkg, err := chartpkg.Package(chartDir, files, c.image, digest.String(), when)
+	pkg, err := chartpkg.Package(chartDir, files, c.image, digest, when)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(*out, meta.FileName()), pkg, 0o644); err != nil {
-		return err
-	}
+	return meta.FileName(), os.WriteFile(filepath.Join(out, meta.FileName()), pkg, 0o644)
+}
 
+// pluginArchives writes each platform's plugin archive into out, and the
+// krew manifest (krew, relative to the repository) carrying their sums.
+func (c *common) pluginArchives(ps []imagebuild.Platform, krew, out string, when time.Time) error {
 	sums := map[imagebuild.Platform]string{}
 	for _, p := range ps {
 		bin, err := os.ReadFile(filepath.Join(c.bin, p.OS+"_"+p.Arch, krewpkg.Binary))
@@ -368,30 +395,21 @@ func distCmd(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(*out, krewpkg.ArchiveName(p)), archive, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(out, krewpkg.ArchiveName(p)), archive, 0o644); err != nil {
 			return err
 		}
 		s := sha256.Sum256(archive)
 		sums[p] = hex.EncodeToString(s[:])
 	}
-	src, err := os.ReadFile(filepath.Join(c.repo, *krew))
+	src, err := os.ReadFile(filepath.Join(c.repo, krew))
 	if err != nil {
 		return err
 	}
 	manifest, err := krewpkg.Manifest(src, c.version, sums)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *krew, err)
+		return fmt.Errorf("%s: %w", krew, err)
 	}
-	if err := os.WriteFile(filepath.Join(*out, filepath.Base(*krew)), manifest, 0o644); err != nil {
-		return err
-	}
-	n, err := writeChecksums(*out, filepath.Join(*out, "build"))
-	if err != nil {
-		return err
-	}
-	fmt.Printf(">> %s: the chart %s (image %s@%s), %d plugin archives, %s, checksums.txt (%d files)\n",
-		*out, meta.FileName(), c.image, digest, len(ps), filepath.Base(*krew), n)
-	return nil
+	return os.WriteFile(filepath.Join(out, filepath.Base(krew)), manifest, 0o644)
 }
 
 // ChecksumsFile lists the sha256 of every other file of the release, in

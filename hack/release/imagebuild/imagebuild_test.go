@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -304,4 +305,36 @@ func digestOf(t *testing.T, d interface{ Digest() (v1.Hash, error) }) v1.Hash {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// TestCABundle: the bundle is the directory's certificates in name order,
+// each ending in a newline; a directory with none, or a file that is not a
+// certificate, fails.
+func TestCABundle(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{
+		"b.crt":     "-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----",
+		"a.crt":     "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n",
+		"notes.txt": "not a certificate",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := CABundle(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----\n"; string(b) != want {
+		t.Errorf("bundle:\n%s\nwant:\n%s", b, want)
+	}
+	if _, err := CABundle(t.TempDir()); err == nil {
+		t.Error("an empty directory gave a bundle")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "c.crt"), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CABundle(dir); err == nil {
+		t.Error("a .crt that is no certificate went into the bundle")
+	}
 }
