@@ -11,4 +11,7 @@
 // The darwin plugin archives are left out unless AGENTRUN_TEST_RELEASE_ALL=1
 // (they compile the plugin's dependencies twice more, for nothing the other
 // platforms do not test); `make release` itself always builds them.
+// AGENTRUN_TEST_RELEASE_PLATFORMS="linux/amd64" narrows the image (and the
+// plugin archives) to one platform, leaving out the linux/arm64 build of
+// the manager, the cost of this package on a cold build cache.
 package release

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,9 @@ func TestMain(m *testing.M) {
 		skipWhy = "runs make release (cross-compiles the manager); skipped with -short"
 		os.Exit(m.Run())
 	}
+	if p := strings.Fields(os.Getenv("AGENTRUN_TEST_RELEASE_PLATFORMS")); len(p) > 0 {
+		imagePlatforms, pluginPlatforms = p, slices.Clone(p)
+	}
 	if os.Getenv("AGENTRUN_TEST_RELEASE_ALL") == "1" {
 		pluginPlatforms = append(pluginPlatforms, "darwin/amd64", "darwin/arm64")
 	}
@@ -53,7 +57,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	start := time.Now()
-	_, buildErr = makeIn("release", "DIST="+dist, "PLUGIN_PLATFORMS="+strings.Join(pluginPlatforms, " "))
+	_, buildErr = makeIn("release", "DIST="+dist, "IMAGE_PLATFORMS="+strings.Join(imagePlatforms, " "),
+		"PLUGIN_PLATFORMS="+strings.Join(pluginPlatforms, " "))
 	buildTook = time.Since(start)
 	code := m.Run()
 	_ = os.RemoveAll(dist)

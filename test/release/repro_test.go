@@ -38,7 +38,7 @@ func TestSameCommitSameDigest(t *testing.T) {
 
 	assembled := t.TempDir()
 	if _, err := makeIn("release-files", "DIST="+assembled, "BUILD="+filepath.Join(dist, "build"),
-		"PLUGIN_PLATFORMS="+strings.Join(pluginPlatforms, " ")); err != nil {
+		"IMAGE_PLATFORMS="+strings.Join(imagePlatforms, " "), "PLUGIN_PLATFORMS="+strings.Join(pluginPlatforms, " ")); err != nil {
 		t.Fatal(err)
 	}
 	first, second := releaseFiles(t, dist), releaseFiles(t, assembled)
