@@ -203,7 +203,7 @@ func TestImageConfigIsAsDocumented(t *testing.T) {
 		}
 		c := cf.Config
 		if cf.OS+"/"+cf.Architecture != platform || c.User != "65532:65532" || !slices.Equal(c.Entrypoint, []string{"/manager"}) ||
-			len(c.Cmd) != 0 || c.WorkingDir != "/" || !cf.Created.Time.Equal(commitTime) {
+			len(c.Cmd) != 0 || c.WorkingDir != "/" || !cf.Created.Equal(commitTime) {
 			t.Errorf("%s: config os %s arch %s user %q entrypoint %v cmd %v workdir %q created %s", platform, cf.OS, cf.Architecture,
 				c.User, c.Entrypoint, c.Cmd, c.WorkingDir, cf.Created.Time)
 		}

@@ -138,7 +138,7 @@ func TestImageLayersAndConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		if cf.OS != p.OS || cf.Architecture != p.Arch || cf.Config.User != "65532:65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/manager"}) ||
-			cf.Config.Labels["org.opencontainers.image.version"] != "v9.9.9" || !cf.Created.Time.Equal(epoch) || len(cf.History) != 2 || len(cf.RootFS.DiffIDs) != 2 {
+			cf.Config.Labels["org.opencontainers.image.version"] != "v9.9.9" || !cf.Created.Equal(epoch) || len(cf.History) != 2 || len(cf.RootFS.DiffIDs) != 2 {
 			t.Errorf("%s config: %+v", p, cf)
 		}
 		if mt, _ := img.MediaType(); mt != types.OCIManifestSchema1 {

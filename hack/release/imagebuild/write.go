@@ -68,17 +68,11 @@ type dockerManifest struct {
 // has Docker's manifest.json pointing at the same blobs. Every entry's time
 // is the epoch.
 func WriteArchive(w io.Writer, img v1.Image, p Platform, tag name.Tag, epoch time.Time) error {
-	blobs := map[string][]byte{}
-	add := func(h v1.Hash, r io.ReadCloser) error {
-		defer r.Close()
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return err
-		}
-		blobs[h.Hex] = b
-		return nil
+	blobs, dm, err := archiveBlobs(img, tag)
+	if err != nil {
+		return err
 	}
-	rawManifest, err := img.RawManifest()
+	manifestJSON, err := json.Marshal([]dockerManifest{dm})
 	if err != nil {
 		return err
 	}
@@ -86,44 +80,11 @@ func WriteArchive(w io.Writer, img v1.Image, p Platform, tag name.Tag, epoch tim
 	if err != nil {
 		return err
 	}
-	blobs[digest.Hex] = rawManifest
-	rawConfig, err := img.RawConfigFile()
-	if err != nil {
-		return err
-	}
-	configName, err := img.ConfigName()
-	if err != nil {
-		return err
-	}
-	blobs[configName.Hex] = rawConfig
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	dm := dockerManifest{Config: "blobs/sha256/" + configName.Hex, RepoTags: []string{tag.Name()}}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return err
-		}
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		if err := add(d, rc); err != nil {
-			return err
-		}
-		dm.Layers = append(dm.Layers, "blobs/sha256/"+d.Hex)
-	}
-	manifestJSON, err := json.Marshal([]dockerManifest{dm})
-	if err != nil {
-		return err
-	}
 	size, err := img.Size()
 	if err != nil {
 		return err
 	}
-	index := v1.IndexManifest{
+	indexJSON, err := json.Marshal(v1.IndexManifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIImageIndex,
 		Manifests: []v1.Descriptor{{
@@ -136,12 +97,68 @@ func WriteArchive(w io.Writer, img v1.Image, p Platform, tag name.Tag, epoch tim
 				RefNameAnnotation:   tag.TagStr(),
 			},
 		}},
-	}
-	indexJSON, err := json.Marshal(index)
+	})
 	if err != nil {
 		return err
 	}
+	return writeArchiveTar(w, blobs, map[string][]byte{
+		"index.json":    indexJSON,
+		"manifest.json": manifestJSON,
+		"oci-layout":    []byte(`{"imageLayoutVersion":"1.0.0"}`),
+	}, epoch)
+}
 
+// archiveBlobs are the image's manifest, config and compressed layers by
+// their sha256, and Docker's manifest.json entry pointing at them.
+func archiveBlobs(img v1.Image, tag name.Tag) (map[string][]byte, dockerManifest, error) {
+	var dm dockerManifest
+	blobs := map[string][]byte{}
+	rawManifest, err := img.RawManifest()
+	if err != nil {
+		return nil, dm, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, dm, err
+	}
+	blobs[digest.Hex] = rawManifest
+	rawConfig, err := img.RawConfigFile()
+	if err != nil {
+		return nil, dm, err
+	}
+	configName, err := img.ConfigName()
+	if err != nil {
+		return nil, dm, err
+	}
+	blobs[configName.Hex] = rawConfig
+	dm = dockerManifest{Config: "blobs/sha256/" + configName.Hex, RepoTags: []string{tag.Name()}}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, dm, err
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return nil, dm, err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return nil, dm, err
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, dm, err
+		}
+		blobs[d.Hex] = b
+		dm.Layers = append(dm.Layers, "blobs/sha256/"+d.Hex)
+	}
+	return blobs, dm, nil
+}
+
+// writeArchiveTar writes the blobs under blobs/sha256/ (sorted), then the
+// top-level files (sorted), every entry at the epoch.
+func writeArchiveTar(w io.Writer, blobs, top map[string][]byte, epoch time.Time) error {
 	tw := tar.NewWriter(w)
 	mtime := epoch.UTC().Truncate(time.Second)
 	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
@@ -149,11 +166,6 @@ func WriteArchive(w io.Writer, img v1.Image, p Platform, tag name.Tag, epoch tim
 			return err
 		}
 	}
-	hexes := make([]string, 0, len(blobs))
-	for h := range blobs {
-		hexes = append(hexes, h)
-	}
-	sort.Strings(hexes)
 	file := func(name string, data []byte) error {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: mtime}); err != nil {
 			return err
@@ -161,21 +173,19 @@ func WriteArchive(w io.Writer, img v1.Image, p Platform, tag name.Tag, epoch tim
 		_, err := io.Copy(tw, bytes.NewReader(data))
 		return err
 	}
-	for _, h := range hexes {
-		if err := file("blobs/sha256/"+h, blobs[h]); err != nil {
-			return err
+	for _, group := range []struct {
+		prefix string
+		files  map[string][]byte
+	}{{"blobs/sha256/", blobs}, {"", top}} {
+		names := make([]string, 0, len(group.files))
+		for n := range group.files {
+			names = append(names, n)
 		}
-	}
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{"index.json", indexJSON},
-		{"manifest.json", manifestJSON},
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-	} {
-		if err := file(f.name, f.data); err != nil {
-			return err
+		sort.Strings(names)
+		for _, n := range names {
+			if err := file(group.prefix+n, group.files[n]); err != nil {
+				return err
+			}
 		}
 	}
 	return tw.Close()

@@ -64,41 +64,9 @@ func Write(img Image) ([]byte, error) {
 			Properties: &[]cdx.Property{{Name: "oci:os", Value: img.OS}, {Name: "oci:architecture", Value: img.Arch}},
 		},
 	}
-	modules := map[string]cdx.Component{}
-	var apps []cdx.Component
-	deps := map[string][]string{}
-	for _, b := range img.Binaries {
-		g, err := bin.NewGenerator(b.File, bin.WithIncludeStdlib(true), bin.WithLogger(zerolog.Nop()))
-		if err != nil {
-			return nil, err
-		}
-		part, err := g.Generate()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", b.File, err)
-		}
-		app := *part.Metadata.Component
-		app.Name = b.Path
-		// The generator describes the binary in its metadata's properties
-		// (GOOS, GOARCH, vcs.revision, its hashes); here it is one
-		// component of the image, and they are the component's.
-		if part.Metadata.Properties != nil {
-			props := slices.DeleteFunc(slices.Clone(*part.Metadata.Properties), func(p cdx.Property) bool { return p.Name == "cdx:gomod:binary:name" })
-			app.Properties = &props
-		}
-		if _, dup := deps[app.BOMRef]; dup || app.BOMRef == "" {
-			return nil, fmt.Errorf("%s: bom-ref %q is not its own", b.File, app.BOMRef)
-		}
-		var refs []string
-		for _, c := range *part.Components {
-			if prev, ok := modules[c.BOMRef]; ok && prev.Version != c.Version {
-				return nil, fmt.Errorf("%s at %s and %s", c.Name, prev.Version, c.Version)
-			}
-			modules[c.BOMRef] = c
-			refs = append(refs, c.BOMRef)
-		}
-		slices.Sort(refs)
-		deps[app.BOMRef] = refs
-		apps = append(apps, app)
+	apps, deps, modules, err := binaries(img.Binaries)
+	if err != nil {
+		return nil, err
 	}
 	sum := sha256.Sum256(img.CA.Data)
 	ca := cdx.Component{
@@ -142,6 +110,48 @@ func Write(img Image) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// binaries are the binaries' application components, the modules each
+// depends on (by bom-ref), and every module, by bom-ref.
+func binaries(bs []Binary) ([]cdx.Component, map[string][]string, map[string]cdx.Component, error) {
+	modules := map[string]cdx.Component{}
+	var apps []cdx.Component
+	deps := map[string][]string{}
+	for _, b := range bs {
+		g, err := bin.NewGenerator(b.File, bin.WithIncludeStdlib(true), bin.WithLogger(zerolog.Nop()))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		part, err := g.Generate()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %w", b.File, err)
+		}
+		app := *part.Metadata.Component
+		app.Name = b.Path
+		// The generator describes the binary in its metadata's properties
+		// (GOOS, GOARCH, vcs.revision, its hashes); here it is one
+		// component of the image, and they are the component's.
+		if part.Metadata.Properties != nil {
+			props := slices.DeleteFunc(slices.Clone(*part.Metadata.Properties), func(p cdx.Property) bool { return p.Name == "cdx:gomod:binary:name" })
+			app.Properties = &props
+		}
+		if _, dup := deps[app.BOMRef]; dup || app.BOMRef == "" {
+			return nil, nil, nil, fmt.Errorf("%s: bom-ref %q is not its own", b.File, app.BOMRef)
+		}
+		var refs []string
+		for _, c := range *part.Components {
+			if prev, ok := modules[c.BOMRef]; ok && prev.Version != c.Version {
+				return nil, nil, nil, fmt.Errorf("%s at %s and %s", c.Name, prev.Version, c.Version)
+			}
+			modules[c.BOMRef] = c
+			refs = append(refs, c.BOMRef)
+		}
+		slices.Sort(refs)
+		deps[app.BOMRef] = refs
+		apps = append(apps, app)
+	}
+	return apps, deps, modules, nil
 }
 
 // moduleVersion is the version of the module at path this program was
