@@ -71,10 +71,11 @@ fmt: ## go fmt (both modules).
 	cd $(TEST_MODULE) && go fmt ./...
 
 .PHONY: vet
-vet: ## go vet both modules (and the tracing package as -tags otlpgrpc builds it).
+vet: ## go vet the modules (and the tracing package as -tags otlpgrpc builds it).
 	go vet ./...
 	go vet -tags otlpgrpc ./internal/tracing/...
 	cd $(TEST_MODULE) && go vet ./...
+	cd hack/release && go vet ./...
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, etcd, kubectl and kube-controller-manager from Go modules into bin/k8s/$(KUBE_VERSION) (once each).
@@ -85,6 +86,7 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 	go test $(GO_TEST_FLAGS) ./...
 	go test $(GO_TEST_FLAGS) -tags otlpgrpc ./internal/tracing/
 	cd $(TEST_MODULE) && go test $(GO_TEST_FLAGS) ./...
+	cd hack/release && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) test-monitoring
 	$(MAKE) test-stores
 
@@ -128,17 +130,22 @@ bench: controlplane ## Run benchmarks (BENCH=pattern selects some; see docs/benc
 LINT_FLAGS ?=
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint on both modules (.golangci.yml; kube-api-linter on api/), as make vet does.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint on the modules (.golangci.yml; kube-api-linter on api/), as make vet does.
 	$(GOLANGCI_LINT) run $(LINT_FLAGS) ./...
 	$(GOLANGCI_LINT) run $(LINT_FLAGS) --build-tags otlpgrpc ./internal/tracing/...
 	cd $(TEST_MODULE) && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(LINT_FLAGS) ./...
+	cd hack/release && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(LINT_FLAGS) ./...
 
 ##@ Build
 
+# GO_BUILD is how every shipped binary is built, here and in the image and
+# release archives: static, no file paths of this machine, no symbol table.
+GO_BUILD ?= CGO_ENABLED=0 go build -trimpath -ldflags="-s -w"
+
 .PHONY: build
-build: ## Build the manager and the kubectl plugin into bin/ (static, the Dockerfile's flags).
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/manager ./cmd/manager
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/kubectl-agentrun ./cmd/kubectl-agentrun
+build: ## Build the manager and the kubectl plugin into bin/ (static, as the image's).
+	$(GO_BUILD) -o $(LOCALBIN)/manager ./cmd/manager
+	$(GO_BUILD) -o $(LOCALBIN)/kubectl-agentrun ./cmd/kubectl-agentrun
 
 # RUN_ARGS passes flags to hack/run-local, e.g. `make run RUN_ARGS=--verbose`.
 RUN_ARGS ?=
@@ -148,9 +155,13 @@ RUN_ARGS ?=
 # make waits on it directly. Ctrl-C stops run-local cleanly (exit 0), and as
 # run-local takes the terminal's foreground, make itself is not interrupted
 # (it would re-raise the SIGINT and end with status 130): `make run` exits 0.
+# It builds only what running needs: the generated files (CRDs, RBAC,
+# deepcopy, API docs) are committed, so it does not regenerate them, and a
+# first run does not build controller-gen or crd-ref-docs (test/tour's
+# TestMakeRunBuildsNoGenerators holds it to that).
 .PHONY: run
 run: ## Run the operator: against $$KUBECONFIG if reachable, else a local control plane.
-	@$(MAKE) --no-print-directory -s manifests generate controlplane build
+	@$(MAKE) --no-print-directory -s controlplane build
 	@go build -o $(LOCALBIN)/run-local ./hack/run-local
 	@exec $(LOCALBIN)/run-local $(RUN_ARGS)
 
@@ -170,6 +181,71 @@ plugin-archive: build ## Build bin/krew/kubectl-agentrun_<os>_<arch>.tar.gz and 
 		sed '/kubectl-agentrun_$(KREW_PLATFORM)\.tar\.gz/{n;s/"0\{64\}" # placeholder: computed at release/"'"$$sum"'" # this machine'"'"'s build/;}' plugins/agentrun.yaml > $(KREW_DIR)/agentrun.yaml && \
 		grep -q "$$sum" $(KREW_DIR)/agentrun.yaml || { echo "no placeholder sha256 for $(KREW_PLATFORM) in plugins/agentrun.yaml"; exit 1; }
 	@echo ">> $(KREW_DIR)/kubectl-agentrun_$(KREW_PLATFORM).tar.gz and $(KREW_DIR)/agentrun.yaml (its sha256 filled in)"
+
+##@ Release
+
+# The release (docs/releasing.md): the manager image, assembled by
+# hack/release with go-containerregistry (no Docker engine, no base image),
+# its SBOMs, the Helm chart pinned to the image's digest, the plugin archives
+# and their krew manifest, under DIST. Every time in them is the commit's
+# (SOURCE_DATE_EPOCH), so the same commit gives the same digests.
+DIST ?= $(CURDIR)/dist
+# VERSION is the release's, the chart's appVersion (the tag the chart pulls,
+# and the krew manifest's version must be the same).
+VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART_DIR)/Chart.yaml)
+# REGISTRY is where `make image-push` pushes: IMAGE is REGISTRY/agentrun-operator.
+REGISTRY ?= ghcr.io/agentrun-dev
+IMAGE ?= $(REGISTRY)/agentrun-operator
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+PLUGIN_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+# IMAGE_LICENSES is the image's org.opencontainers.image.licenses label (an
+# SPDX expression). The repository declares no license yet, so it says so.
+IMAGE_LICENSES ?= NOASSERTION
+# BUILD holds the binaries the image and the archives are made of, one
+# OS_ARCH directory per platform.
+BUILD ?= $(DIST)/build
+RELEASE_FLAGS = -repo=$(CURDIR) -bin=$(BUILD) -image=$(IMAGE) -version=$(VERSION)
+# hack/release is its own module; go run caches the command it builds.
+RELEASE_TOOL = cd hack/release && go run .
+
+# Builds the manager (IMAGE_PLATFORMS) and the plugin (those and
+# PLUGIN_PLATFORMS) into $(BUILD)/OS_ARCH/, with GO_BUILD's flags.
+.PHONY: release-binaries
+release-binaries:
+	@for p in $(sort $(IMAGE_PLATFORMS) $(PLUGIN_PLATFORMS)); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(BUILD)/$${os}_$${arch}; \
+		echo ">> building for $$p into $$out"; \
+		if [[ " $(IMAGE_PLATFORMS) " == *" $$p "* ]]; then GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $$out/manager ./cmd/manager; fi; \
+		GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $$out/kubectl-agentrun ./cmd/kubectl-agentrun; \
+	done
+
+# image-files and release-files assemble from the binaries in $(BUILD)
+# without building them (test/release assembles twice from one build).
+.PHONY: image-files
+image-files:
+	@rm -rf $(DIST)/image
+	@$(RELEASE_TOOL) image $(RELEASE_FLAGS) -out=$(DIST)/image -platforms="$(IMAGE_PLATFORMS)" -licenses="$(IMAGE_LICENSES)"
+
+.PHONY: release-files
+release-files: image-files
+	@$(RELEASE_TOOL) dist $(RELEASE_FLAGS) -out=$(DIST) -image-dir=$(DIST)/image -plugin-platforms="$(PLUGIN_PLATFORMS)"
+
+.PHONY: image
+image: ## Build the manager image (IMAGE_PLATFORMS) into $(DIST)/image: OCI layout, docker/kind archives, SBOMs.
+	@$(MAKE) --no-print-directory release-binaries PLUGIN_PLATFORMS=
+	@$(MAKE) --no-print-directory image-files
+
+# Pushes what `make image` (or `make release`) built, not a rebuild: the
+# image pushed is the one that was tested.
+.PHONY: image-push
+image-push: ## Push $(DIST)/image (make image) to $(IMAGE):$(VERSION) (REGISTRY=...; docker login's credentials); print its digest.
+	@test -f $(DIST)/image/oci/index.json || { echo "no image in $(DIST)/image: run make image first"; exit 1; }
+	@$(RELEASE_TOOL) push $(RELEASE_FLAGS) -layout=$(DIST)/image/oci
+
+.PHONY: release
+release: ## Build the release into $(DIST): image, chart pinned to it, plugin archives, krew manifest, checksums.txt.
+	@$(MAKE) --no-print-directory release-binaries
+	@$(MAKE) --no-print-directory release-files
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(LOCALBIN)

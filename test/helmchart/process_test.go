@@ -39,8 +39,8 @@ type managerProcess struct {
 // buildDir holds the built manager; TestMain removes it.
 var buildDir string
 
-// buildManager builds cmd/manager once per test binary, with the
-// Dockerfile's flags.
+// buildManager builds cmd/manager once per test binary, static and with
+// -trimpath, as the image's is (the Makefile's GO_BUILD).
 var buildManager = sync.OnceValues(func() (string, error) { return buildCmd("manager") })
 
 // buildPlugin builds cmd/kubectl-agentrun (the console's binary) once.

@@ -41,6 +41,7 @@ func TestSchemaRefusesBadValuesNamingTheField(t *testing.T) {
 		{setValues(t, "webhook.failurePolicy=Sometimes"), "at '/webhook/failurePolicy'"},
 		{setValues(t, "webhook.port=0"), "at '/webhook/port'"},
 		{setValues(t, "image.tags=v1"), "'tags'"},
+		{setValues(t, "image.digest=v0.1.0"), "at '/image/digest'"},
 		{setValues(t, "leases.duration=15 seconds"), "at '/leases/duration'"},
 		{setValues(t, "metrics.port=70000"), "at '/metrics/port'"},
 		{setValues(t, "metrics.secure=yes"), "at '/metrics/secure'"},

@@ -85,7 +85,8 @@ func selectsMap(sel, pod map[string]string) bool {
 	return len(sel) > 0
 }
 
-// TestNonDefaultValuesRender: replicas, shards, lease timings, image,
+// TestNonDefaultValuesRender: replicas, shards, lease timings, image (and
+// its digest, pinning every Deployment of it),
 // resources, extra arguments and environment, scheduling and the
 // ServiceMonitor reach the objects they are for.
 func TestNonDefaultValuesRender(t *testing.T) {
@@ -125,6 +126,13 @@ serviceAccount: {annotations: {iam.example/role: agentrun}}
 	}
 	if c.Image != "registry.example/agentrun:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways || len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "regcred" {
 		t.Errorf("image %s %s pull secrets %v", c.Image, c.ImagePullPolicy, pod.ImagePullSecrets)
+	}
+	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	pinned := renderChart(t, map[string]any{"image": map[string]any{"digest": digest}, "console": map[string]any{"enabled": true}}).objs
+	for _, suffix := range []string{"operator", "-console"} {
+		if img := one[appsv1.Deployment](t, pinned, "Deployment", suffix).Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/agentrun-dev/agentrun-operator:v0.1.0@"+digest {
+			t.Errorf("image.digest: the Deployment%s runs %s", suffix, img)
+		}
 	}
 	if c.Resources.Requests.Cpu().Cmp(resource.MustParse("250m")) != 0 || c.Resources.Limits.Memory().Cmp(resource.MustParse("1Gi")) != 0 {
 		t.Errorf("resources %+v", c.Resources)

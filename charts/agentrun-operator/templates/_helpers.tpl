@@ -46,9 +46,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The manager image. */}}
+{{/* The manager image: by tag, pinned to image.digest when set. */}}
 {{- define "agentrun-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- with .Values.image.digest -}}@{{ . }}{{- end -}}
 {{- end -}}
 
 {{/* Refuses value combinations the manager would run wrongly with. */}}
