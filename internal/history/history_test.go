@@ -20,11 +20,8 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/history"
 	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
-	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
-
-func nanoString(n int64) string { return money.NanoUSD(n).String() }
 
 func kubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
 	t.Helper()

@@ -5,29 +5,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/history"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/history/historytest"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
@@ -38,13 +30,15 @@ import (
 // PostgreSQL, and the history server on loopback behind the APIService,
 // authenticating as its own ServiceAccount with the RBAC of config/history.
 var (
-	env   *testenv.Env
-	pg    *postgres.Server
-	arch  *sqlstore.Store
-	clk   *clocktesting.FakeClock
-	dir   string
-	port  int
-	admin string // kubeconfig of a cluster admin (system:masters)
+	env  *testenv.Env
+	pg   *postgres.Server
+	arch *sqlstore.Store
+	// archiver archives runs into arch (archiveRun).
+	archiver *historytest.Archiver
+	clk      *clocktesting.FakeClock
+	dir      string
+	port     int
+	admin    string // kubeconfig of a cluster admin (system:masters)
 	// serverKubeconfig authenticates as ServiceAccount agentrun-history.
 	serverKubeconfig string
 )
@@ -53,7 +47,7 @@ var (
 // arguments are the server's flags).
 const serveEnv = "AGENTRUN_HISTORY_TEST_SERVE"
 
-const systemNS = testenv.SystemNamespace
+const systemNS = historytest.Namespace
 
 func TestMain(m *testing.M) {
 	// The benchmark runs the history server as a process of its own (this
@@ -95,134 +89,19 @@ func run(m *testing.M) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := install(ctx); err != nil {
-		return 0, err
-	}
 	clk = clocktesting.NewFakeClock(time.Now())
-	if err := startServer(ctx, db.DSN); err != nil {
+	archiver = &historytest.Archiver{Store: arch, Clock: clk}
+	srv, err := historytest.Start(ctx, env, historytest.Options{DSN: db.DSN, Dir: dir, Clock: clk, WatchInterval: 100 * time.Millisecond})
+	if err != nil {
 		return 0, err
 	}
-	if err := waitAvailable(ctx); err != nil {
-		return 0, err
-	}
+	port, serverKubeconfig = srv.Port, srv.Kubeconfig
 	return m.Run(), nil
 }
 
-// install applies config/history (the roles, the server's RBAC, Service,
-// Deployment, APIService) and points the Service at the server on
-// loopback: an ExternalName the aggregator resolves to its host.
-func install(ctx context.Context) error {
-	kube := kubernetes.NewForConfigOrDie(env.Config)
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	if err := env.ApplyDir(filepath.Join(testenv.RepoRoot(), "config", "history")); err != nil {
-		return err
-	}
-	svc, err := kube.CoreV1().Services(systemNS).Get(ctx, "agentrun-history", metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if err := kube.CoreV1().Services(systemNS).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
-		return err
-	}
-	_, err = kube.CoreV1().Services(systemNS).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "agentrun-history", Namespace: systemNS},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost"},
-	}, metav1.CreateOptions{})
-	return err
-}
-
-var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-
-// startServer runs the history server in this process on a loopback
-// port, as ServiceAccount agentrun-history, and points the APIService at
-// that port.
-func startServer(ctx context.Context, dsn string) error {
-	kube := kubernetes.NewForConfigOrDie(env.Config)
-	tok, err := kube.CoreV1().ServiceAccounts(systemNS).CreateToken(ctx, "agentrun-history",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	kc, err := writeKubeconfig("history-server", &clientcmdapi.AuthInfo{Token: tok.Status.Token})
-	if err != nil {
-		return err
-	}
-	ln, p, err := history.Listen("127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	port, serverKubeconfig = p, kc
-	patch := fmt.Appendf(nil, `{"spec":{"service":{"port":%d}}}`, port)
-	if _, err := dynamic.NewForConfigOrDie(env.Config).Resource(apiServices).Patch(ctx, history.APIServiceName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return err
-	}
-	o := history.NewOptions()
-	o.SecureServing.Listener, o.SecureServing.BindPort = ln, port
-	o.Authentication.RemoteKubeConfigFile = kc
-	o.Authorization.RemoteKubeConfigFile = kc
-	o.Store = dsn
-	o.Certs = history.CertOptions{Namespace: systemNS, SecretName: "agentrun-history-cert", Service: "agentrun-history", Kubeconfig: kc}
-	o.Clock = clk
-	o.Watch.Interval = 100 * time.Millisecond
-	s, err := o.New(ctx)
-	if err != nil {
-		return fmt.Errorf("starting the history server: %w", err)
-	}
-	go func() { _ = s.Run(ctx) }()
-	return nil
-}
-
-// waitAvailable waits for the API server to find the history server
-// available (its discovery answered through the APIService, with the
-// caBundle the server wrote).
-func waitAvailable(ctx context.Context) error {
-	dyn := dynamic.NewForConfigOrDie(env.Config)
-	deadline := time.Now().Add(90 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		u, err := dyn.Resource(apiServices).Get(ctx, history.APIServiceName, metav1.GetOptions{})
-		if err == nil {
-			conds, _, _ := unstructuredSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Available" {
-					if m["status"] == "True" {
-						return nil
-					}
-					last = fmt.Sprint(m["reason"], ": ", m["message"])
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("the APIService did not become available: %s", last)
-}
-
-func unstructuredSlice(obj map[string]any, path ...string) ([]any, bool, error) {
-	var cur any = obj
-	for _, p := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false, nil
-		}
-		cur = m[p]
-	}
-	s, ok := cur.([]any)
-	return s, ok, nil
-}
-
-// writeKubeconfig writes a kubeconfig for the test API server with auth.
-func writeKubeconfig(name string, auth *clientcmdapi.AuthInfo) (string, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	cfg.AuthInfos[name] = auth
-	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: name}
-	cfg.CurrentContext = "envtest"
-	path := filepath.Join(dir, "kubeconfig-"+name)
-	return path, clientcmd.WriteToFile(*cfg, path)
-}
+// apiServices is the APIService resource (the benchmark points it at a
+// server process of its own).
+var apiServices = historytest.APIServices
 
 // userConfig makes a user (client certificate) and returns its kubeconfig
 // path and rest.Config.
@@ -274,54 +153,14 @@ type runSpec struct {
 	finished time.Time
 }
 
-var uidSeq int
-
 // archiveRun archives a finished run with its journal (and so its ledger
 // rows), as the manager's archive does, and returns the run as its CR
 // showed it.
 func archiveRun(t testing.TB, s runSpec) *arv1.AgentRun {
 	t.Helper()
-	uidSeq++
-	if s.model == "" {
-		s.model = "gpt-test"
-	}
-	if s.finished.IsZero() {
-		s.finished = clk.Now().Add(-time.Duration(uidSeq) * time.Second)
-	}
-	run := &arv1.AgentRun{
-		TypeMeta: metav1.TypeMeta{APIVersion: arv1.GroupVersion.String(), Kind: "AgentRun"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name, UID: types.UID(fmt.Sprintf("uid-%s-%06d", s.name, uidSeq)),
-			Labels: s.labels, CreationTimestamp: metav1.NewTime(s.finished.Add(-time.Minute).Truncate(time.Second))},
-		Spec: arv1.AgentRunSpec{Agent: s.agent},
-	}
-	var entries []journal.Entry
-	var priced, unpriced, tokens int64
-	for i, cost := range s.calls {
-		at := s.finished.Add(-time.Duration(len(s.calls)-i) * time.Second)
-		entries = append(entries,
-			journal.Entry{Seq: int64(2 * i), Kind: journal.ModelCallRequested, At: at, Stage: "work", Iteration: i, Provider: "test", Model: s.model},
-			journal.Entry{Seq: int64(2*i + 1), Kind: journal.ModelCallCompleted, At: at, Call: int64(2 * i), Provider: "test", Model: s.model,
-				Usage: &journal.Usage{Prompt: 100, Completion: 20}, CostNanoUSD: cost, Response: &journal.Response{Text: "answer " + strconv.Itoa(i)}})
-		tokens += 120
-		if cost == nil {
-			unpriced++
-		} else {
-			priced += *cost
-		}
-	}
-	st := &run.Status
-	st.Phase, st.Model = s.phase, s.model
-	st.StartedAt = ptr.To(metav1.NewTime(run.CreationTimestamp.Add(time.Second)))
-	st.FinishedAt = ptr.To(metav1.NewTime(s.finished.Truncate(time.Second)))
-	st.Usage = arv1.Usage{PromptTokens: 100 * int64(len(s.calls)), CompletionTokens: 20 * int64(len(s.calls)), TotalTokens: tokens,
-		ModelCalls: int64(len(s.calls)), UnpricedCalls: unpriced, CostPricedUSD: nanoString(priced), CostUSD: nanoString(priced)}
-	if unpriced > 0 {
-		st.Usage.CostUSD = "unknown"
-	}
-	if entries == nil {
-		entries = []journal.Entry{}
-	}
-	if err := arch.Archive(context.Background(), &store.Record{Run: run, Output: s.output, Entries: entries, Children: s.children}); err != nil {
+	run, err := archiver.Archive(context.Background(), historytest.Run{Namespace: s.ns, Name: s.name, Agent: s.agent, Phase: s.phase,
+		Labels: s.labels, Calls: s.calls, Model: s.model, Output: s.output, Children: s.children, Finished: s.finished})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return run

@@ -2,6 +2,7 @@ package consolebrowser_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,11 +47,17 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		if !testing.Short() {
 			var err error
-			if env, err = testenv.Start(); err != nil {
+			// The aggregation layer is on for the whole suite (it costs the
+			// API server's start nothing measurable) so the history test
+			// can serve the history API behind it without a control plane
+			// of its own; the history server starts only when that test
+			// runs (historyArchiver).
+			if env, err = testenv.StartWith(testenv.Options{Aggregation: true}); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
 			defer func() { _ = env.Stop() }()
+			defer stopHistoryAPI()
 			if admin, err = client.New(env.Config, client.Options{Scheme: manager.Scheme()}); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -241,12 +248,9 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
-	dir := os.Getenv("CONSOLE_SCREENSHOT_DIR")
+	dir := screenshotDir()
 	if dir == "" {
 		dir = t.TempDir()
-		if out := os.Getenv("TEST_OUTPUT_DIR"); out != "" {
-			dir = out
-		}
 	}
 	path := filepath.Join(dir, "console-"+name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
@@ -260,6 +264,43 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 		}
 		t.Logf("kept in %s", doc)
 	}
+}
+
+// screenshotDir is where screenshots are kept: $CONSOLE_SCREENSHOT_DIR,
+// else $TEST_OUTPUT_DIR, else "" (a directory of the test's own).
+func screenshotDir() string {
+	return cmp.Or(os.Getenv("CONSOLE_SCREENSHOT_DIR"), os.Getenv("TEST_OUTPUT_DIR"))
+}
+
+// screenshotOnFailure takes a full-page screenshot of the tab when the
+// test has failed, as it ends (before the browser closes), and keeps it
+// past the test: in screenshotDir, else a directory of its own that the
+// test's log names.
+func screenshotOnFailure(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Logf("no screenshot of the failure: %v", err)
+			return
+		}
+		dir := screenshotDir()
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "console-screenshots-"); err != nil {
+				t.Logf("no screenshot of the failure: %v", err)
+				return
+			}
+		}
+		path := filepath.Join(dir, "console-"+name+".png")
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Logf("no screenshot of the failure: %v", err)
+			return
+		}
+		t.Logf("screenshot of the page at the failure: %s", path)
+	})
 }
 
 // toolAgent is a blueprint whose scripted model reads, then asks to make
