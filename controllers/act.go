@@ -38,7 +38,7 @@ type actOutcome struct {
 	// storeDown: the runs' store cannot be used; the run waits on it.
 	storeDown *store.UnavailableError
 	// quotaWait: a quota has no room to start the run; it stays Queued,
-	// waiting on it (quota.go).
+	// waiting on it (queue.HoldStart).
 	quotaWait *arv1.WaitingOn
 	// journaledIntents counts the intents this reconcile put into the
 	// journal, not only into status (see intentMayWait).

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,17 +33,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/queue"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
-	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
-	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
@@ -178,13 +177,13 @@ type AgentRunReconciler struct {
 	unstarted   *unstartedIntents
 	failures    *failures
 	pressure    *pressure
-	admission   *runqueue.Controller
-	caps        *namespaceCaps
-	priorities  *priority.Store
+	// queue says when a run may be driven: its active-run slot and its
+	// quotas (controllers/agentrun/queue).
+	queue *queue.Queue
+	// watchCaps: the queue takes Namespaces' bounds from their annotations.
 	watchCaps   bool
 	sweep       snapshotgc.Sweep
 	namespaces  []string
-	seedOnce    sync.Once
 	retentionOf Retention
 	onReconcile func(types.NamespacedName)
 	onWake      func(*arv1.AgentRun, []string)
@@ -227,8 +226,6 @@ type AgentRunReconciler struct {
 	store *storeHealth
 	// archiveRetention: see Deps.ArchiveRetention.
 	archiveRetention time.Duration
-	// quotas hold runs back that a quota has no room for (quota.go).
-	quotas *quotaGate
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -256,7 +253,6 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
-		priorities: d.Priorities,
 	}
 	switch {
 	case d.StatusInterval == 0:
@@ -280,9 +276,11 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		r.runsReader = r.shardCaches
 	}
 	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
-	r.quotas = newQuotaGate(d.Client, r.runsReader, r.journals.Quotas(), len(d.Namespaces) == 0, r.cachedRun, r.wake)
-	r.caps, r.watchCaps, r.namespaces = newNamespaceCaps(d.MaxActiveRunsPerNamespace), d.NamespaceCaps, d.Namespaces
-	r.admission = runqueue.New(d.MaxActiveRuns, r.caps.limit, func(ns, name string) { r.wake(types.NamespacedName{Namespace: ns, Name: name}) })
+	r.queue = queue.New(queue.Options{
+		Cache: d.Client, Runs: r.runsReader, Quotas: r.journals.Quotas(), Cluster: len(d.Namespaces) == 0,
+		MaxActiveRuns: d.MaxActiveRuns, MaxActiveRunsPerNamespace: d.MaxActiveRunsPerNamespace, Priorities: d.Priorities, Wake: r.wake,
+	})
+	r.watchCaps, r.namespaces = d.NamespaceCaps, d.Namespaces
 	rt, err := steps.New(steps.Options{
 		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, CallbackPolicy: d.CallbackPolicy, StepTimeout: d.StepTimeout,
@@ -459,6 +457,10 @@ func (r *AgentRunReconciler) wake(runs ...types.NamespacedName) {
 	r.pool.Notify(evs...)
 }
 
+// PrioritiesChanged re-orders the runs waiting in line after the priority
+// classes changed (the manager's watch on their ConfigMap calls it).
+func (r *AgentRunReconciler) PrioritiesChanged(ctx context.Context) { r.queue.PrioritiesChanged(ctx) }
+
 // forgetGone stops what a run that left the cache (uid: the informer
 // saw it go) left behind in this process: its steps and what was kept of
 // it. A run that was deleted also takes its children and its journal,
@@ -484,7 +486,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 		}
 	}
 	// Deleted: what it held of its quotas goes back.
-	r.quotaEnd(ctx, &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: uid}})
+	r.queue.End(ctx, &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: uid}})
 	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)

@@ -123,7 +123,11 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 	if err := r.providerFacts(ctx, run, f, now); err != nil {
 		return nil, err
 	}
-	r.quotaFacts(ctx, run, f)
+	if runstate.NeedsProvider(f.Facts) {
+		if hit := r.queue.Refused(ctx, run, now); hit != nil {
+			f.Quota = hit
+		}
+	}
 	return f, nil
 }
 

@@ -99,7 +99,7 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 	if !r.archived(run) {
 		// A replica that died between the run's end and giving back its
 		// quota holds left them: given back before the archive (once).
-		r.quotaEnd(ctx, run)
+		r.queue.End(ctx, run)
 		stored, archived, err := r.archiveFinished(ctx, run)
 		if err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -187,7 +187,7 @@ func (r *AgentRunReconciler) deleteChildrenOf(ctx context.Context, ns string, ui
 // deletion.
 func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.AgentRun) error {
 	r.pool.Cancel(run.UID)
-	r.quotaEnd(ctx, run)
+	r.queue.End(ctx, run)
 	r.forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
 		return nil

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,8 +27,12 @@ type InformerHandler struct {
 func (r *AgentRunReconciler) InformerHandlers() []InformerHandler {
 	hs := []InformerHandler{{Object: &arv1.AgentRun{}, Handler: r.runs.Handler(r.wake)}}
 	if r.watchCaps {
-		hs = append(hs, r.namespaceCapsHandler())
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		hs = append(hs, InformerHandler{Object: ns, Handler: r.queue.NamespaceHandler()})
 	}
-	hs = append(hs, r.quotaHandlers()...)
+	for _, kind := range r.queue.QuotaKinds() {
+		hs = append(hs, InformerHandler{Object: kind, Handler: r.queue.QuotaHandler()})
+	}
 	return append(hs, r.policies.handlers()...)
 }

@@ -211,3 +211,19 @@ func measurable(stage *blueprint.Stage, tools []providers.ToolSpec) bool {
 	}
 	return true
 }
+
+// quotaCharge sets what the model call reserves against the run's quotas
+// (queue.Charge). fresh says the journal does not hold the intent yet: a
+// refused fresh intent was never dispatched, so it is marked unstarted.
+func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *steps.ModelCall, fresh bool) error {
+	res := s.facts.resolved
+	if res == nil {
+		return nil
+	}
+	var refused func()
+	if fresh {
+		k := stepKey(s.run, call.Intent.Seq)
+		refused = func() { r.unstarted.mark(k) }
+	}
+	return r.queue.Charge(ctx, s.run, call, res.provider, res.model, s.now, refused)
+}

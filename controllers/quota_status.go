@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/queue"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
@@ -29,7 +30,7 @@ import (
 // DefaultQuotaStatusInterval is how often a quota's status (and its
 // gauges) is refreshed from the store: what `kubectl get` shows of its use
 // may lag by this much, and runs waiting for a slot a run on another
-// replica freed are woken within it (quota_watch.go).
+// replica freed are woken within it (queue.QuotaHandler).
 const DefaultQuotaStatusInterval = 10 * time.Second
 
 // quotaSweepRounds is how many status refreshes pass between two checks
@@ -210,7 +211,7 @@ func (r *QuotaStatusReconciler) activeRuns(ctx context.Context, q *quota.Quota) 
 	n := int64(0)
 	for i := range list.Items {
 		run := &list.Items[i]
-		if p := run.Status.Phase; p.IsUnstarted() || p.IsTerminal() || !isRoot(run) {
+		if p := run.Status.Phase; p.IsUnstarted() || p.IsTerminal() || !queue.IsRoot(run) {
 			continue
 		}
 		m := quota.Run{Namespace: run.Namespace, RootLabels: run.Labels, RootAgent: run.Spec.Agent}

@@ -38,7 +38,7 @@ func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g.Register("unstarted intents", r.unstarted)
 	g.Register("failures", r.failures.box)
 	g.Register("backpressure", r.pressure)
-	g.Register("admission", r.admission)
+	g.Register("admission", r.queue.Slots())
 	g.Register("status writes", r.statusWrites)
 	g.Register("unjournaled intents", r.unjournaled)
 	g.Register("rate holds", r.rateHolds)
@@ -52,7 +52,7 @@ func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g.Register("executor", r.pool)
 	g.Register("circuit probes", probes{r.breakers})
 	g.Register("written status", r.runs)
-	g.Register("quotas", r.quotas)
+	g.Register("quotas", r.queue.Quotas())
 	return g
 }
 

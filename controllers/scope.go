@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/queue"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
@@ -97,14 +98,22 @@ func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 // drive derives, decides and acts until acting changes nothing more. A
 // run without an active-run slot waits in line instead, visibly.
 func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
-	if held, err := r.quotaStart(ctx, s); held || err != nil {
+	hold, err := r.queue.HoldStart(ctx, s.run, s.before.Status.WaitingOn, s.now)
+	switch {
+	case err != nil:
 		return err
+	case hold != nil:
+		s.out.queued, s.out.quotaWait = true, hold.Wait
+		if hold.RequeueAfter > 0 {
+			s.out.requeueAfter = hold.RequeueAfter
+		}
+		return nil
 	}
-	if ok, waited := r.admit(ctx, s.run, s.now); !ok {
+	if ok, waited := r.queue.Admit(ctx, s.run, s.now); !ok {
 		s.out.queued = true
-		if waited < queuedShownAfter && !r.handedOver(s.run) {
+		if waited < queue.ShownAfter && !r.handedOver(s.run) {
 			// Not shown yet: look again when it would be.
-			s.out.quietQueue, s.out.requeueAfter = true, queuedShownAfter-waited
+			s.out.quietQueue, s.out.requeueAfter = true, queue.ShownAfter-waited
 		}
 		return nil
 	}
@@ -192,11 +201,11 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 		return ctrl.Result{}, nil
 	}
 	r.startSteps(ctx, s)
-	r.releaseIfIdle(s.run, s.out)
+	r.queue.ReleaseIfIdle(s.run, s.out.catalogWait || s.out.serverWait || r.pool.OnlyRemote(s.run.UID))
 	if s.run.Status.Phase.IsTerminal() {
 		// What it held of its quotas goes back once its end shows (a run
 		// waiting for its slot never starts before this one reads finished).
-		r.quotaEnd(ctx, s.run)
+		r.queue.End(ctx, s.run)
 		// A finished run is never folded again: what was kept to drive it
 		// would only grow the manager's memory with history.
 		r.forget(s.run.UID)

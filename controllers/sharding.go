@@ -121,7 +121,7 @@ func (r *AgentRunReconciler) seedShard(ctx context.Context, c cache.Cache) {
 	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
-	r.admission.Enqueue(working(list.Items, r.priorities.Load())...)
+	r.queue.Enqueue(list.Items)
 }
 
 // dropShard forgets what this replica kept in memory of a shard it no

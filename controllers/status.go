@@ -142,7 +142,7 @@ func projectQueued(s *scope) {
 		st.Phase, st.LastProgressAt = arv1.PhaseQueued, &t
 	}
 	if st.Phase == arv1.PhaseQueued {
-		// Held by a quota (quota.go), or in the manager's line.
+		// Held by a quota (queue.HoldStart), or in the manager's line.
 		st.WaitingOn = s.out.quotaWait
 	}
 	st.Driver = s.driver

@@ -78,7 +78,7 @@ func (r *AgentRunReconciler) settle(ctx context.Context, s *scope, err error) (c
 		return res, errors.Join(append([]error{err}, others(ferr, stalled)...)...)
 	}
 	r.reportStalled(s.run, stalled)
-	r.admission.Release(s.run.UID)
+	r.queue.Release(s.run.UID)
 	return res, stalled
 }
 

@@ -41,7 +41,7 @@ const (
 	// on it once it answers.
 	wakeStore = "store"
 	// wakeQuota: a change of the quota a run waits on (raised, or room
-	// showing in its status) wakes it (quota_watch.go); its period's
+	// showing in its status) wakes it (queue.QuotaHandler); its period's
 	// reset is a timer.
 	wakeQuota = "quota"
 )

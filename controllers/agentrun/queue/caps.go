@@ -1,11 +1,10 @@
-package controllers
+package queue
 
 import (
 	"strconv"
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -60,24 +59,22 @@ func (c *namespaceCaps) observe(name string, annotations map[string]string, gone
 	return false
 }
 
-// namespaceCapsHandler feeds the caps from the manager's cache of
-// namespaces (metadata only) and refills admission when a bound changes,
-// so a raised bound admits waiting runs at once.
-func (r *AgentRunReconciler) namespaceCapsHandler() InformerHandler {
-	ns := &metav1.PartialObjectMetadata{}
-	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+// NamespaceHandler feeds the per-namespace bounds from the manager's
+// cache of Namespaces (metadata only) and refills the line when a bound
+// changes, so a raised bound admits waiting runs at once.
+func (q *Queue) NamespaceHandler() toolscache.ResourceEventHandler {
 	seen := func(obj any, gone bool) {
 		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		m, ok := obj.(metav1.Object)
-		if ok && r.caps.observe(m.GetName(), m.GetAnnotations(), gone) {
-			r.admission.Refill()
+		if ok && q.caps.observe(m.GetName(), m.GetAnnotations(), gone) {
+			q.line.Refill()
 		}
 	}
-	return InformerHandler{Object: ns, Handler: toolscache.ResourceEventHandlerFuncs{
+	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { seen(obj, false) },
 		UpdateFunc: func(_, obj any) { seen(obj, false) },
 		DeleteFunc: func(obj any) { seen(obj, true) },
-	}}
+	}
 }

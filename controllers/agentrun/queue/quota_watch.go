@@ -1,4 +1,4 @@
-package controllers
+package queue
 
 import (
 	"slices"
@@ -10,32 +10,34 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
 )
 
-// quotaHandlers wake the runs waiting on a quota when it changes in a way
+// QuotaKinds are the quota kinds whose changes QuotaHandler takes:
+// AgentRunQuotas, and ClusterAgentRunQuotas in a cluster-wide install.
+func (q *Queue) QuotaKinds() []client.Object {
+	kinds := []client.Object{&arv1.AgentRunQuota{}}
+	if q.quotas.cluster {
+		kinds = append(kinds, &arv1.ClusterAgentRunQuota{})
+	}
+	return kinds
+}
+
+// QuotaHandler wakes the runs waiting on a quota when it changes in a way
 // that may let them go on: a new generation (raised, edited) or its
 // deletion wakes them all; its status (refreshed by the quota's
 // reconciler from the store, on every replica's behalf) waking them all
 // when the limits with no room change, and as many runs waiting for an
 // activeRuns slot as slots freed. No run waiting on a quota is polled.
-func (r *AgentRunReconciler) quotaHandlers() []InformerHandler {
-	kinds := []client.Object{&arv1.AgentRunQuota{}}
-	if r.quotas.cluster {
-		kinds = append(kinds, &arv1.ClusterAgentRunQuota{})
+func (q *Queue) QuotaHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) { q.quotas.changed(view(old), view(obj)) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if v := view(obj); v != nil {
+				q.quotas.wakeAll(v.key)
+			}
+		},
 	}
-	hs := make([]InformerHandler, 0, len(kinds))
-	for _, obj := range kinds {
-		hs = append(hs, InformerHandler{Object: obj, Handler: toolscache.ResourceEventHandlerFuncs{
-			UpdateFunc: func(old, obj any) { r.quotaChanged(view(old), view(obj)) },
-			DeleteFunc: func(obj any) {
-				if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-					obj = d.Obj
-				}
-				if v := view(obj); v != nil {
-					r.quotas.wakeAll(v.key)
-				}
-			},
-		}})
-	}
-	return hs
 }
 
 // quotaView is what the watch compares of a quota.
@@ -56,18 +58,18 @@ func view(obj any) *quotaView {
 	return nil
 }
 
-// quotaChanged wakes what a quota's change may let go on.
-func (r *AgentRunReconciler) quotaChanged(old, cur *quotaView) {
+// changed wakes what a quota's change may let go on.
+func (g *quotaGate) changed(old, cur *quotaView) {
 	if old == nil || cur == nil {
 		return
 	}
 	switch {
 	case old.generation != cur.generation, !slices.Equal(old.status.Exceeded, cur.status.Exceeded):
-		r.quotas.wakeAll(cur.key)
+		g.wakeAll(cur.key)
 	case cur.hard.ActiveRuns != nil:
 		was, now := activeOf(old.status), activeOf(cur.status)
 		if now < was {
-			r.quotas.wakeRoom(cur.key, int(*cur.hard.ActiveRuns-now))
+			g.wakeRoom(cur.key, int(*cur.hard.ActiveRuns-now))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package queue
 
 // Quotas (AgentRunQuota, ClusterAgentRunQuota): a run that would exceed
 // one is not started (it stays Queued, waiting on QuotaExceeded), and a
@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
 	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
@@ -84,9 +85,9 @@ func newQuotaGate(reader, runs client.Reader, db store.Quotas, cluster bool, roo
 	}
 }
 
-// isRoot: the run is no fan-out worker or sub-agent (those count with
+// IsRoot reports whether the run is no fan-out worker or sub-agent (those count with
 // their tree's root, which the quotas admitted).
-func isRoot(run *arv1.AgentRun) bool { return run.Labels[arv1.LabelParent] == "" }
+func IsRoot(run *arv1.AgentRun) bool { return run.Labels[arv1.LabelParent] == "" }
 
 // rootRun is the run's tree's root (the run itself when it is one, or
 // when its root is gone).
@@ -163,22 +164,30 @@ func (g *quotaGate) limits(qs []quota.Quota, now time.Time) ([]store.QuotaLimit,
 	return out, nil
 }
 
-// quotaStart holds back a root run's start while a quota has no room for
-// it: the run stays Queued, waiting on QuotaExceeded, and is looked at
-// again at the period's reset (a timer) or when the quota changes. It
-// reports whether the run is held.
-func (r *AgentRunReconciler) quotaStart(ctx context.Context, s *scope) (bool, error) {
-	g, run := r.quotas, s.run
-	if !run.Status.Phase.IsUnstarted() || run.Status.BlueprintSnapshot != "" || !isRoot(run) || g.counted(run.UID) {
-		return false, nil
+// Hold is a run's start held back by a quota with no room for it.
+type Hold struct {
+	// Wait is what the run waits on (QuotaExceeded).
+	Wait *arv1.WaitingOn
+	// RequeueAfter is when the quota's period resets (0: it does not).
+	RequeueAfter time.Duration
+}
+
+// HoldStart holds back a root run's start while a quota has no room for
+// it (nil: not held): the run stays Queued, waiting on QuotaExceeded
+// (waiting is what it waited on as last written), and is looked at again
+// at the period's reset (a timer) or when the quota changes.
+func (q *Queue) HoldStart(ctx context.Context, run *arv1.AgentRun, waiting *arv1.WaitingOn, now time.Time) (*Hold, error) {
+	g := q.quotas
+	if !run.Status.Phase.IsUnstarted() || run.Status.BlueprintSnapshot != "" || !IsRoot(run) || g.counted(run.UID) {
+		return nil, nil
 	}
 	qs, err := g.applying(ctx, run)
 	if err != nil || len(qs) == 0 {
-		return false, err
+		return nil, err
 	}
-	ls, err := g.limits(qs, s.now)
+	ls, err := g.limits(qs, now)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if g.db != nil {
 		err = g.db.StartRun(ctx, store.RefOf(run), ls)
@@ -189,19 +198,19 @@ func (r *AgentRunReconciler) quotaStart(ctx context.Context, s *scope) (bool, er
 	switch {
 	case errors.As(err, &qe):
 		g.await(qe.Quota, run, qe.Resource)
-		s.out.queued, s.out.quotaWait = true, quota.Wait(qe, s.before.Status.WaitingOn, s.now)
+		h := &Hold{Wait: quota.Wait(qe, waiting, now)}
 		if !qe.ResetAt.IsZero() {
-			s.out.requeueAfter = max(qe.ResetAt.Sub(s.now), time.Millisecond)
+			h.RequeueAfter = max(qe.ResetAt.Sub(now), time.Millisecond)
 		}
-		return true, nil
+		return h, nil
 	case err != nil:
-		return false, err
+		return nil, err
 	}
 	g.mu.Lock()
 	g.started[run.UID] = true
 	g.unawait(run.UID)
 	g.mu.Unlock()
-	return false, nil
+	return nil, nil
 }
 
 func (g *quotaGate) counted(uid types.UID) bool {
@@ -255,7 +264,7 @@ func (g *quotaGate) seed(ctx context.Context, key string, qs []quota.Quota) erro
 	set := map[types.UID]bool{}
 	for i := range list.Items {
 		run := &list.Items[i]
-		if p := run.Status.Phase; p.IsUnstarted() || p.IsTerminal() || !isRoot(run) {
+		if p := run.Status.Phase; p.IsUnstarted() || p.IsTerminal() || !IsRoot(run) {
 			continue
 		}
 		nsLabels := map[string]string(nil)
@@ -278,11 +287,11 @@ func (g *quotaGate) seed(ctx context.Context, key string, qs []quota.Quota) erro
 	return nil
 }
 
-// quotaEnd gives back what a finished or deleted run held (its activeRuns
-// slots, the reservations of calls it will never answer) and wakes a run
-// waiting for a slot of each quota it freed.
-func (r *AgentRunReconciler) quotaEnd(ctx context.Context, run *arv1.AgentRun) {
-	g := r.quotas
+// End gives back what a finished or deleted run held of its quotas (its
+// activeRuns slots, the reservations of calls it will never answer) and
+// wakes a run waiting for a slot of each quota it freed.
+func (q *Queue) End(ctx context.Context, run *arv1.AgentRun) {
+	g := q.quotas
 	g.mu.Lock()
 	var freed []string
 	for key, set := range g.active {
@@ -306,24 +315,23 @@ func (r *AgentRunReconciler) quotaEnd(ctx context.Context, run *arv1.AgentRun) {
 	}
 }
 
-// quotaCharge sets what a model call reserves against the run's quotas
-// (with a database store): its worst case, from its provider's rate card
-// and its request's size.
-//
-// fresh says the journal does not hold the intent yet: a refused fresh
-// intent was never dispatched, so its reissue once there is room counts no
-// dispatch lost. A refused reissue of a journaled intent keeps its count:
-// the earlier dispatch was lost, and the ledger counted it.
-func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *steps.ModelCall, fresh bool) error {
-	g, run, f := r.quotas, s.run, s.facts
-	if g.db == nil || f.resolved == nil {
+// Charge sets what a model call reserves against the run's quotas (with a
+// database store): its worst case, from its provider's rate card (p,
+// model) and its request's size. refused, when set, is called if a quota
+// refuses the call: the caller's fresh intent was then never dispatched,
+// so its reissue once there is room counts no dispatch lost. A refused
+// reissue of a journaled intent keeps its count: the earlier dispatch was
+// lost, and the ledger counted it.
+func (q *Queue) Charge(ctx context.Context, run *arv1.AgentRun, call *steps.ModelCall, p *providerconfig.Provider, model string, now time.Time, refused func()) error {
+	g := q.quotas
+	if g.db == nil {
 		return nil
 	}
 	qs, err := g.applying(ctx, run)
 	if err != nil || len(qs) == 0 {
 		return err
 	}
-	ls, err := g.limits(qs, s.now)
+	ls, err := g.limits(qs, now)
 	if err != nil {
 		return err
 	}
@@ -331,12 +339,12 @@ func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *st
 	for i := range qs {
 		gens[qs[i].Key()] = qs[i].Generation
 	}
-	cost, tokens, _ := quota.WorstCase(f.resolved.provider, f.resolved.model, promptBytes(&call.Request))
+	cost, tokens, _ := quota.WorstCase(p, model, promptBytes(&call.Request))
 	call.Quota = &store.Charge{Seq: call.Intent.Seq, Quotas: ls, Cost: cost, Tokens: tokens}
-	uid, k := run.UID, stepKey(run, call.Intent.Seq)
+	uid := run.UID
 	call.OverQuota = func(e *store.QuotaExceededError) {
-		if fresh {
-			r.unstarted.mark(k)
+		if refused != nil {
+			refused()
 		}
 		g.mu.Lock()
 		g.hits[uid] = quotaHit{err: *e, generation: gens[e.Quota]}
@@ -345,18 +353,19 @@ func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *st
 	return nil
 }
 
-// quotaFacts says, when a model call is due, whether a quota refused it
-// and still has no room: not once the quota changed (raised, edited,
-// deleted, or no longer counting the run) or its period reset.
-func (r *AgentRunReconciler) quotaFacts(ctx context.Context, run *arv1.AgentRun, f *facts) {
-	g := r.quotas
+// Refused says, for a run whose model call is due, whether a quota
+// refused that call and still has no room (nil: none): not once the quota
+// changed (raised, edited, deleted, or no longer counting the run) or its
+// period reset.
+func (q *Queue) Refused(ctx context.Context, run *arv1.AgentRun, now time.Time) *runstate.QuotaHit {
+	g := q.quotas
 	g.mu.Lock()
 	h, ok := g.hits[run.UID]
 	g.mu.Unlock()
-	if !ok || !runstate.NeedsProvider(f.Facts) {
-		return
+	if !ok {
+		return nil
 	}
-	lifted := !h.err.ResetAt.IsZero() && !f.Now.Before(h.err.ResetAt)
+	lifted := !h.err.ResetAt.IsZero() && !now.Before(h.err.ResetAt)
 	if !lifted {
 		qs, err := g.applying(ctx, run)
 		i := slices.IndexFunc(qs, func(q quota.Quota) bool { return q.Key() == h.err.Quota })
@@ -367,16 +376,16 @@ func (r *AgentRunReconciler) quotaFacts(ctx context.Context, run *arv1.AgentRun,
 		delete(g.hits, run.UID)
 		g.unawait(run.UID)
 		g.mu.Unlock()
-		return
+		return nil
 	}
 	g.await(h.err.Quota, run, h.err.Resource)
-	w := quota.Wait(&h.err, nil, f.Now)
+	w := quota.Wait(&h.err, nil, now)
 	hit := &runstate.QuotaHit{Quota: w.Quota, Resource: w.Resource, Used: w.Used, Hard: w.Hard, NeedsAPerson: w.NeedsAPerson}
 	if w.ResetAt != nil {
 		at := w.ResetAt.Time
 		hit.ResetAt = &at
 	}
-	f.Quota = hit
+	return hit
 }
 
 // promptBytes is the size of what a request sends (quota.WorstCase
