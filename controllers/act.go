@@ -223,7 +223,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		ticket.Release()
 		return err
 	}
-	call.Next = r.continuation(run)
+	call.Next = r.driver.next(run)
 	r.track(run, &call)
 	// An intent already in the journal is issued again there (status would
 	// not be read over it); a fresh one goes there when status may wait,

@@ -3,6 +3,13 @@
 // in internal/runstate), acts, and writes status once, in a deferred patch,
 // then hands the steps that status records to the executor. The steps'
 // bodies live in internal/steps; the reconcile never waits on the network.
+//
+// One driver moves every run forward (driver.go), entered by the reconcile
+// (driver.Drive, for any event and any decision) and by the step that
+// finished a call (driver.Continue, only for a next model or MCP tool call
+// that needs nothing else); stepContinues is the choice of which acts.
+// Admission and quotas are controllers/agentrun/queue's. docs/architecture.md
+// maps the rest.
 package controllers
 
 import (
@@ -177,6 +184,9 @@ type AgentRunReconciler struct {
 	unstarted   *unstartedIntents
 	failures    *failures
 	pressure    *pressure
+	// driver moves runs forward, from the reconcile and from the step that
+	// finished a call (driver.go).
+	driver *driver
 	// queue says when a run may be driven: its active-run slot and its
 	// quotas (controllers/agentrun/queue).
 	queue *queue.Queue
@@ -290,6 +300,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		return nil, err
 	}
 	r.steps = rt
+	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.first, runs: r.runs, jobs: r}
 	r.store, r.archiveRetention = newStoreHealth(r.journals.Check, r.wake), d.ArchiveRetention
 	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
@@ -341,7 +352,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		// The journal writes this reconcile makes carry the shard's hold.
 		ctx = executor.WithValuesOf(ctx, r.fenceOf(run))
 	}
-	s := r.begin(run)
+	s := r.driver.begin(run)
 	defer func() {
 		res, err = r.settle(ctx, s, err)
 		if !r.drives(s.run) {
@@ -350,7 +361,7 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			r.forget(s.run.UID)
 		}
 	}()
-	return ctrl.Result{}, r.drive(ctx, s)
+	return ctrl.Result{}, r.driver.Drive(ctx, s)
 }
 
 // SetupWithManager registers the controller, its indexes and its watches.

@@ -43,19 +43,14 @@ type facts struct {
 	fork *forkSeed
 }
 
-// derive gathers the facts: the blueprint (its snapshot, or the source
+// deriveWith gathers the facts: the blueprint (its snapshot, or the source
 // ConfigMap before spawn), the journal folded over it with the intent
 // status holds, and, only when a call is due, the provider and its
 // credentials. Nothing here waits on anything but the API server, and most
-// of it is read from memory.
-func (r *AgentRunReconciler) derive(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool) (*facts, error) {
-	return r.deriveWith(ctx, run, now, fresh, nil)
-}
-
-// deriveWith is derive for the step that has just finished a call and
-// holds its outcome (ahead: the call's intent and completion, not
-// journaled yet): the journal is folded with them, and the step's own
-// call does not count as in flight, so Decide answers what comes next.
+// of it is read from memory. For the step that has just finished a call
+// and holds its outcome (ahead: the call's intent and completion, not
+// journaled yet) the journal is folded with them, and the step's own call
+// does not count as in flight, so Decide answers what comes next.
 func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun, now time.Time, fresh bool, ahead []journal.Entry) (*facts, error) {
 	f := &facts{Facts: runstate.Facts{
 		Cancel: run.Spec.Cancel, Paused: run.Spec.Paused, Yolo: run.Spec.Yolo, YoloProfile: run.Spec.YoloProfile, Now: now,

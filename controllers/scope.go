@@ -20,11 +20,6 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 )
 
-// maxRounds bounds derive-decide-act rounds in one reconcile. Acting may
-// change the facts (a snapshot taken, an answer journaled); deciding again
-// goes as far as one reconcile can, and status is still written once.
-const maxRounds = 4
-
 // safetyRequeue is how soon a run is looked at again when a reconcile
 // found nothing that would wake it (a bug; counted in
 // agentrun_unwoken_reconciles_total).
@@ -66,15 +61,6 @@ type startable struct {
 	fn     func(context.Context)
 }
 
-// begin starts a reconcile of run (a copy the reconcile owns): before is
-// the run as stored, run starts from the status held for it if its stored
-// one was never written.
-func (r *AgentRunReconciler) begin(run *arv1.AgentRun) *scope {
-	s := &scope{run: run, before: run.DeepCopy(), now: r.clock.Now(), fresh: r.first.fresh(run), driver: r.identity}
-	r.first.withHeld(s.run)
-	return s
-}
-
 // start reserves nothing itself: it records a reserved step to start once
 // status records it.
 func (s *scope) start(t *executor.Ticket, fn func(context.Context)) {
@@ -95,19 +81,21 @@ func (s *scope) unstart() {
 // after queues an effect for once status is written.
 func (s *scope) after(fn func()) { s.effects = append(s.effects, fn) }
 
-// drive derives, decides and acts until acting changes nothing more. A
-// run without an active-run slot waits in line instead, visibly.
-func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
+// admitted says whether the run may be driven now: a quota with no room
+// holds its start, and a run without an active-run slot waits in line,
+// visibly; a store that cannot be used parks it. What a step could not
+// record while the store was down is recorded first.
+func (r *AgentRunReconciler) admitted(ctx context.Context, s *scope) (bool, error) {
 	hold, err := r.queue.HoldStart(ctx, s.run, s.before.Status.WaitingOn, s.now)
 	switch {
 	case err != nil:
-		return err
+		return false, err
 	case hold != nil:
 		s.out.queued, s.out.quotaWait = true, hold.Wait
 		if hold.RequeueAfter > 0 {
 			s.out.requeueAfter = hold.RequeueAfter
 		}
-		return nil
+		return false, nil
 	}
 	if ok, waited := r.queue.Admit(ctx, s.run, s.now); !ok {
 		s.out.queued = true
@@ -115,29 +103,12 @@ func (r *AgentRunReconciler) drive(ctx context.Context, s *scope) error {
 			// Not shown yet: look again when it would be.
 			s.out.quietQueue, s.out.requeueAfter = true, queue.ShownAfter-waited
 		}
-		return nil
+		return false, nil
 	}
 	if r.storeWait(s, nil) {
-		return nil
+		return false, nil
 	}
-	if err := r.recordHeld(ctx, s.run); err != nil {
-		return err
-	}
-	for range maxRounds {
-		f, err := r.derive(ctx, s.run, s.now, s.fresh)
-		if err != nil {
-			return err
-		}
-		s.facts, s.action = f, runstate.Decide(f.Facts)
-		again, err := r.act(ctx, s)
-		if err != nil || !again {
-			return err
-		}
-	}
-	// Still changing after maxRounds: look again at once rather than rely
-	// on an event that may never come.
-	s.out.requeueAfter = time.Millisecond
-	return nil
+	return true, r.recordHeld(ctx, s.run)
 }
 
 // finish writes status once, on success and on failure alike (a failure
