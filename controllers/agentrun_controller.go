@@ -44,11 +44,11 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
 	"github.com/agentrun-dev/agentrun-operator/internal/circuit"
-	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/executor"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
+	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/ratelimit"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
@@ -167,23 +167,23 @@ const DefaultStatusInterval = 10 * time.Second
 
 // AgentRunReconciler drives AgentRuns. Build it with NewAgentRunReconciler.
 type AgentRunReconciler struct {
-	client      client.Client
-	reader      client.Reader
-	recorder    events.EventRecorder
-	clock       clock.PassiveClock
-	pool        *executor.Pool
-	steps       *steps.Runtime
-	journals    *router.Router
-	catalog     *toolcatalog.Catalog
-	breakers    *circuit.Breakers
-	providers   map[string]providers.Provider
-	runs        *caches.Runs
-	refs        *caches.Refs
-	blueprints  *blueprintCache
-	expect      *expectations
-	unstarted   *unstartedIntents
-	failures    *failures
-	pressure    *pressure
+	client     client.Client
+	reader     client.Reader
+	recorder   events.EventRecorder
+	clock      clock.PassiveClock
+	pool       *executor.Pool
+	steps      *steps.Runtime
+	journals   *router.Router
+	catalog    *toolcatalog.Catalog
+	breakers   *circuit.Breakers
+	providers  map[string]providers.Provider
+	runs       *caches.Runs
+	refs       *caches.Refs
+	blueprints *blueprintCache
+	expect     *expectations
+	unstarted  *unstartedIntents
+	failures   *failures
+	pressure   *pressure
 	// driver moves runs forward, from the reconcile and from the step that
 	// finished a call (driver.go).
 	driver *driver
