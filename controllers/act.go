@@ -56,12 +56,12 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 	}
 	f.answerUpdates = nil
 	if len(f.children) > 0 {
-		if err := r.cascade(ctx, s.run, f.children, a.Kind == runstate.ActCancel || (a.FanOut != nil && a.FanOut.FailAll)); err != nil {
+		if err := r.children.Cascade(ctx, s.run, f.children, a.Kind == runstate.ActCancel || (a.FanOut != nil && a.FanOut.FailAll)); err != nil {
 			return false, err
 		}
 	}
 	if len(a.CreateChildren) > 0 {
-		if err := r.createChildren(ctx, s.run, f, a.CreateChildren); err != nil {
+		if err := r.children.Create(ctx, s.run, &f.Facts, a.CreateChildren); err != nil {
 			return false, err
 		}
 	}

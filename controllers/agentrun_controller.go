@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/children"
 	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/queue"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/callbacks"
@@ -180,10 +181,11 @@ type AgentRunReconciler struct {
 	runs       *caches.Runs
 	refs       *caches.Refs
 	blueprints *blueprintCache
-	expect     *expectations
 	unstarted  *unstartedIntents
 	failures   *failures
 	pressure   *pressure
+	// children are the runs' child runs (controllers/agentrun/children).
+	children *children.Children
 	// driver moves runs forward, from the reconcile and from the step that
 	// finished a call (driver.go).
 	driver *driver
@@ -261,7 +263,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		journals: d.store(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
-		blueprints: newBlueprintCache(), expect: newExpectations(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
+		blueprints: newBlueprintCache(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
 	switch {
@@ -300,6 +302,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		return nil, err
 	}
 	r.steps = rt
+	r.children = children.New(d.Client, r.runsReader, r.journals, d.Tracer)
 	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.first, runs: r.runs, jobs: r}
 	r.store, r.archiveRetention = newStoreHealth(r.journals.Check, r.wake), d.ArchiveRetention
 	r.journals.OnUnavailable(r.store.failed)
@@ -498,7 +501,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 	}
 	// Deleted: what it held of its quotas goes back.
 	r.queue.End(ctx, &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: uid}})
-	if err := r.deleteChildrenOf(ctx, key.Namespace, uid); err != nil {
+	if err := r.children.DeleteOf(ctx, key.Namespace, uid); err != nil {
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}

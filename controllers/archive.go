@@ -86,7 +86,7 @@ func (r *AgentRunReconciler) archiveFinished(ctx context.Context, run *arv1.Agen
 	}
 	archived = stored.DeepCopy()
 	rec := &store.Record{}
-	children, err := r.listChildren(ctx, stored)
+	children, err := r.children.List(ctx, stored)
 	if err != nil {
 		return nil, nil, err
 	}

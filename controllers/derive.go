@@ -7,6 +7,7 @@ import (
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/children"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -182,11 +183,11 @@ func withAhead(entries []journal.Entry, ahead []journal.Entry) []journal.Entry {
 // childrenFacts reads the run's children and its depth limits.
 func (r *AgentRunReconciler) childrenFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
 	var err error
-	if f.children, err = r.listChildren(ctx, run); err != nil {
+	if f.children, err = r.children.List(ctx, run); err != nil {
 		return err
 	}
-	f.Children = r.childFacts(run, f.children)
-	f.Depth, f.MaxChildDepth = run.Spec.Depth, defaultMaxChildDepth
+	f.Children = r.children.Facts(run, f.children)
+	f.Depth, f.MaxChildDepth = run.Spec.Depth, children.DefaultMaxDepth
 	if d := f.Blueprint.Agent.MaxChildDepth; d != nil {
 		f.MaxChildDepth = *d
 	}

@@ -135,7 +135,7 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 // several requests per object it deletes): retention would go at its
 // pace. Deleted leaves first, nothing is left for the collector to do.
 func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
-	children, err := r.listChildren(ctx, run)
+	children, err := r.children.List(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -162,21 +162,6 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 func (r *AgentRunReconciler) deleteObjectsOf(ctx context.Context, ns string, uid types.UID) error {
 	return r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns),
 		client.MatchingLabels{configmaps.LabelRunUID: string(uid)})
-}
-
-// deleteChildrenOf deletes the children of a deleted run. The garbage
-// collector would too, in its own time (see forgetGone).
-func (r *AgentRunReconciler) deleteChildrenOf(ctx context.Context, ns string, uid types.UID) error {
-	var list arv1.AgentRunList
-	if err := r.runsReader.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexOwnerUID: string(uid)}); err != nil {
-		return err
-	}
-	for i := range list.Items {
-		if err := r.client.Delete(ctx, &list.Items[i], client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // reconcileDelete stops the work of a run being deleted whose deletion

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/children"
 )
 
 // IndexSetupRefs indexes AgentRuns by each "Kind/name" in status.setupRefs:
@@ -14,8 +15,8 @@ import (
 const IndexSetupRefs = "status.setupRefs"
 
 // IndexOwnerUID indexes AgentRuns by their controller owner's UID, so a
-// parent lists its children by identity, never by name.
-const IndexOwnerUID = "metadata.controllerOwnerUID"
+// parent lists its children by identity, never by name (children.List).
+const IndexOwnerUID = children.IndexOwnerUID
 
 // SetupIndexes registers the field indexes the controller lists through.
 // Exported so tests and other managers share the exact same indexes.

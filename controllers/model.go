@@ -79,7 +79,7 @@ func (r *AgentRunReconciler) modelCall(ctx context.Context, s *scope, intent jou
 		s.after(func() { r.warnUnmeasured(run, stage) })
 	}
 	if lf := st.LastFanOut; lf != nil && lf.Target == st.Stage {
-		outputs, err := r.mergeInputs(ctx, run, f.children)
+		outputs, err := r.children.MergeInputs(ctx, f.children)
 		if err != nil {
 			return call, err
 		}

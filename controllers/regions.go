@@ -165,7 +165,7 @@ func (r *AgentRunReconciler) regionEntriesFor(ctx context.Context, s *scope) ([]
 		if !ok || stage.FanOut == nil || stage.FanOut.ResultsRegion == "" || a.FanOut.FailAll {
 			return nil, nil
 		}
-		outputs, err := r.mergeInputs(ctx, s.run, f.children)
+		outputs, err := r.children.MergeInputs(ctx, f.children)
 		if err != nil {
 			return nil, err
 		}

@@ -34,7 +34,7 @@ import (
 func (r *AgentRunReconciler) registerRunState() *perrun.Registry {
 	g := perrun.NewRegistry()
 	g.Register("journal", r.journals)
-	g.Register("expected children", r.expect)
+	g.Register("expected children", r.children.Expected())
 	g.Register("unstarted intents", r.unstarted)
 	g.Register("failures", r.failures.box)
 	g.Register("backpressure", r.pressure)

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
@@ -31,15 +30,4 @@ func (r *AgentRunReconciler) traceStatus(s *scope) {
 		}
 	}
 	r.tracer.StatusWritten(w)
-}
-
-// traceChild carries the trace to a child in its traceparent annotation:
-// its span is a child of the stage visit that created it, whichever
-// replica drives it.
-func (r *AgentRunReconciler) traceChild(run, child *arv1.AgentRun, f *facts) {
-	if !r.tracer.On() {
-		return
-	}
-	t := tracing.RunOfObject(run)
-	child.Annotations = map[string]string{tracing.AnnotationTraceparent: t.Traceparent(t.VisitOrRun(len(f.State.Visits) - 1))}
 }

@@ -1,4 +1,4 @@
-package controllers
+package children
 
 import (
 	"context"
@@ -20,35 +20,68 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/tracing"
 )
 
-// defaultMaxChildDepth caps descendants when neither the spec nor the
+// DefaultMaxDepth caps descendants when neither the spec nor the
 // blueprint does.
-const defaultMaxChildDepth = 4
+const DefaultMaxDepth = 4
 
-// listChildren reads the run's children from the cache through the
-// controller-owner UID index (never by name, so a recreated parent of the
-// same name adopts nothing).
-func (r *AgentRunReconciler) listChildren(ctx context.Context, run *arv1.AgentRun) ([]arv1.AgentRun, error) {
+// IndexOwnerUID indexes AgentRuns by their controller owner's UID, so a
+// run's children are listed by it (never by name, so a recreated parent
+// of the same name adopts nothing).
+const IndexOwnerUID = "metadata.controllerOwnerUID"
+
+// Outputs reads a finished run's output (the runs' store).
+type Outputs interface {
+	Output(ctx context.Context, run store.RunRef) (string, bool, error)
+}
+
+// Children creates, lists, cascades to and deletes a run's child runs
+// (fan-out workers and sub-agents), and remembers the ones it created that
+// the cache has not shown yet.
+type Children struct {
+	// client creates, patches and deletes children.
+	client client.Client
+	// runs lists them through IndexOwnerUID: the manager's cache, or the
+	// shards'.
+	runs    client.Reader
+	outputs Outputs
+	tracer  *tracing.Tracer
+	expect  *expectations
+}
+
+// New builds Children.
+func New(c client.Client, runs client.Reader, outputs Outputs, tracer *tracing.Tracer) *Children {
+	return &Children{client: c, runs: runs, outputs: outputs, tracer: tracer, expect: newExpectations()}
+}
+
+// Expected holds the children created and not seen yet, by parent (for the
+// registry of per-run state).
+func (c *Children) Expected() perrun.Holder { return c.expect }
+
+// List reads the run's children from the cache through the controller-owner
+// UID index.
+func (c *Children) List(ctx context.Context, run *arv1.AgentRun) ([]arv1.AgentRun, error) {
 	var list arv1.AgentRunList
-	if err := r.runsReader.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexOwnerUID: string(run.UID)}); err != nil {
+	if err := c.runs.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexOwnerUID: string(run.UID)}); err != nil {
 		return nil, fmt.Errorf("listing children: %w", err)
 	}
 	return list.Items, nil
 }
 
-// childFacts turns children into what Decide reads, counting children this
+// Facts turns children into what Decide reads, counting children this
 // manager created that the cache has not shown yet as running (so a stale
 // cache never lets a fan-out exceed max_workers).
-func (r *AgentRunReconciler) childFacts(run *arv1.AgentRun, children []arv1.AgentRun) []runstate.ChildFact {
+func (c *Children) Facts(run *arv1.AgentRun, children []arv1.AgentRun) []runstate.ChildFact {
 	seen := sets.New[string]()
 	out := make([]runstate.ChildFact, 0, len(children))
 	for i := range children {
-		c := &children[i]
-		seen.Insert(c.Name)
-		out = append(out, factOf(c))
+		ch := &children[i]
+		seen.Insert(ch.Name)
+		out = append(out, factOf(ch))
 	}
-	return append(out, r.expect.pending(run.UID, seen)...)
+	return append(out, c.expect.pending(run.UID, seen)...)
 }
 
 func factOf(c *arv1.AgentRun) runstate.ChildFact {
@@ -60,24 +93,25 @@ func factOf(c *arv1.AgentRun) runstate.ChildFact {
 	}
 }
 
-// createChildren creates the requested children. Names are deterministic,
-// so a create retried after a crash finds the child it made before.
-func (r *AgentRunReconciler) createChildren(ctx context.Context, run *arv1.AgentRun, f *facts, reqs []runstate.ChildRequest) error {
+// Create creates the requested children (f: the parent's facts). Names
+// are deterministic, so a create retried after a crash finds the child it
+// made before.
+func (c *Children) Create(ctx context.Context, run *arv1.AgentRun, f *runstate.Facts, reqs []runstate.ChildRequest) error {
 	for _, req := range reqs {
-		child, err := r.childFor(run, f, req)
+		child, err := c.childFor(run, f, req)
 		if err != nil {
 			return err
 		}
-		r.expect.expect(run.UID, factOf(child))
-		if err := r.client.Create(ctx, child); err != nil && !apierrors.IsAlreadyExists(err) {
-			r.expect.forget(run.UID, child.Name)
+		c.expect.expect(run.UID, factOf(child))
+		if err := c.client.Create(ctx, child); err != nil && !apierrors.IsAlreadyExists(err) {
+			c.expect.forget(run.UID, child.Name)
 			return fmt.Errorf("creating child %s: %w", child.Name, err)
 		}
 	}
 	return nil
 }
 
-func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate.ChildRequest) (*arv1.AgentRun, error) {
+func (c *Children) childFor(run *arv1.AgentRun, f *runstate.Facts, req runstate.ChildRequest) (*arv1.AgentRun, error) {
 	st := f.State
 	spec := arv1.AgentRunSpec{
 		ProviderConfig: run.Spec.ProviderConfig,
@@ -131,7 +165,7 @@ func (r *AgentRunReconciler) childFor(run *arv1.AgentRun, f *facts, req runstate
 	if s, ok := run.Labels[shards.LabelShard]; ok {
 		child.Labels[shards.LabelShard] = s // a run tree stays in one shard
 	}
-	r.traceChild(run, child, f)
+	c.traceChild(run, child, f)
 	return child, nil
 }
 
@@ -159,40 +193,55 @@ func labelValue(s string) string {
 
 func ptrInt32(v int32) *int32 { return &v }
 
-// cascade makes non-terminal children follow the parent: cancelled with it,
+// Cascade makes non-terminal children follow the parent: cancelled with it,
 // paused and resumed with it.
-func (r *AgentRunReconciler) cascade(ctx context.Context, run *arv1.AgentRun, children []arv1.AgentRun, cancel bool) error {
+func (c *Children) Cascade(ctx context.Context, run *arv1.AgentRun, children []arv1.AgentRun, cancel bool) error {
 	for i := range children {
-		c := &children[i]
-		if c.Status.Phase.IsTerminal() || !c.DeletionTimestamp.IsZero() {
+		ch := &children[i]
+		if ch.Status.Phase.IsTerminal() || !ch.DeletionTimestamp.IsZero() {
 			continue
 		}
-		wantCancel := cancel || c.Spec.Cancel
+		wantCancel := cancel || ch.Spec.Cancel
 		wantPaused := run.Spec.Paused
-		if c.Spec.Cancel == wantCancel && c.Spec.Paused == wantPaused {
+		if ch.Spec.Cancel == wantCancel && ch.Spec.Paused == wantPaused {
 			continue
 		}
-		orig := c.DeepCopy()
-		c.Spec.Cancel, c.Spec.Paused = wantCancel, wantPaused
-		if err := r.client.Patch(ctx, c, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("cascading to child %s: %w", c.Name, err)
+		orig := ch.DeepCopy()
+		ch.Spec.Cancel, ch.Spec.Paused = wantCancel, wantPaused
+		if err := c.client.Patch(ctx, ch, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("cascading to child %s: %w", ch.Name, err)
 		}
 	}
 	return nil
 }
 
-// mergeInputs reads the final outputs of the last fan-out's successful
+// DeleteOf deletes the children of a deleted run (by its UID). The garbage
+// collector would too, in its own time.
+func (c *Children) DeleteOf(ctx context.Context, ns string, uid types.UID) error {
+	var list arv1.AgentRunList
+	if err := c.runs.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexOwnerUID: string(uid)}); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		if err := c.client.Delete(ctx, &list.Items[i], client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MergeInputs reads the final outputs of the last fan-out's successful
 // workers, in item order, from their output objects.
-func (r *AgentRunReconciler) mergeInputs(ctx context.Context, _ *arv1.AgentRun, children []arv1.AgentRun) ([]string, error) {
+func (c *Children) MergeInputs(ctx context.Context, children []arv1.AgentRun) ([]string, error) {
 	latest := map[int]*arv1.AgentRun{}
 	for i := range children {
-		c := &children[i]
-		if c.Labels[arv1.LabelChildKind] != string(runstate.ChildWorker) {
+		ch := &children[i]
+		if ch.Labels[arv1.LabelChildKind] != string(runstate.ChildWorker) {
 			continue
 		}
-		f := factOf(c)
+		f := factOf(ch)
 		if cur, ok := latest[f.Index]; !ok || factOf(cur).Attempt < f.Attempt {
-			latest[f.Index] = c
+			latest[f.Index] = ch
 		}
 	}
 	idx := make([]int, 0, len(latest))
@@ -202,34 +251,28 @@ func (r *AgentRunReconciler) mergeInputs(ctx context.Context, _ *arv1.AgentRun, 
 	sort.Ints(idx)
 	var out []string
 	for _, i := range idx {
-		c := latest[i]
-		if c.Status.Phase != arv1.PhaseComplete || c.Status.FinalOutput == nil {
+		w := latest[i]
+		if w.Status.Phase != arv1.PhaseComplete || w.Status.FinalOutput == nil {
 			continue
 		}
-		text, _, err := r.journals.Output(ctx, store.RefOf(c))
+		text, _, err := c.outputs.Output(ctx, store.RefOf(w))
 		if err != nil {
-			return nil, fmt.Errorf("reading worker %s's output: %w", c.Name, err)
+			return nil, fmt.Errorf("reading worker %s's output: %w", w.Name, err)
 		}
 		out = append(out, text)
 	}
 	return out, nil
 }
 
-// treeUsage sums this run's usage and its children's tree usage. Cost is
-// unknown if any part is.
-func treeUsage(own arv1.Usage, children []arv1.AgentRun) *arv1.Usage {
-	if len(children) == 0 {
-		return nil
+// traceChild carries the trace to a child in its traceparent annotation:
+// its span is a child of the stage visit that created it, whichever
+// replica drives it.
+func (c *Children) traceChild(run, child *arv1.AgentRun, f *runstate.Facts) {
+	if !c.tracer.On() {
+		return
 	}
-	t := own
-	for i := range children {
-		c := children[i].Status.Usage
-		if tu := children[i].Status.TreeUsage; tu != nil {
-			c = *tu
-		}
-		addUsage(&t, c)
-	}
-	return &t
+	t := tracing.RunOfObject(run)
+	child.Annotations = map[string]string{tracing.AnnotationTraceparent: t.Traceparent(t.VisitOrRun(len(f.State.Visits) - 1))}
 }
 
 // expectations remembers children created but not yet seen in the cache,
