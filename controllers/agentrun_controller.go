@@ -236,8 +236,8 @@ type AgentRunReconciler struct {
 	policies *toolPolicies
 	// store says whether the runs' store can be used now.
 	store *storeHealth
-	// archiveRetention: see Deps.ArchiveRetention.
-	archiveRetention time.Duration
+	// archive archives finished runs (archive.go).
+	archive *archiver
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -304,7 +304,8 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.steps = rt
 	r.children = children.New(d.Client, r.runsReader, r.journals, d.Tracer)
 	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.first, runs: r.runs, jobs: r}
-	r.store, r.archiveRetention = newStoreHealth(r.journals.Check, r.wake), d.ArchiveRetention
+	r.store = newStoreHealth(r.journals.Check, r.wake)
+	r.archive = &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention}
 	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
 	r.policies = newToolPolicies(d.Client, d.Namespaces)
@@ -387,8 +388,8 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	if err := mgr.Add(r.store); err != nil {
 		return err
 	}
-	if a := r.journals.Archive(); a != nil && r.archiveRetention > 0 {
-		if err := mgr.Add(archiveSweeper{archive: a, retention: r.archiveRetention, now: r.clock.Now}); err != nil {
+	if w := r.archive.sweeper(r.clock.Now); w != nil {
+		if err := mgr.Add(w); err != nil {
 			return err
 		}
 	}

@@ -11,8 +11,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/children"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 )
 
 // With a database store every finished run is archived (its spec, final
@@ -23,13 +25,23 @@ import (
 // failed archive write is Archived=False with the cause; the finished
 // run's reconcile retries it, and its TTL deletion waits for it.
 
+// archiver archives finished runs, when the runs' store has an archive.
+type archiver struct {
+	journals *router.Router
+	// reader reads a finished run's full record (the cache keeps a stub).
+	reader   client.Reader
+	children *children.Children
+	// retention is how long the archive keeps records (no sweep when 0).
+	retention time.Duration
+}
+
 // archiveRetry is how soon a failed archive write is tried again.
 const archiveRetry = 10 * time.Second
 
-// archiveEnd archives a run this reconcile ends and records the outcome in
-// its status (written next), when there is an archive.
-func (r *AgentRunReconciler) archiveEnd(ctx context.Context, s *scope) {
-	a := r.journals.Archive()
+// end archives a run this reconcile ends and records the outcome in its
+// status (written next), when there is an archive.
+func (w *archiver) end(ctx context.Context, s *scope) {
+	a := w.journals.Archive()
 	if a == nil || !s.run.Status.Phase.IsTerminal() || s.before.Status.Phase.IsTerminal() {
 		return
 	}
@@ -38,15 +50,15 @@ func (r *AgentRunReconciler) archiveEnd(ctx context.Context, s *scope) {
 		text, _ := output.Stored(f.State.Output.Text)
 		rec.Output = &text
 	}
-	r.archiveWith(ctx, a, s.run, rec)
+	w.with(ctx, a, s.run, rec)
 }
 
-// archiveWith writes rec, importing the run's journal when the archive's
+// with writes rec, importing the run's journal when the archive's
 // database does not hold it, and sets the run's Archived condition.
-func (r *AgentRunReconciler) archiveWith(ctx context.Context, a store.Archive, run *arv1.AgentRun, rec *store.Record) {
+func (w *archiver) with(ctx context.Context, a store.Archive, run *arv1.AgentRun, rec *store.Record) {
 	err := func() error {
-		if r.journals.Where(run) != arv1.JournalDatabase {
-			es, err := r.journals.Entries(ctx, store.RefOf(run))
+		if w.journals.Where(run) != arv1.JournalDatabase {
+			es, err := w.journals.Entries(ctx, store.RefOf(run))
 			if err != nil {
 				return fmt.Errorf("reading the journal to archive: %w", err)
 			}
@@ -70,23 +82,23 @@ const archivedMessage = "The finished run's record, journal, output and cost are
 
 // archived says a finished run needs no archive write: there is no
 // archive, or its record is stored.
-func (r *AgentRunReconciler) archived(run *arv1.AgentRun) bool {
-	return r.journals.Archive() == nil || meta.IsStatusConditionTrue(run.Status.Conditions, arv1.ConditionArchived)
+func (w *archiver) archived(run *arv1.AgentRun) bool {
+	return w.journals.Archive() == nil || meta.IsStatusConditionTrue(run.Status.Conditions, arv1.ConditionArchived)
 }
 
-// archiveFinished archives a finished run whose record is not stored yet
+// finished archives a finished run whose record is not stored yet
 // (the write failed at its end, or it ended before a database store was
 // configured), from its full record (the cache keeps a stub). It returns
 // the run as stored and as it is to be written, with its Archived
 // condition.
-func (r *AgentRunReconciler) archiveFinished(ctx context.Context, run *arv1.AgentRun) (stored, archived *arv1.AgentRun, err error) {
+func (w *archiver) finished(ctx context.Context, run *arv1.AgentRun) (stored, archived *arv1.AgentRun, err error) {
 	stored = &arv1.AgentRun{}
-	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
+	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
 		return nil, nil, err
 	}
 	archived = stored.DeepCopy()
 	rec := &store.Record{}
-	children, err := r.children.List(ctx, stored)
+	children, err := w.children.List(ctx, stored)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,7 +107,7 @@ func (r *AgentRunReconciler) archiveFinished(ctx context.Context, run *arv1.Agen
 		rec.Children = append(rec.Children, store.ChildRecord{Name: c.Name, UID: c.UID, Phase: c.Status.Phase})
 	}
 	if stored.Status.FinalOutput != nil {
-		text, ok, err := r.journals.Output(ctx, store.RefOf(stored))
+		text, ok, err := w.journals.Output(ctx, store.RefOf(stored))
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the output to archive: %w", err)
 		}
@@ -103,7 +115,7 @@ func (r *AgentRunReconciler) archiveFinished(ctx context.Context, run *arv1.Agen
 			rec.Output = &text
 		}
 	}
-	r.archiveWith(ctx, r.journals.Archive(), archived, rec)
+	w.with(ctx, w.journals.Archive(), archived, rec)
 	return stored, archived, nil
 }
 
@@ -118,6 +130,16 @@ func childRecords(f *facts) []store.ChildRecord {
 		out = append(out, store.ChildRecord{Name: c.Name, UID: c.UID, Phase: c.Status.Phase})
 	}
 	return out
+}
+
+// sweeper is the archive's sweep, when there is an archive and a
+// retention (nil otherwise).
+func (w *archiver) sweeper(now func() time.Time) *archiveSweeper {
+	a := w.journals.Archive()
+	if a == nil || w.retention <= 0 {
+		return nil
+	}
+	return &archiveSweeper{archive: a, retention: w.retention, now: now}
 }
 
 // archiveSweeper deletes archived runs older than the retention, in

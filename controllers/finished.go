@@ -46,11 +46,11 @@ func FinishedRunTransform() toolscache.TransformFunc {
 }
 
 // ttlOf is how long after finishing the run is deleted; false keeps it.
-func (r *AgentRunReconciler) ttlOf(run *arv1.AgentRun) (time.Duration, bool) {
+func (rt Retention) ttlOf(run *arv1.AgentRun) (time.Duration, bool) {
 	if t := run.Spec.TTLSecondsAfterFinished; t != nil {
 		return time.Duration(*t) * time.Second, true
 	}
-	if r.retentionOf.Default == nil {
+	if rt.Default == nil {
 		return 0, false
 	}
 	for _, m := range gitOpsMarks {
@@ -58,14 +58,14 @@ func (r *AgentRunReconciler) ttlOf(run *arv1.AgentRun) (time.Duration, bool) {
 			return 0, false
 		}
 	}
-	return *r.retentionOf.Default, true
+	return *rt.Default, true
 }
 
-// retention adds to res the requeue that deletes a finished run when its
+// requeue adds to res the requeue that deletes a finished run when its
 // time comes. A run whose webhook is not settled waits for it: the
 // delivery's report wakes it.
-func (r *AgentRunReconciler) retention(run *arv1.AgentRun, now time.Time, res ctrl.Result) ctrl.Result {
-	ttl, ok := r.ttlOf(run)
+func (rt Retention) requeue(run *arv1.AgentRun, now time.Time, res ctrl.Result) ctrl.Result {
+	ttl, ok := rt.ttlOf(run)
 	if !ok || callbackDue(run) || run.Status.FinishedAt == nil {
 		return res
 	}
@@ -96,11 +96,11 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		run.Status.ObservedGeneration = run.Generation
 		setConditions(run, conditionInputs{})
 	}
-	if !r.archived(run) {
+	if !r.archive.archived(run) {
 		// A replica that died between the run's end and giving back its
 		// quota holds left them: given back before the archive (once).
 		r.queue.End(ctx, run)
-		stored, archived, err := r.archiveFinished(ctx, run)
+		stored, archived, err := r.archive.finished(ctx, run)
 		if err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
@@ -115,12 +115,12 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		return ctrl.Result{}, err
 	}
 	r.deliverCallback(ctx, run)
-	if !r.archived(run) {
+	if !r.archive.archived(run) {
 		return ctrl.Result{RequeueAfter: archiveRetry}, nil // kept until archived
 	}
 	now := r.clock.Now()
-	res := r.retention(run, now, ctrl.Result{})
-	if ttl, ok := r.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
+	res := r.retentionOf.requeue(run, now, ctrl.Result{})
+	if ttl, ok := r.retentionOf.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
 		return ctrl.Result{}, r.deleteTree(ctx, run)
 	}
 	return res, nil
