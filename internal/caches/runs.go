@@ -245,10 +245,26 @@ func (c *Runs) dropIfCached(ctx context.Context, key types.NamespacedName, kept 
 // SameStatus compares statuses as they are stored: two that serialise
 // alike (an empty list and none, a time with and without its nanoseconds)
 // are the same, so no write is made for a difference nobody can see.
+//
+// A status is compared on every step between two model calls, and a
+// scalar that differs always serialises differently, so those are checked
+// first and the encoding is left for statuses that may be the same.
 func SameStatus(a, b *arv1.AgentRunStatus) bool {
+	if a != nil && b != nil && scalarsDiffer(a, b) {
+		return false
+	}
 	ja, errA := json.Marshal(a)
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// scalarsDiffer says a and b differ in a field that is a plain value (or
+// a struct of plain values): such a difference is never invisible in JSON.
+func scalarsDiffer(a, b *arv1.AgentRunStatus) bool {
+	return a.Phase != b.Phase || a.Usage != b.Usage || a.Iteration != b.Iteration ||
+		a.CurrentStage != b.CurrentStage || a.Stage != b.Stage || a.StageIndex != b.StageIndex ||
+		a.NumStages != b.NumStages || a.Model != b.Model || a.Error != b.Error ||
+		a.ObservedGeneration != b.ObservedGeneration || a.Driver != b.Driver
 }
 
 // refresh keeps the run as the API server holds it now.

@@ -234,6 +234,9 @@ func (o longRun) report(r *report, kind string, st storeSetup, lr *latencyRun, i
 		ms(durQuantile(lead, 0.5).Seconds()), ms(durQuantile(lead, 0.99).Seconds()), ms(durQuantile(gaps, 0.5).Seconds()), ms(durQuantile(gaps, 0.99).Seconds()),
 		ms(durMean(gaps).Seconds()), len(gaps), durMean(gaps).Seconds()*float64(o.calls-1),
 		ms(durQuantile(tail, 0.5).Seconds()), ms(durQuantile(tail, 0.99).Seconds()))
+	r.row(kind+": reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms; waited in the queue p50 %.1fms p99 %.1fms; %.0f woken by the manager waited p50 %.1fms p99 %.1fms",
+		res.Reconcile.Count, res.Reconcile.Count/float64(o.n), ms(res.Reconcile.Quantile(0.5)), ms(res.Reconcile.Quantile(0.99)),
+		ms(res.QueueWait.Quantile(0.5)), ms(res.QueueWait.Quantile(0.99)), res.WakeWait.Count, ms(res.WakeWait.Quantile(0.5)), ms(res.WakeWait.Quantile(0.99)))
 	r.row(kind+": server", "%s", serverRow(lr.server))
 	r.row(kind+": waits seen", "%s", lr.waits)
 	r.row(kind+": etcd writes", "%d over %.1fs = %.2f/run, %.2f/run less %.2f writes/s of idle noise = %.3f/call", res.Writes, secs(res.Window), res.WritesPerRun(), writes, idle, writes/float64(o.calls))

@@ -83,11 +83,20 @@ func layerEntries(t *testing.T, l v1.Layer) map[string]layerEntry {
 	}
 	defer rc.Close()
 	out := map[string]layerEntry{}
-	tr := tar.NewReader(rc)
+	eachTarEntry(t, rc, func(h *tar.Header, b []byte) {
+		out[h.Name] = layerEntry{h.Mode, h.Uid, h.Gid, h.Typeflag, b}
+	})
+	return out
+}
+
+// eachTarEntry calls fn with each entry of the tar stream r and its bytes.
+func eachTarEntry(t *testing.T, r io.Reader, fn func(*tar.Header, []byte)) {
+	t.Helper()
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return out
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +105,7 @@ func layerEntries(t *testing.T, l v1.Layer) map[string]layerEntry {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[h.Name] = layerEntry{h.Mode, h.Uid, h.Gid, h.Typeflag, b}
+		fn(h, b)
 	}
 }
 
@@ -408,19 +417,6 @@ func diffID(t *testing.T, l v1.Layer) v1.Hash {
 func tarFiles(t *testing.T, data []byte) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[h.Name] = b
-	}
+	eachTarEntry(t, bytes.NewReader(data), func(h *tar.Header, b []byte) { out[h.Name] = b })
+	return out
 }

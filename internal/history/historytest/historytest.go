@@ -1,10 +1,9 @@
-// Package historytest is a test harness, for tests only: it serves the
-// history API (package history) behind a test control plane's
-// aggregation layer as a cluster serves it, and archives finished runs
-// into the store that API reads, as the manager's archive does. The
-// history package's own suite and the web console's browser tests both
-// need the API up through the API server; this is the one place that
-// knows how.
+// Package historytest serves the history API (package history) on
+// loopback behind a local control plane's aggregation layer as a cluster
+// serves it, and archives finished runs into the store that API reads, as
+// the manager's archive does. The history package's own suite, the web
+// console's browser tests and `make run` (hack/run-local) all need the API
+// up through the API server; this is the one place that knows how.
 //
 // It starts no database and no control plane: the caller starts the
 // control plane with testenv.Options{Aggregation: true} and opens the
@@ -95,7 +94,7 @@ func Install(ctx context.Context, env *testenv.Env) error {
 	if err := env.ApplyDir(filepath.Join(testenv.RepoRoot(), "config", "history")); err != nil {
 		return err
 	}
-	if err := kube.CoreV1().Services(Namespace).Delete(ctx, ServiceName, metav1.DeleteOptions{}); err != nil {
+	if err := kube.CoreV1().Services(Namespace).Delete(ctx, ServiceName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	_, err = kube.CoreV1().Services(Namespace).Create(ctx, &corev1.Service{
@@ -122,6 +121,17 @@ func Serve(ctx context.Context, env *testenv.Env, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.WatchInterval == 0 {
+		o.WatchInterval = 100 * time.Millisecond
+	}
+	return ServeAs(ctx, env, o, kc)
+}
+
+// ServeAs runs the history server in this process on a loopback port
+// until ctx ends, authenticating to the API server with kubeconfig, and
+// points the APIService at that port. o.Dir is not used; a zero
+// o.WatchInterval is the server's default.
+func ServeAs(ctx context.Context, env *testenv.Env, o Options, kc string) (*Server, error) {
 	ln, port, err := history.Listen("127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -143,9 +153,8 @@ func Serve(ctx context.Context, env *testenv.Env, o Options) (*Server, error) {
 	so.Store = o.DSN
 	so.Certs = history.CertOptions{Namespace: Namespace, SecretName: "agentrun-history-cert", Service: ServiceName, Kubeconfig: kc}
 	so.Clock = o.Clock
-	so.Watch.Interval = o.WatchInterval
-	if so.Watch.Interval == 0 {
-		so.Watch.Interval = 100 * time.Millisecond
+	if o.WatchInterval != 0 {
+		so.Watch.Interval = o.WatchInterval
 	}
 	s, err := so.New(ctx)
 	if err != nil {
