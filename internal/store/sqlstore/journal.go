@@ -28,12 +28,16 @@ type dialect struct {
 	lockShared string
 	// placeholder rewrites $1, $2, ... for the driver.
 	placeholder func(string) string
+	// correlate, appended to an EXISTS subquery, keeps it a filter
+	// checked row by row: PostgreSQL turns an EXISTS into a join
+	// unless the subquery has an OFFSET; SQLite checks it row by row.
+	correlate string
 }
 
 var numbered = regexp.MustCompile(`\$(\d+)`)
 
 var (
-	postgresDialect = dialect{name: KindPostgres, goose: goose.DialectPostgres, lockShared: " FOR SHARE", placeholder: func(q string) string { return q }}
+	postgresDialect = dialect{name: KindPostgres, goose: goose.DialectPostgres, lockShared: " FOR SHARE", placeholder: func(q string) string { return q }, correlate: " OFFSET 0"}
 	sqliteDialect   = dialect{name: KindSQLite, goose: goose.DialectSQLite3, placeholder: func(q string) string { return numbered.ReplaceAllString(q, "?$1") }}
 )
 
