@@ -201,10 +201,9 @@ func rssMiB(pid int) (rss, peak float64) {
 // server (this binary again) is counted as "history-server".
 func treeCPU(server int) map[string]float64 {
 	type proc struct {
-		comm       string
-		ppid       int
-		cpu        float64
-		terminated bool
+		comm string
+		ppid int
+		cpu  float64
 	}
 	procs := map[int]proc{}
 	dirs, _ := os.ReadDir("/proc")

@@ -330,18 +330,42 @@ const microsPerDay = int64(24 * time.Hour / time.Microsecond)
 // agent is its run's spec.agent, written into the ledger when the run is
 // archived; calls of runs not archived yet read agent "".
 func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) {
+	stmt, args, err := costStatement(q)
+	if err != nil {
+		return nil, err
+	}
 	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	rows, err := s.db.QueryContext(ctx, s.q(stmt), args...)
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []CostRow
+	for rows.Next() {
+		var r CostRow
+		if err := rows.Scan(&r.Namespace, &r.Agent, &r.Model, &r.Day, &r.Calls, &r.PromptTokens, &r.CompletionTokens, &r.TotalTokens, &r.PricedNanoUSD, &r.UnpricedCalls); err != nil {
+			return nil, s.classify(err)
+		}
+		if r.Calls > 0 {
+			out = append(out, r)
+		}
+	}
+	return out, s.classify(rows.Err())
+}
+
+// costStatement is the cost report's statement and its arguments.
+func costStatement(q CostQuery) (string, []any, error) {
 	cols := map[CostDimension]string{ByNamespace: "c.namespace", ByAgent: "c.agent", ByModel: "c.model", ByDay: "c.day"}
 	sel := map[CostDimension]string{ByNamespace: "''", ByAgent: "''", ByModel: "''", ByDay: "0"}
 	var group []string
 	for _, d := range q.By {
 		c, ok := cols[d]
 		if !ok {
-			return nil, fmt.Errorf("no cost dimension %q", d)
+			return "", nil, fmt.Errorf("no cost dimension %q", d)
 		}
 		sel[d] = c
 		group = append(group, c)
@@ -399,22 +423,7 @@ func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) 
 	if len(group) > 0 {
 		stmt += " GROUP BY " + strings.Join(group, ", ") + " ORDER BY " + strings.Join(group, ", ")
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(stmt), args...)
-	if err != nil {
-		return nil, s.classify(err)
-	}
-	defer func() { _ = rows.Close() }()
-	var out []CostRow
-	for rows.Next() {
-		var r CostRow
-		if err := rows.Scan(&r.Namespace, &r.Agent, &r.Model, &r.Day, &r.Calls, &r.PromptTokens, &r.CompletionTokens, &r.TotalTokens, &r.PricedNanoUSD, &r.UnpricedCalls); err != nil {
-			return nil, s.classify(err)
-		}
-		if r.Calls > 0 {
-			out = append(out, r)
-		}
-	}
-	return out, s.classify(rows.Err())
+	return stmt, args, nil
 }
 
 // HistoryKey is the secret that signs the history API's continue tokens:
