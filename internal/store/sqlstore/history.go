@@ -326,9 +326,9 @@ const microsPerDay = int64(24 * time.Hour / time.Microsecond)
 // (call_ledger_daily) and the calls of runs not archived yet, so the
 // report costs the groups it returns, not the calls of the archive; the
 // partial days at the range's ends are summed from the ledger itself, so
-// any range is exact. A call's
-// agent is its run's spec.agent, written into the ledger when the run is
-// archived; calls of runs not archived yet read agent "".
+// any range is exact. A call's agent is its run's spec.agent, written
+// into the ledger when the run is archived; calls of runs not archived
+// yet read agent "".
 func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) {
 	stmt, args, err := costStatement(q)
 	if err != nil {
