@@ -164,6 +164,9 @@ func (o *Options) config() (*genericapiserver.RecommendedConfig, error) {
 	cfg := genericapiserver.NewRecommendedConfig(Codecs)
 	cfg.EffectiveVersion = compatibility.NewEffectiveVersionFromString("1.37", "", "")
 	cfg.EnableProfiling = false
+	cfg.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(withTableRequests(h), c)
+	}
 	if err := o.SecureServing.ApplyTo(&cfg.SecureServing, &cfg.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
@@ -212,7 +215,7 @@ func frontProxyOnly(proxy authenticator.Request) authenticator.Request {
 
 // apiGroup is history.agentrun.dev/v1alpha1's resources.
 func (o *Options) apiGroup(st *sqlstore.Store) *genericapiserver.APIGroupInfo {
-	records := &recordsREST{store: st, clock: o.Clock, key: st.HistoryKey, ttl: o.ContinueTTL, watch: o.Watch}
+	records := &recordsREST{store: st, clock: o.Clock, key: onceOK(st.HistoryKey), ttl: o.ContinueTTL, watch: o.Watch}
 	info := genericapiserver.NewDefaultAPIGroupInfo(hv1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	info.VersionedResourcesStorageMap[hv1.GroupVersion.Version] = map[string]rest.Storage{
 		hv1.ResourceRecords: records,
