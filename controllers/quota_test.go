@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/quota"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -344,6 +348,81 @@ func TestQuotaRunningTotalNeedsARaise(t *testing.T) {
 	done := waitFor(t, ns, "r", 20*time.Second, "Complete after the raise", phaseIs(arv1.PhaseComplete))
 	if done.Status.Usage.CostUSD != "0.0202" {
 		t.Errorf("cost %q, want 0.0202", done.Status.Usage.CostUSD)
+	}
+}
+
+// TestQuotaIntentOnlyInStatusIsNotLost: with a database store a model
+// call is made only once its intent is journaled. The manager's step
+// journals the run's first intent while its status write already names
+// it; here that journal write is held (the journal's table locked in
+// PostgreSQL) and the manager stopped, as a replica that dies there: the
+// status holds an intent the journal does not, and the provider saw
+// nothing. The manager that takes the run over issues it again without
+// counting it lost: status.usage.lostCalls is 0, modelCalls + lostCalls
+// is what the provider served, and the cost is known. The quota's ledger
+// (which counts a lost call as unpriced, at its worst case) counts no
+// lost call either, only the two answered calls, exactly, with nothing
+// left reserved.
+func TestQuotaIntentOnlyInStatusIsNotLost(t *testing.T) {
+	ctx := context.Background()
+	dsn := storeDSNFor(t, "postgres")
+	ledger, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ledger.Close() })
+	if err := ledger.Check(ctx); err != nil { // migrated before its table is locked
+		t.Fatal(err)
+	}
+	h1 := startManager(t, managerOpts{store: dsn, quotaPolicy: quotaPolicy, identity: "first"})
+	waitPolicyDatabase(t, true)
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "spender", map[string]string{"agent.toml": fmt.Sprintf(twoCalls, 0, 0)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": pricedProviders})
+	createQuota(t, ns, "budget", arv1.AgentRunQuotaSpec{Hard: arv1.QuotaHard{Cost: "1"}})
+
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*pc)
+	t.Cleanup(func() { _ = db.Close() })
+	lock, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback() })
+	// Reads go on; every journal write waits for the lock.
+	if _, err := lock.ExecContext(ctx, "LOCK TABLE journal_entries IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	run := createRun(t, ns, "r", "spender")
+	waitFor(t, ns, "r", 20*time.Second, "its first intent in status", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	h1.stop()
+	var journaled int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM journal_entries WHERE run_uid = $1", string(run.UID)).Scan(&journaled); err != nil {
+		t.Fatal(err)
+	}
+	if journaled != 0 || h1.scripted.Calls(string(run.UID)) != 0 {
+		t.Fatalf("%d journal entries and %d provider calls as the first manager stopped; want none: only status holds the intent", journaled, h1.scripted.Calls(string(run.UID)))
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	h2 := startManager(t, managerOpts{store: dsn, quotaPolicy: quotaPolicy, identity: "second", quotaStatusInterval: 200 * time.Millisecond})
+	done := waitFor(t, ns, "r", 30*time.Second, "Complete after the takeover", phaseIs(arv1.PhaseComplete))
+	u, served := done.Status.Usage, h2.scripted.Calls(string(run.UID))
+	if u.LostCalls != 0 || u.ModelCalls != 2 || int(u.ModelCalls+u.LostCalls) != served || u.CostUSD != "0.0202" {
+		t.Errorf("usage %+v; the provider served %d: want 2 calls, none lost, cost known", u, served)
+	}
+	key := quota.Key(arv1.KindAgentRunQuota, ns, "budget")
+	use, err := ledger.QuotaUse(ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if use.UnpricedCalls != u.LostCalls || use.Cost != 20_200_000 || use.ReservedCost != 0 || use.InFlight != 0 {
+		t.Errorf("the ledger: %+v; want the two answered calls ($0.0202), no lost call (the run counts %d), nothing reserved", use, u.LostCalls)
 	}
 }
 
