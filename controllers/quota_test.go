@@ -267,7 +267,7 @@ func midnightClock(lead time.Duration) (offsetClock, time.Time) {
 // at worst): run a makes its two calls, run b its first, and b's second
 // finds no room, so b parks before it (the store refused its reservation;
 // no call is made) on QuotaExceeded with cost, what is used, the limit and
-// the next midnight, no person needed.
+// the next midnight, no person needed, and an Event says so.
 // A new run is held Queued on the same quota. At midnight both go on by
 // themselves and complete; the quota shows the new day's use.
 func TestQuotaSpendParksUntilTheDayResets(t *testing.T) {
@@ -295,8 +295,14 @@ func TestQuotaSpendParksUntilTheDayResets(t *testing.T) {
 	if n := h.scripted.Calls(string(parked.UID)); n != 1 {
 		t.Errorf("provider calls of the parked run = %d, want 1: the call the quota had no room for is not made", n)
 	}
-	q := waitQuota(t, ns, "daily", 10*time.Second, "cost exceeded", func(q *arv1.AgentRunQuota) bool {
-		return len(q.Status.Exceeded) == 1 && q.Status.Exceeded[0] == arv1.QuotaCost
+	// b's first answer and its second intent went to the store in one
+	// write, which the quota refused; the answer is then journaled alone,
+	// settling its reservation. Between the two the store holds that
+	// call at its worst case (used 0.0408, one call in flight) and has
+	// noted the refusal, so a status refresh may show cost exceeded at
+	// 0.0408 for a moment: wait for the settled use.
+	q := waitQuota(t, ns, "daily", 10*time.Second, "cost exceeded with b's answered call settled", func(q *arv1.AgentRunQuota) bool {
+		return len(q.Status.Exceeded) == 1 && q.Status.Exceeded[0] == arv1.QuotaCost && q.Status.InFlight.Calls == 0
 	})
 	if q.Status.Summary != "cost: 0.0303/0.045" || q.Status.ResetAt == nil || !q.Status.ResetAt.Time.Equal(midnight) {
 		t.Errorf("quota status = %+v", q.Status)
@@ -317,6 +323,10 @@ func TestQuotaSpendParksUntilTheDayResets(t *testing.T) {
 			t.Errorf("%s finished at %v, before the reset", name, done.Status.FinishedAt)
 		}
 	}
+	// The running run that parked says so in an Event: which quota, what
+	// it used of which limit, and when it goes on by itself.
+	waitForEvent(t, ns, parked.Name, string(arv1.WaitQuotaExceeded),
+		"AgentRunQuota/"+ns+"/daily has used $0.0303 of its $0.045 cost limit (calls in flight at their worst case); the run goes on by itself when the period resets at "+midnight.Format(time.RFC3339))
 	waitQuota(t, ns, "daily", 10*time.Second, "the new day's use", func(q *arv1.AgentRunQuota) bool {
 		return q.Status.PeriodStart != nil && q.Status.PeriodStart.Time.Equal(midnight) && q.Status.Summary == "cost: 0.0303/0.045"
 	})
