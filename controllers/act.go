@@ -250,6 +250,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		if call.JournalIntent {
 			r.unjournaled.Take(run.UID)
 		}
+		r.quotaSettled(ctx, call.Quota)
 		r.rateHolds.end(run.UID) // the step's end wakes the run
 	})
 	return nil

@@ -436,6 +436,56 @@ func TestQuotaIntentOnlyInStatusIsNotLost(t *testing.T) {
 	}
 }
 
+// pricedCall is one model call (usage as twoCalls') taking ms, that
+// completes the run.
+const pricedCall = `
+[agent]
+name = "%s"
+[agent.title]
+enabled = false
+[stages.only]
+allow_complete = true
+[stages.only.model]
+models = [{provider = "priced", model = "m1"}]
+[[stages.only.script]]
+complete = true
+output = "done"
+usage = {prompt = 100, completion = 50}
+delay_ms = %d
+`
+
+// TestQuotaCallSettlingBelowItsWorstCaseWakesTheParked: a cost quota of
+// $0.035 (a call reserves about $0.021 at worst and costs $0.0101). Run x's
+// slow call is in flight when run y's call finds no room, so y parks. x's
+// call settles at its cost, leaving room for y's: y goes on by itself and
+// completes. Nothing about the quota's spec changes and its status is not
+// refreshed meanwhile (an hour's interval), so it is the settling call's
+// step that wakes y, not the quota's watch.
+func TestQuotaCallSettlingBelowItsWorstCaseWakesTheParked(t *testing.T) {
+	startManager(t, managerOpts{store: storeDSNFor(t, "sqlite"), quotaPolicy: quotaPolicy, quotaStatusInterval: time.Hour})
+	waitPolicyDatabase(t, true)
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "slow", map[string]string{"agent.toml": fmt.Sprintf(pricedCall, "slow", 3000)})
+	createConfigMap(t, ns, "quick", map[string]string{"agent.toml": fmt.Sprintf(pricedCall, "quick", 0)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": pricedProviders})
+	createQuota(t, ns, "total", arv1.AgentRunQuotaSpec{Hard: arv1.QuotaHard{Cost: "0.035"}})
+	createRun(t, ns, "x", "slow")
+	waitFor(t, ns, "x", 20*time.Second, "its call in flight", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	createRun(t, ns, "y", "quick")
+	parked := waitFor(t, ns, "y", 20*time.Second, "parked on the quota", quotaWait)
+	if parked.Status.Phase != arv1.PhaseWaitingInput || parked.Status.WaitingOn.Resource != arv1.QuotaCost {
+		t.Fatalf("y: phase %s, waiting on %+v", parked.Status.Phase, parked.Status.WaitingOn)
+	}
+	if x := getRun(t, ns, "x"); x.Status.Phase.IsTerminal() {
+		t.Fatalf("x finished (%s) before y parked: y's call found no room only while x's was in flight", x.Status.Phase)
+	}
+	waitFor(t, ns, "x", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	done := waitFor(t, ns, "y", 20*time.Second, "Complete once x's call settled", phaseIs(arv1.PhaseComplete))
+	if done.Status.Usage.CostUSD != "0.0101" {
+		t.Errorf("y cost %q, want 0.0101", done.Status.Usage.CostUSD)
+	}
+}
+
 func findCondition(r *arv1.AgentRun, t string) *metav1.Condition {
 	for i := range r.Status.Conditions {
 		if r.Status.Conditions[i].Type == t {
