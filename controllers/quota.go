@@ -9,7 +9,8 @@ package controllers
 // answer settles it (the step's journal writes, with the charge set here).
 // Without one only activeRuns is enforced, from the live runs this
 // process sees. A waiting run is woken by the quota's change (a raise, or
-// its status showing room: quotaWatch) or, for a period, at its reset.
+// its status showing room: quotaWatch), by a call of this process settling
+// below its worst case (recheck) or, for a period, at its reset.
 
 import (
 	"context"

@@ -15,8 +15,9 @@ import (
 // that may let them go on: a new generation (raised, edited) or its
 // deletion wakes them all; its status (refreshed by the quota's
 // reconciler from the store, on every replica's behalf) waking them all
-// when the limits with no room change, and as many runs waiting for an
-// activeRuns slot as slots freed. No run waiting on a quota is polled.
+// when the limits with no room change, as many runs waiting for an
+// activeRuns slot as slots freed, and the runs waiting on its cost or
+// tokens whose refused call fits what it shows used. No run waiting on a quota is polled.
 func (r *AgentRunReconciler) quotaHandlers() []InformerHandler {
 	kinds := []client.Object{&arv1.AgentRunQuota{}}
 	if r.quotas.cluster {
