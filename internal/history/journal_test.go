@@ -179,7 +179,9 @@ func startAgentrun(t *testing.T, kubeconfig string, args ...string) *started {
 	t.Cleanup(func() {
 		if s.cmd.ProcessState == nil {
 			_ = s.cmd.Process.Kill()
-			<-s.done
+			if err := <-s.done; err != nil {
+				t.Logf("%s killed: %v", s.cmd, err)
+			}
 		}
 	})
 	return s

@@ -198,6 +198,19 @@ func leaseFlag(fs *pflag.FlagSet, o *options) {
 	fs.StringVar(&o.leaseNamespace, "lease-namespace", "", "the operator's namespace, where its Leases and priority classes are read (default: "+defaultLeaseNamespace+")")
 }
 
+// transcriptHelp is transcript's long help.
+const transcriptHelp = `Print the run's journal (its model calls, answers, failures, checkpoint
+answers and cancellation) one line per entry, in sequence order. --follow
+then prints each entry as it is journaled (a watch of the journal and the
+run, not polling) until the run ends, or until Ctrl-C. For a run whose
+journal is in the database (status.journalStore Database), and for a run
+that is gone (its archived record; stderr says so), the journal is read
+through the history API (history.agentrun.dev). There --follow watches the
+run and reads the journal again each time the run's status changes, never
+polling: an entry shows when the status moves past it, at once for a wait,
+a phase change, an error and the end, and within the manager's
+--status-interval (10s) while the run goes from one model call to the next.`
+
 func specs() []spec {
 	inspect := []spec{
 		{use: "ps", short: "List runs as trees, the ones needing a person first", group: groupInspect, printing: true,
@@ -254,17 +267,7 @@ For a run whose journal is in the database (status.journalStore Database),
 the journal is read through the history API (history.agentrun.dev) as you.`,
 			check: regionArgs, run: (*app).regions},
 		{use: "transcript NAME", short: "Print a run's journal, one line per entry", group: groupInspect, runNames: 1,
-			long: `Print the run's journal (its model calls, answers, failures, checkpoint
-answers and cancellation) one line per entry, in sequence order. --follow
-then prints each entry as it is journaled (a watch of the journal and the
-run, not polling) until the run ends, or until Ctrl-C. For a run whose
-journal is in the database (status.journalStore Database), and for a run
-that is gone (its archived record; stderr says so), the journal is read
-through the history API (history.agentrun.dev). There --follow watches the
-run and reads the journal again each time the run's status changes, never
-polling: an entry shows when the status moves past it, at once for a wait,
-a phase change, an error and the end, and within the manager's
---status-interval (10s) while the run goes from one model call to the next.`,
+			long: transcriptHelp,
 			example: `  kubectl agentrun transcript review-pr
   kubectl agentrun transcript -f review-pr`,
 			flags: func(fs *pflag.FlagSet, o *options) {
