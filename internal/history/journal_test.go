@@ -247,7 +247,8 @@ func setStatus(t *testing.T, ns, name string, mutate func(*arv1.AgentRunStatus))
 
 // TestPluginFollowsDatabaseJournal: transcript --follow of a database
 // run prints the journal, then each entry once as the run's status moves
-// past it, and ends with the run, its last entries printed.
+// past it, and ends with the run, its last entries printed; it is not cut
+// short by --request-timeout, which bounds each request, not the follow.
 func TestPluginFollowsDatabaseJournal(t *testing.T) {
 	ns := "plugin-follow"
 	kc, _ := userConfig(t, "nia")
@@ -255,8 +256,9 @@ func TestPluginFollowsDatabaseJournal(t *testing.T) {
 	runReader(t, ns, "nia")
 	run := liveRun(t, ns, "db", nil, modelCall(0, "first-model", "one")...)
 
-	f := startAgentrun(t, kc, "transcript", "db", "-n", ns, "--follow")
+	f := startAgentrun(t, kc, "transcript", "db", "-n", ns, "--follow", "--request-timeout", "2s")
 	f.await(t, "test/first-model")
+	time.Sleep(3 * time.Second) // past --request-timeout
 
 	if err := arch.Append(context.Background(), run, modelCall(2, "second-model", "two")...); err != nil {
 		t.Fatal(err)

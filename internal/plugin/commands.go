@@ -161,8 +161,8 @@ func (a *app) command(s spec) *cobra.Command {
 }
 
 // runCommand connects and runs one command, within --request-timeout
-// (plus --wait's 30s; no overall bound for a watch, which runs until
-// interrupted, nor with --request-timeout=0).
+// (plus --wait's 30s; no overall bound for a watch or a --follow, which
+// run until interrupted, nor with --request-timeout=0).
 func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 	cfg, err := a.restConfig()
 	if err != nil {
@@ -177,7 +177,7 @@ func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 	if o.wait { // --wait's own bound comes on top of the requests'
 		bound += a.waitFor
 	}
-	if cfg.Timeout > 0 && !o.watch && !s.endless {
+	if cfg.Timeout > 0 && !o.watch && !o.follow && !s.endless {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
