@@ -5,9 +5,9 @@
 // client certificate, takes the user from its headers, and asks the API
 // server whether that user may do the request (SubjectAccessReview),
 // with k8s.io/apiserver's delegating authenticator and authorizer. Served:
-// agentrunrecords (get, list, watch, delete; subresources transcript and
-// output) and agentruncostreports (list), read from the database store's
-// archive and call ledger. docs/history.md describes it.
+// agentrunrecords (get, list, watch, delete; subresources transcript,
+// output and journal) and agentruncostreports (list), read from the
+// database store's archive and call ledger. docs/history.md describes it.
 package history
 
 import (
@@ -221,6 +221,7 @@ func (o *Options) apiGroup(st *sqlstore.Store) *genericapiserver.APIGroupInfo {
 		hv1.ResourceRecords: records,
 		hv1.ResourceRecords + "/" + hv1.SubresourceTranscript: &transcriptREST{records: records},
 		hv1.ResourceRecords + "/" + hv1.SubresourceOutput:     &outputREST{records: records},
+		hv1.ResourceRecords + "/" + hv1.SubresourceJournal:    &journalREST{records: records},
 		hv1.ResourceCostReports:                               &costsREST{store: st, clock: o.Clock},
 	}
 	return &info
