@@ -195,7 +195,8 @@ func (r *AgentRunReconciler) cancel(ctx context.Context, s *scope) (bool, error)
 // the status this reconcile writes (the seeds' pending-call object), or in
 // the journal when that write may wait (statuswait.go); the call starts
 // once the intent is stored. A pending intent nobody here
-// started is issued again under its seq and counted as possibly lost.
+// started is issued again under its seq and counted as possibly lost
+// (mayHaveBeenSent).
 func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	f, a, run := s.facts, s.action, s.run
 	st := f.State
@@ -203,7 +204,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	if a.Reissue {
 		intent = *st.Pending
 		intent.At = f.Now
-		if !r.unstarted.has(stepKey(run, intent.Seq)) {
+		if r.mayHaveBeenSent(run, f, intent.Seq) {
 			intent.Lost++
 		}
 	}
@@ -249,9 +250,27 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		if call.JournalIntent {
 			r.unjournaled.Take(run.UID)
 		}
+		r.queue.Settled(ctx, call.Quota)
 		r.rateHolds.end(run.UID) // the step's end wakes the run
 	})
 	return nil
+}
+
+// mayHaveBeenSent says whether the pending model call seq, about to be
+// issued again, may have reached its provider, so that its dispatch counts
+// as lost (status.usage.lostCalls; the store's ledger counts it by the
+// same Lost). Not when this manager knows it never started it, nor when
+// only status holds the intent and the run's journal is in a database:
+// there every model call's intent is journaled before the call is made
+// (dispatch, the step's continuations), so status named an intent whose
+// step had not journaled it yet, and a replica that died then (or whose
+// write failed) never sent it.
+func (r *AgentRunReconciler) mayHaveBeenSent(run *arv1.AgentRun, f *facts, seq int64) bool {
+	if r.unstarted.has(stepKey(run, seq)) {
+		return false
+	}
+	onlyInStatus := f.statusIntent != nil && f.statusIntent.Seq == seq
+	return !onlyInStatus || r.journals.Where(run) != arv1.JournalDatabase
 }
 
 // modelIntent is the intent of the model call Decide asked for (without

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/quota"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -263,7 +267,7 @@ func midnightClock(lead time.Duration) (offsetClock, time.Time) {
 // at worst): run a makes its two calls, run b its first, and b's second
 // finds no room, so b parks before it (the store refused its reservation;
 // no call is made) on QuotaExceeded with cost, what is used, the limit and
-// the next midnight, no person needed.
+// the next midnight, no person needed, and an Event says so.
 // A new run is held Queued on the same quota. At midnight both go on by
 // themselves and complete; the quota shows the new day's use.
 func TestQuotaSpendParksUntilTheDayResets(t *testing.T) {
@@ -291,8 +295,14 @@ func TestQuotaSpendParksUntilTheDayResets(t *testing.T) {
 	if n := h.scripted.Calls(string(parked.UID)); n != 1 {
 		t.Errorf("provider calls of the parked run = %d, want 1: the call the quota had no room for is not made", n)
 	}
-	q := waitQuota(t, ns, "daily", 10*time.Second, "cost exceeded", func(q *arv1.AgentRunQuota) bool {
-		return len(q.Status.Exceeded) == 1 && q.Status.Exceeded[0] == arv1.QuotaCost
+	// b's first answer and its second intent went to the store in one
+	// write, which the quota refused; the answer is then journaled alone,
+	// settling its reservation. Between the two the store holds that
+	// call at its worst case (used 0.0408, one call in flight) and has
+	// noted the refusal, so a status refresh may show cost exceeded at
+	// 0.0408 for a moment: wait for the settled use.
+	q := waitQuota(t, ns, "daily", 10*time.Second, "cost exceeded with b's answered call settled", func(q *arv1.AgentRunQuota) bool {
+		return len(q.Status.Exceeded) == 1 && q.Status.Exceeded[0] == arv1.QuotaCost && q.Status.InFlight.Calls == 0
 	})
 	if q.Status.Summary != "cost: 0.0303/0.045" || q.Status.ResetAt == nil || !q.Status.ResetAt.Time.Equal(midnight) {
 		t.Errorf("quota status = %+v", q.Status)
@@ -313,6 +323,10 @@ func TestQuotaSpendParksUntilTheDayResets(t *testing.T) {
 			t.Errorf("%s finished at %v, before the reset", name, done.Status.FinishedAt)
 		}
 	}
+	// The running run that parked says so in an Event: which quota, what
+	// it used of which limit, and when it goes on by itself.
+	waitForEvent(t, ns, parked.Name, string(arv1.WaitQuotaExceeded),
+		"AgentRunQuota/"+ns+"/daily has used $0.0303 of its $0.045 cost limit (calls in flight at their worst case); the run goes on by itself when the period resets at "+midnight.Format(time.RFC3339))
 	waitQuota(t, ns, "daily", 10*time.Second, "the new day's use", func(q *arv1.AgentRunQuota) bool {
 		return q.Status.PeriodStart != nil && q.Status.PeriodStart.Time.Equal(midnight) && q.Status.Summary == "cost: 0.0303/0.045"
 	})
@@ -344,6 +358,131 @@ func TestQuotaRunningTotalNeedsARaise(t *testing.T) {
 	done := waitFor(t, ns, "r", 20*time.Second, "Complete after the raise", phaseIs(arv1.PhaseComplete))
 	if done.Status.Usage.CostUSD != "0.0202" {
 		t.Errorf("cost %q, want 0.0202", done.Status.Usage.CostUSD)
+	}
+}
+
+// TestQuotaIntentOnlyInStatusIsNotLost: with a database store a model
+// call is made only once its intent is journaled. The manager's step
+// journals the run's first intent while its status write already names
+// it; here that journal write is held (the journal's table locked in
+// PostgreSQL) and the manager stopped, as a replica that dies there: the
+// status holds an intent the journal does not, and the provider saw
+// nothing. The manager that takes the run over issues it again without
+// counting it lost: status.usage.lostCalls is 0, modelCalls + lostCalls
+// is what the provider served, and the cost is known. The quota's ledger
+// (which counts a lost call as unpriced, at its worst case) counts no
+// lost call either, only the two answered calls, exactly, with nothing
+// left reserved.
+func TestQuotaIntentOnlyInStatusIsNotLost(t *testing.T) {
+	ctx := context.Background()
+	dsn := storeDSNFor(t, "postgres")
+	ledger, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ledger.Close() })
+	if err := ledger.Check(ctx); err != nil { // migrated before its table is locked
+		t.Fatal(err)
+	}
+	h1 := startManager(t, managerOpts{store: dsn, quotaPolicy: quotaPolicy, identity: "first"})
+	waitPolicyDatabase(t, true)
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "spender", map[string]string{"agent.toml": fmt.Sprintf(twoCalls, 0, 0)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": pricedProviders})
+	createQuota(t, ns, "budget", arv1.AgentRunQuotaSpec{Hard: arv1.QuotaHard{Cost: "1"}})
+
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*pc)
+	t.Cleanup(func() { _ = db.Close() })
+	lock, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback() })
+	// Reads go on; every journal write waits for the lock.
+	if _, err := lock.ExecContext(ctx, "LOCK TABLE journal_entries IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	run := createRun(t, ns, "r", "spender")
+	waitFor(t, ns, "r", 20*time.Second, "its first intent in status", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	h1.stop()
+	var journaled int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM journal_entries WHERE run_uid = $1", string(run.UID)).Scan(&journaled); err != nil {
+		t.Fatal(err)
+	}
+	if journaled != 0 || h1.scripted.Calls(string(run.UID)) != 0 {
+		t.Fatalf("%d journal entries and %d provider calls as the first manager stopped; want none: only status holds the intent", journaled, h1.scripted.Calls(string(run.UID)))
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	h2 := startManager(t, managerOpts{store: dsn, quotaPolicy: quotaPolicy, identity: "second", quotaStatusInterval: 200 * time.Millisecond})
+	done := waitFor(t, ns, "r", 30*time.Second, "Complete after the takeover", phaseIs(arv1.PhaseComplete))
+	u, served := done.Status.Usage, h2.scripted.Calls(string(run.UID))
+	if u.LostCalls != 0 || u.ModelCalls != 2 || int(u.ModelCalls+u.LostCalls) != served || u.CostUSD != "0.0202" {
+		t.Errorf("usage %+v; the provider served %d: want 2 calls, none lost, cost known", u, served)
+	}
+	key := quota.Key(arv1.KindAgentRunQuota, ns, "budget")
+	use, err := ledger.QuotaUse(ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if use.UnpricedCalls != u.LostCalls || use.Cost != 20_200_000 || use.ReservedCost != 0 || use.InFlight != 0 {
+		t.Errorf("the ledger: %+v; want the two answered calls ($0.0202), no lost call (the run counts %d), nothing reserved", use, u.LostCalls)
+	}
+}
+
+// pricedCall is one model call (usage as twoCalls') taking ms, that
+// completes the run.
+const pricedCall = `
+[agent]
+name = "%s"
+[agent.title]
+enabled = false
+[stages.only]
+allow_complete = true
+[stages.only.model]
+models = [{provider = "priced", model = "m1"}]
+[[stages.only.script]]
+complete = true
+output = "done"
+usage = {prompt = 100, completion = 50}
+delay_ms = %d
+`
+
+// TestQuotaCallSettlingBelowItsWorstCaseWakesTheParked: a cost quota of
+// $0.035 (a call reserves about $0.021 at worst and costs $0.0101). Run x's
+// slow call is in flight when run y's call finds no room, so y parks. x's
+// call settles at its cost, leaving room for y's: y goes on by itself and
+// completes. Nothing about the quota's spec changes and its status is not
+// refreshed meanwhile (an hour's interval), so it is the settling call's
+// step that wakes y, not the quota's watch.
+func TestQuotaCallSettlingBelowItsWorstCaseWakesTheParked(t *testing.T) {
+	startManager(t, managerOpts{store: storeDSNFor(t, "sqlite"), quotaPolicy: quotaPolicy, quotaStatusInterval: time.Hour})
+	waitPolicyDatabase(t, true)
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "slow", map[string]string{"agent.toml": fmt.Sprintf(pricedCall, "slow", 3000)})
+	createConfigMap(t, ns, "quick", map[string]string{"agent.toml": fmt.Sprintf(pricedCall, "quick", 0)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": pricedProviders})
+	createQuota(t, ns, "total", arv1.AgentRunQuotaSpec{Hard: arv1.QuotaHard{Cost: "0.035"}})
+	createRun(t, ns, "x", "slow")
+	waitFor(t, ns, "x", 20*time.Second, "its call in flight", func(r *arv1.AgentRun) bool { return r.Status.PendingCall != nil })
+	createRun(t, ns, "y", "quick")
+	parked := waitFor(t, ns, "y", 20*time.Second, "parked on the quota", quotaWait)
+	if parked.Status.Phase != arv1.PhaseWaitingInput || parked.Status.WaitingOn.Resource != arv1.QuotaCost {
+		t.Fatalf("y: phase %s, waiting on %+v", parked.Status.Phase, parked.Status.WaitingOn)
+	}
+	if x := getRun(t, ns, "x"); x.Status.Phase.IsTerminal() {
+		t.Fatalf("x finished (%s) before y parked: y's call found no room only while x's was in flight", x.Status.Phase)
+	}
+	waitFor(t, ns, "x", 20*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	done := waitFor(t, ns, "y", 20*time.Second, "Complete once x's call settled", phaseIs(arv1.PhaseComplete))
+	if done.Status.Usage.CostUSD != "0.0101" {
+		t.Errorf("y cost %q, want 0.0101", done.Status.Usage.CostUSD)
 	}
 }
 

@@ -1,11 +1,13 @@
 package history
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,4 +76,24 @@ func decodeToken(key []byte, token, query string, now time.Time, ttl time.Durati
 		return nil, apierrors.NewResourceExpired("the continue token has expired; list again without it")
 	}
 	return &sqlstore.RecordCursor{FinishedAt: t.FinishedAt, UID: t.UID}, nil
+}
+
+// onceOK remembers read's first answer that is not an error: the continue
+// key is made once per database and never changes, so lists do not ask
+// the database for it every time.
+func onceOK(read func(context.Context) ([]byte, error)) func(context.Context) ([]byte, error) {
+	var mu sync.Mutex
+	var key []byte
+	return func(ctx context.Context) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if key != nil {
+			return key, nil
+		}
+		k, err := read(ctx)
+		if err == nil {
+			key = k
+		}
+		return k, err
+	}
 }

@@ -45,6 +45,8 @@ func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPID
 		map[string]spec.Schema{"metadata": metaOf(listMeta), "items": itemsOf(record)}, lm, record)
 	defs[typeName(hv1.AgentRunTranscript{})] = object("A record's transcript.",
 		map[string]spec.Schema{"metadata": metaOf(meta), "lines": *spec.ArrayProperty(func() *spec.Schema { s := free(); return &s }())}, om)
+	defs[typeName(hv1.AgentRunJournal{})] = object("A run's journal entries as stored.",
+		map[string]spec.Schema{"metadata": metaOf(meta), "entries": *spec.ArrayProperty(func() *spec.Schema { s := free(); return &s }())}, om)
 	defs[typeName(hv1.AgentRunOutput{})] = object("A record's final output.",
 		map[string]spec.Schema{"metadata": metaOf(meta), "stored": *spec.BoolProperty(), "output": *spec.StringProperty()}, om)
 	defs[costReport] = object("One group of the cost report.",

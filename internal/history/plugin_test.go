@@ -46,6 +46,17 @@ var (
 // kubectlAgentrun runs `kubectl agentrun args...` with kubeconfig.
 func kubectlAgentrun(t *testing.T, kubeconfig string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	cmd := agentrunCommand(t, kubeconfig, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// agentrunCommand is `kubectl agentrun args...` with kubeconfig, the
+// plugin built once.
+func agentrunCommand(t *testing.T, kubeconfig string, args ...string) *exec.Cmd {
+	t.Helper()
 	pluginOnce.Do(func() {
 		pluginBin = filepath.Join(dir, "plugin-bin")
 		build := exec.Command("go", "build", "-o", filepath.Join(pluginBin, "kubectl-agentrun"), "./cmd/kubectl-agentrun")
@@ -59,10 +70,7 @@ func kubectlAgentrun(t *testing.T, kubeconfig string, args ...string) (stdout, s
 	}
 	cmd := exec.Command(testenv.KubectlPath(), append([]string{"agentrun"}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+pluginBin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	return out.String(), errOut.String(), err
+	return cmd
 }
 
 type buildError struct {

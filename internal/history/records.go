@@ -121,6 +121,9 @@ func (r *recordsREST) List(ctx context.Context, o *metainternalversion.ListOptio
 		limit = MaxPage
 	}
 	q.Limit = limit + 1
+	// A Table prints a few columns and each row's metadata: summaries
+	// serve it (see tablerequests.go).
+	q.Summaries = tableRows(ctx)
 	rows, err := r.store.ListRecords(ctx, q)
 	if err != nil {
 		return nil, storeError(err)
@@ -173,8 +176,13 @@ func (r *recordsREST) Delete(ctx context.Context, name string, validate rest.Val
 }
 
 // toRecord is an archived row as the API shows it: the run's metadata,
-// spec and status as stored, and the archive's own facts.
+// spec and status as stored, and the archive's own facts. A row read as
+// a summary gives what a Table prints (metadata, spec.agent, and the
+// status's phase, model, start and usage) and the archive's facts.
 func toRecord(row *sqlstore.ArchivedRecord) (*hv1.AgentRunRecord, error) {
+	if row.Summary != "" {
+		return summaryRecord(row)
+	}
 	var run arv1.AgentRun
 	if err := json.Unmarshal([]byte(row.Record), &run); err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("the archived record of %s/%s does not decode: %w", row.Namespace, row.Name, err))
@@ -199,6 +207,28 @@ func toRecord(row *sqlstore.ArchivedRecord) (*hv1.AgentRunRecord, error) {
 	for _, c := range children {
 		rec.Archive.Children = append(rec.Archive.Children, hv1.RecordChild{Name: c.Name, UID: string(c.UID), Phase: c.Phase})
 	}
+	return rec, nil
+}
+
+// summaryRecord is a row read as a summary, as a Table row needs it.
+func summaryRecord(row *sqlstore.ArchivedRecord) (*hv1.AgentRunRecord, error) {
+	var sum sqlstore.RecordSummary
+	if err := json.Unmarshal([]byte(row.Summary), &sum); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("the archived summary of %s/%s does not decode: %w", row.Namespace, row.Name, err))
+	}
+	rec := &hv1.AgentRunRecord{
+		TypeMeta:   metav1.TypeMeta{APIVersion: hv1.GroupVersion.String(), Kind: "AgentRunRecord"},
+		ObjectMeta: sum.Metadata,
+		Spec:       arv1.AgentRunSpec{Agent: row.Agent},
+		Status:     arv1.AgentRunStatus{Phase: sum.Status.Phase, Model: sum.Status.Model, StartedAt: sum.Status.StartedAt, Usage: sum.Status.Usage},
+		Archive: hv1.RecordArchive{
+			ArchivedAt: metav1.NewTime(time.UnixMicro(row.ArchivedAt).UTC()),
+			FinishedAt: metav1.NewTime(time.UnixMicro(row.FinishedAt).UTC()),
+			HasOutput:  row.HasOutput,
+		},
+	}
+	rec.ResourceVersion = strconv.FormatInt(row.ArchivedAt, 10)
+	rec.ManagedFields = nil
 	return rec, nil
 }
 

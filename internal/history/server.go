@@ -5,9 +5,9 @@
 // client certificate, takes the user from its headers, and asks the API
 // server whether that user may do the request (SubjectAccessReview),
 // with k8s.io/apiserver's delegating authenticator and authorizer. Served:
-// agentrunrecords (get, list, watch, delete; subresources transcript and
-// output) and agentruncostreports (list), read from the database store's
-// archive and call ledger. docs/history.md describes it.
+// agentrunrecords (get, list, watch, delete; subresources transcript,
+// output and journal) and agentruncostreports (list), read from the
+// database store's archive and call ledger. docs/history.md describes it.
 package history
 
 import (
@@ -164,6 +164,9 @@ func (o *Options) config() (*genericapiserver.RecommendedConfig, error) {
 	cfg := genericapiserver.NewRecommendedConfig(Codecs)
 	cfg.EffectiveVersion = compatibility.NewEffectiveVersionFromString("1.37", "", "")
 	cfg.EnableProfiling = false
+	cfg.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(withTableRequests(h), c)
+	}
 	if err := o.SecureServing.ApplyTo(&cfg.SecureServing, &cfg.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
@@ -212,12 +215,13 @@ func frontProxyOnly(proxy authenticator.Request) authenticator.Request {
 
 // apiGroup is history.agentrun.dev/v1alpha1's resources.
 func (o *Options) apiGroup(st *sqlstore.Store) *genericapiserver.APIGroupInfo {
-	records := &recordsREST{store: st, clock: o.Clock, key: st.HistoryKey, ttl: o.ContinueTTL, watch: o.Watch}
+	records := &recordsREST{store: st, clock: o.Clock, key: onceOK(st.HistoryKey), ttl: o.ContinueTTL, watch: o.Watch}
 	info := genericapiserver.NewDefaultAPIGroupInfo(hv1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	info.VersionedResourcesStorageMap[hv1.GroupVersion.Version] = map[string]rest.Storage{
 		hv1.ResourceRecords: records,
 		hv1.ResourceRecords + "/" + hv1.SubresourceTranscript: &transcriptREST{records: records},
 		hv1.ResourceRecords + "/" + hv1.SubresourceOutput:     &outputREST{records: records},
+		hv1.ResourceRecords + "/" + hv1.SubresourceJournal:    &journalREST{records: records},
 		hv1.ResourceCostReports:                               &costsREST{store: st, clock: o.Clock},
 	}
 	return &info

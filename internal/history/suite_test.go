@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +56,7 @@ func TestMain(m *testing.M) {
 	// The benchmark runs the history server as a process of its own (this
 	// binary again), so its memory is measured alone.
 	if os.Getenv(serveEnv) != "" {
-		os.Exit(history.Main(os.Args[1:], os.Stderr))
+		os.Exit(serve())
 	}
 	code, err := run(m)
 	if err != nil {
@@ -61,6 +64,33 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(code)
+}
+
+// serve runs the history server; with HISTORY_CPUPROFILE=FILE (the
+// benchmark passes it on) it writes the server's CPU profile there when
+// it stops.
+func serve() int {
+	if path := os.Getenv("HISTORY_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		// Written on SIGTERM (the benchmark's stop), before the server's
+		// own shutdown, which may not finish before the process is killed.
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
+	return history.Main(os.Args[1:], os.Stderr)
 }
 
 func run(m *testing.M) (int, error) {

@@ -161,8 +161,8 @@ func (a *app) command(s spec) *cobra.Command {
 }
 
 // runCommand connects and runs one command, within --request-timeout
-// (plus --wait's 30s; no overall bound for a watch, which runs until
-// interrupted, nor with --request-timeout=0).
+// (plus --wait's 30s; no overall bound for a watch or a --follow, which
+// run until interrupted, nor with --request-timeout=0).
 func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 	cfg, err := a.restConfig()
 	if err != nil {
@@ -177,7 +177,7 @@ func (a *app) runCommand(cmd *cobra.Command, s spec, o options) error {
 	if o.wait { // --wait's own bound comes on top of the requests'
 		bound += a.waitFor
 	}
-	if cfg.Timeout > 0 && !o.watch && !s.endless {
+	if cfg.Timeout > 0 && !o.watch && !o.follow && !s.endless {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
@@ -197,6 +197,19 @@ func noArgs(cmd *cobra.Command, o options) error {
 func leaseFlag(fs *pflag.FlagSet, o *options) {
 	fs.StringVar(&o.leaseNamespace, "lease-namespace", "", "the operator's namespace, where its Leases and priority classes are read (default: "+defaultLeaseNamespace+")")
 }
+
+// transcriptHelp is transcript's long help.
+const transcriptHelp = `Print the run's journal (its model calls, answers, failures, checkpoint
+answers and cancellation) one line per entry, in sequence order. --follow
+then prints each entry as it is journaled (a watch of the journal and the
+run, not polling) until the run ends, or until Ctrl-C. For a run whose
+journal is in the database (status.journalStore Database), and for a run
+that is gone (its archived record; stderr says so), the journal is read
+through the history API (history.agentrun.dev). There --follow watches the
+run and reads the journal again each time the run's status changes, never
+polling: an entry shows when the status moves past it, at once for a wait,
+a phase change, an error and the end, and within the manager's
+--status-interval (10s) while the run goes from one model call to the next.`
 
 func specs() []spec {
 	inspect := []spec{
@@ -226,7 +239,9 @@ count of runs needing an answer changes.`,
 			long: `Show the run record: agent, task, phase, the replica driving it, stage,
 iteration, model, tokens, cost, age / working time / last moved, what it
 waits on and how to clear it, the pending call, error, final output and
-conditions.`,
+conditions, and the model failovers its journal records. For a run whose
+journal is in the database (status.journalStore Database), the journal is
+read through the history API (history.agentrun.dev) as you.`,
 			flags: leaseFlag, run: (*app).describe},
 		{use: "status NAME", short: "Print a run's wire state", group: groupInspect, runNames: 1, printing: true,
 			long: `Print the run's status. With -o json, print the run-state object
@@ -247,16 +262,12 @@ so), the output is read through the history API (history.agentrun.dev).`, run: (
 size, who wrote it last (spec, model, fan-out <stage>, or the person who
 edited it at a checkpoint) and its content. With REGION, print only that
 region's content, byte for byte (exit 1 when the run holds no such region),
-for instance to edit a draft before kubectl agentrun answer --edit-file.`,
+for instance to edit a draft before kubectl agentrun answer --edit-file.
+For a run whose journal is in the database (status.journalStore Database),
+the journal is read through the history API (history.agentrun.dev) as you.`,
 			check: regionArgs, run: (*app).regions},
 		{use: "transcript NAME", short: "Print a run's journal, one line per entry", group: groupInspect, runNames: 1,
-			long: `Print the run's journal (its model calls, answers, failures, checkpoint
-answers and cancellation) one line per entry, in sequence order. --follow
-then prints each entry as it is journaled (a watch of the journal and the
-run, not polling) until the run ends, or until Ctrl-C. For a run whose
-journal is in the database (status.journalStore Database), and for a run
-that is gone (its archived record; stderr says so), the journal is read
-through the history API (history.agentrun.dev; no --follow there).`,
+			long: transcriptHelp,
 			example: `  kubectl agentrun transcript review-pr
   kubectl agentrun transcript -f review-pr`,
 			flags: func(fs *pflag.FlagSet, o *options) {
@@ -384,7 +395,9 @@ The run checks them against the tool's input schema; the call is made with
 them, and the agent is told it ran with them. The tool policies are
 evaluated again on them and may deny the call or hold it for another
 approval: with --wait, what became of the edited call is printed (Applied,
-Denied by a policy's rule, exit 1, or Held).`, func(fs *pflag.FlagSet, o *options) {
+Denied by a policy's rule, exit 1, or Held), read from the run's journal:
+its ConfigMaps, read every 250ms, or, for a journal in the database, the
+history API, read again each time the run changes (a watch, not polling).`, func(fs *pflag.FlagSet, o *options) {
 				textVar(fs, &o.callArgs, "args", "a tool call: approve it with these arguments instead (a JSON object, a FILE holding one, or - for stdin)")
 				reasonFlag(fs, o)
 			}),

@@ -12,7 +12,6 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // An approval with edited arguments (approve --args) is Applied when the
@@ -88,14 +87,25 @@ func policyFate(d *journal.PolicyDecision, atPolicy bool, tool string) (editFate
 
 // awaitEdit waits until the deadline for the run's journal to show what
 // became of the call ans approved with edited arguments, and prints it;
-// past the deadline it says the run took the arguments and no more.
+// past the deadline it says the run took the arguments and no more. A
+// journal in ConfigMaps is read every pollEvery; one in the database is
+// read again each time the run changes (runChanges), never polled.
 func (a *app) awaitEdit(ctx context.Context, c client.Client, ans *arv1.AgentRunAnswer, deadline time.Time) error {
 	run, err := getRun(ctx, c, ans.Namespace, ans.Spec.Run)
 	if err != nil {
 		return err
 	}
+	next := a.pollJournal
+	if inDatabase(run) {
+		changes, stop, err := a.runChanges(ctx, run)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		next = changes
+	}
 	for {
-		entries, _, err := configmaps.ReadLenient(ctx, c, run.Namespace, run.UID)
+		entries, _, err := RunJournalLenient(ctx, c, a.cfg, run)
 		if err != nil {
 			return err
 		}
@@ -108,10 +118,71 @@ func (a *app) awaitEdit(ctx context.Context, c client.Client, ans *arv1.AgentRun
 				run.Name, run.Namespace)
 			return nil
 		}
+		if err := next(ctx, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// pollJournal waits pollEvery before a journal in ConfigMaps is read again.
+func (a *app) pollJournal(ctx context.Context, _ time.Time) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(a.pollEvery):
+		return nil
+	}
+}
+
+// runChanges watches run; the function it returns waits until the run
+// changes, is gone, or the deadline passes, before its journal (in the
+// database, followDatabase says why the run) is read again.
+func (a *app) runChanges(ctx context.Context, run *arv1.AgentRun) (next func(context.Context, time.Time) error, stop func(), err error) {
+	wc, err := a.watchClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	runs, err := watchRun(ctx, wc, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	gone := false
+	next = func(ctx context.Context, deadline time.Time) error {
+		wait := time.NewTimer(time.Until(deadline))
+		defer wait.Stop()
+		for !gone {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-wait.C:
+				return nil
+			case ev, open := <-runs.ResultChan():
+				if !open {
+					if err := watchEnded(ctx, "run"); err != nil {
+						return err
+					}
+					return ctx.Err()
+				}
+				r, done, err := runChanged(run, ev)
+				switch {
+				case err != nil:
+					return err
+				case done && r == nil:
+					// Deleted: its journal, archived, is read once more.
+					gone = true
+					return nil
+				case r != nil:
+					return nil
+				}
+			}
+		}
+		// Nothing more can come: read once more at the deadline.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(a.pollEvery):
+		case <-wait.C:
+			return nil
 		}
 	}
+	return next, runs.Stop, nil
 }

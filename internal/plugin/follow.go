@@ -27,11 +27,9 @@ import (
 // journal's objects and the run itself (re-opened from the last version
 // seen when the server closes a watch), never polls.
 func (a *app) followTranscript(ctx context.Context, ns string, run *arv1.AgentRun) error {
-	cfg := rest.CopyConfig(a.cfg)
-	cfg.Timeout = 0 // a watch is long-running; the server ends each one
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	wc, err := a.watchClient()
 	if err != nil {
-		return fmt.Errorf("connecting to the cluster: %w", err)
+		return err
 	}
 	f := &follower{w: a.stdout, printed: map[int64]string{}}
 	rv, err := f.read(ctx, wc, ns, run)
@@ -46,11 +44,7 @@ func (a *app) followTranscript(ctx context.Context, ns string, run *arv1.AgentRu
 		return err
 	}
 	defer chunks.Stop()
-	runs, err := watchtools.NewRetryWatcherWithContext(ctx, run.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", run.Name).String()
-			return wc.Watch(ctx, &arv1.AgentRunList{}, client.InNamespace(ns), &client.ListOptions{Raw: &lo})
-		}})
+	runs, err := watchRun(ctx, wc, run)
 	if err != nil {
 		return err
 	}
@@ -98,6 +92,28 @@ func (a *app) followTranscript(ctx context.Context, ns string, run *arv1.AgentRu
 	}
 }
 
+// watchClient is a client for watches: long-running requests, which the
+// server ends (so without --request-timeout's bound).
+func (a *app) watchClient() (client.WithWatch, error) {
+	cfg := rest.CopyConfig(a.cfg)
+	cfg.Timeout = 0
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	return wc, nil
+}
+
+// watchRun watches run from the version read, re-opening the watch from
+// the last version seen when the server closes it.
+func watchRun(ctx context.Context, wc client.WithWatch, run *arv1.AgentRun) (watch.Interface, error) {
+	return watchtools.NewRetryWatcherWithContext(ctx, run.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", run.Name).String()
+			return wc.Watch(ctx, &arv1.AgentRunList{}, client.InNamespace(run.Namespace), &client.ListOptions{Raw: &lo})
+		}})
+}
+
 func watchEnded(ctx context.Context, what string) error {
 	if ctx.Err() != nil {
 		return nil
@@ -131,7 +147,12 @@ func (f *follower) read(ctx context.Context, c client.Client, ns string, run *ar
 // add takes the entries of one journal object not printed yet, or printed
 // with other content.
 func (f *follower) add(cm *corev1.ConfigMap) {
-	entries, bad := configmaps.DecodeChunk(cm)
+	f.addEntries(configmaps.DecodeChunk(cm))
+}
+
+// addEntries takes the entries not printed yet, or printed with other
+// content, and prints each unreadable entry's description once.
+func (f *follower) addEntries(entries []journal.Entry, bad []string) {
 	for _, e := range entries {
 		key := fmt.Sprintf("%s/%d/%d/%s", e.Kind, e.Lost, e.Call, e.At)
 		if f.printed[e.Seq] == key || slices.ContainsFunc(f.pending, func(p journal.Entry) bool { return p.Seq == e.Seq }) {

@@ -19,7 +19,8 @@ import (
 // TestKubectlAgentrunTranscriptFollow: `transcript -f` prints the journal
 // so far, then each entry as it is journaled, while the run goes on, each
 // once, and ends by itself when the run does, with the entries journaled
-// just before its end, exit 0.
+// just before its end, exit 0; --request-timeout bounds its requests, not
+// how long it follows.
 func TestKubectlAgentrunTranscriptFollow(t *testing.T) {
 	controlPlane(t)
 	ns := newNamespace(t)
@@ -40,7 +41,7 @@ func TestKubectlAgentrunTranscriptFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(testenv.KubectlPath(), "agentrun", "transcript", "-f", "live", "-n", ns)
+	cmd := exec.Command(testenv.KubectlPath(), "agentrun", "transcript", "-f", "live", "-n", ns, "--request-timeout", "2s")
 	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -74,7 +75,8 @@ func TestKubectlAgentrunTranscriptFollow(t *testing.T) {
 		return ""
 	}
 
-	next("#0") // the journal so far
+	next("#0")                  // the journal so far
+	time.Sleep(3 * time.Second) // past --request-timeout
 	// An entry journaled while the run goes on shows while it goes on.
 	chunk.Data["000001"] = entries[1]
 	if err := k8sClient.Update(ctx, chunk); err != nil {

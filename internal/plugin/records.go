@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,7 +64,11 @@ func historyError(err error, ns, name string, gone bool) error {
 	return err
 }
 
-// isMissingAPI says a 404 is the API group's absence, not the record's.
+// isMissingAPI says a 404 is the API group's absence, not the record's:
+// the history server answers a missing record with a Status naming it,
+// while a path nothing serves is answered without one (client-go then
+// makes a NotFound of its own, which names the request's object but
+// carries the cause UnexpectedServerResponse).
 func isMissingAPI(err error) bool {
 	if !apierrors.IsNotFound(err) {
 		return false
@@ -72,7 +78,10 @@ func isMissingAPI(err error) bool {
 		return false
 	}
 	d := st.Status().Details
-	return d == nil || d.Name == ""
+	if d == nil || d.Name == "" {
+		return true
+	}
+	return slices.ContainsFunc(d.Causes, func(c metav1.StatusCause) bool { return c.Type == metav1.CauseTypeUnexpectedServerResponse })
 }
 
 // JournalTranscript reads the transcript of a run whose journal is in the

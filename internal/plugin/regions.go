@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
-	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // regionArgs takes a run NAME and, optionally, one REGION.
@@ -28,7 +27,7 @@ func (a *app) regions(ctx context.Context, c client.Client, ns string, o options
 	if err != nil {
 		return err
 	}
-	entries, err := configmaps.Read(ctx, c, ns, run.UID)
+	entries, err := RunJournal(ctx, c, a.cfg, run)
 	if err != nil {
 		return err
 	}

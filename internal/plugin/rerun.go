@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
 )
 
 // rerunOptions are rerun's and fork's own flags.
@@ -50,7 +50,10 @@ start of STAGE (the first time NAME entered it), or up to journal entry N
 (kubectl agentrun transcript NAME numbers them), and goes on from there
 (spec.forkOf). The calls before the cut are not made or billed again; their
 usage shows apart, in status.inheritedUsage. NAME is only read, never
-changed, and may still be running if it has already passed the cut.
+changed, and may still be running if it has already passed the cut. A cut
+past the end of NAME's journal is refused before anything is created; a
+journal in the database (status.journalStore Database) is read through the
+history API (history.agentrun.dev) as you.
 
 The fork reads its blueprint afresh, so a fixed blueprint applies: edit
 NAME's blueprint ConfigMap first, or give --agent CONFIGMAP, or --blueprint
@@ -174,7 +177,7 @@ func (a *app) fork(ctx context.Context, c client.Client, ns string, o options) e
 		return err
 	}
 	ro := o.rerun
-	if err := forkable(ctx, c, src, ro); err != nil {
+	if err := forkable(ctx, c, a.cfg, src, ro); err != nil {
 		return err
 	}
 	run := copyOf(src, newName(ro.name, src.Name, "fork"))
@@ -217,10 +220,11 @@ func (a *app) fork(ctx context.Context, c client.Client, ns string, o options) e
 
 // forkable refuses, before anything is created, a cut the controller
 // would refuse: a stage the source's blueprint lacks or the source never
-// entered, an entry past the end of its journal.
-func forkable(ctx context.Context, c client.Client, src *arv1.AgentRun, ro rerunOptions) error {
+// entered, an entry past the end of its journal (read wherever it is
+// kept: RunJournal).
+func forkable(ctx context.Context, c client.Client, cfg *rest.Config, src *arv1.AgentRun, ro rerunOptions) error {
 	if ro.fromEntry != nil {
-		entries, err := configmaps.Read(ctx, c, src.Namespace, src.UID)
+		entries, err := RunJournal(ctx, c, cfg, src)
 		if err != nil {
 			return fmt.Errorf("reading the journal of %s: %w", src.Name, err)
 		}

@@ -23,7 +23,7 @@ func (a *app) describe(ctx context.Context, c client.Client, ns string, o option
 	if err != nil {
 		return err
 	}
-	entries, _, err := configmaps.ReadLenient(ctx, c, ns, run.UID)
+	entries, _, err := RunJournalLenient(ctx, c, a.cfg, run)
 	if err != nil {
 		return err
 	}
@@ -71,10 +71,11 @@ func (a *app) output(ctx context.Context, c client.Client, ns string, o options)
 }
 
 // databaseTranscript prints the transcript of a run whose journal is in
-// the database, read through the history API.
+// the database, read through the history API; with --follow, then each
+// entry as the run moves past it (followDatabase).
 func (a *app) databaseTranscript(ctx context.Context, run *arv1.AgentRun, follow bool) error {
 	if follow {
-		return fmt.Errorf("--follow watches journal ConfigMaps, and run %s/%s keeps its journal in the database: run the command again without --follow", run.Namespace, run.Name)
+		return a.followDatabase(ctx, run)
 	}
 	lines, err := JournalTranscript(ctx, a.cfg, run.Namespace, run.Name, run.UID)
 	if err != nil {

@@ -39,6 +39,23 @@ type Planned struct {
 	Replaces string
 }
 
+// CountsLost says p issues a model call's intent again counting the
+// dispatch it replaces as lost (its Lost went up: that dispatch may have
+// reached the provider and be billed). A reissue that keeps Lost replaces
+// a dispatch its manager knows it never sent (journaled, then refused, cut
+// short or stopped before the call), which cost nothing. Stores count
+// lost calls by this, the fact the runs' status.usage.lostCalls counts.
+func (p *Planned) CountsLost() bool {
+	if p.Replaces == "" || p.Entry.Kind != journal.ModelCallRequested {
+		return false
+	}
+	var was journal.Entry
+	if err := json.Unmarshal([]byte(p.Replaces), &was); err != nil {
+		return true // unknown is never free
+	}
+	return p.Entry.Lost > was.Lost
+}
+
 // Plan encodes es and returns what an append must write: an entry stored
 // already with the same text is left out (an earlier attempt of a retried
 // append was stored); an entry whose seq holds other text is ErrSeqTaken,

@@ -34,12 +34,13 @@ const (
 	ResourceCostReports   = "agentruncostreports"
 	SubresourceTranscript = "transcript"
 	SubresourceOutput     = "output"
+	SubresourceJournal    = "journal"
 )
 
-// SourceAnnotation, on a transcript or an output, says what it was read
-// from: the archived record (SourceArchive), or the journal of a run not
-// archived yet, still in the cluster, whose journal is in the database
-// (SourceJournal; status.journalStore Database).
+// SourceAnnotation, on a transcript, a journal or an output, says what it
+// was read from: the archived record (SourceArchive), or the journal of a
+// run not archived yet, still in the cluster, whose journal is in the
+// database (SourceJournal; status.journalStore Database).
 const (
 	SourceAnnotation = "history.agentrun.dev/source"
 	SourceArchive    = "archive"
@@ -49,7 +50,7 @@ const (
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&AgentRunRecord{}, &AgentRunRecordList{},
-		&AgentRunTranscript{}, &AgentRunOutput{},
+		&AgentRunTranscript{}, &AgentRunOutput{}, &AgentRunJournal{},
 		&AgentRunCostReport{}, &AgentRunCostReportList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 )
@@ -106,6 +107,24 @@ type TranscriptLine struct {
 	// detail of the entry.
 	// +optional
 	Detail string `json:"detail,omitempty"`
+}
+
+// AgentRunJournal is a run's journal as its manager wrote it (the journal
+// subresource): every entry in seq order, each the JSON object the journal
+// stores, for readers that work on entries rather than on a transcript's
+// lines (kubectl agentrun describe, regions, fork --from-entry, transcript
+// --follow, approve --args --wait).
+//
+// +kubebuilder:object:root=true
+type AgentRunJournal struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata names the record or the run; uid is whose journal it is.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// entries are the journal's entries, in seq order.
+	// +optional
+	// +listType=atomic
+	Entries []runtime.RawExtension `json:"entries,omitempty"`
 }
 
 // AgentRunOutput is a record's final output (the output subresource).

@@ -9,7 +9,8 @@ package queue
 // answer settles it (the step's journal writes, with the charge set here).
 // Without one only activeRuns is enforced, from the live runs this
 // process sees. A waiting run is woken by the quota's change (a raise, or
-// its status showing room: quotaWatch) or, for a period, at its reset.
+// its status showing room: quotaWatch), by a call of this process settling
+// below its worst case (recheck) or, for a period, at its reset.
 
 import (
 	"context"
@@ -75,6 +76,10 @@ type quotaWaiter struct {
 	key      types.NamespacedName
 	place    runqueue.Place
 	resource arv1.QuotaResource
+	// period, need and hard are the refusal's: for cost and tokens the run
+	// waits until what the period used (calls in flight at their worst
+	// case) leaves need under hard.
+	period, need, hard int64
 }
 
 func newQuotaGate(reader, runs client.Reader, db store.Quotas, cluster bool, rootOf func(context.Context, string, string) *arv1.AgentRun, wake func(...types.NamespacedName)) *quotaGate {
@@ -197,7 +202,8 @@ func (q *Queue) HoldStart(ctx context.Context, run *arv1.AgentRun, waiting *arv1
 	var qe *store.QuotaExceededError
 	switch {
 	case errors.As(err, &qe):
-		g.await(qe.Quota, run, qe.Resource)
+		g.await(run, qe)
+		g.recheck(ctx, qe.Quota)
 		h := &Hold{Wait: quota.Wait(qe, waiting, now)}
 		if !qe.ResetAt.IsZero() {
 			h.RequeueAfter = max(qe.ResetAt.Sub(now), time.Millisecond)
@@ -342,6 +348,8 @@ func (q *Queue) Charge(ctx context.Context, run *arv1.AgentRun, call *steps.Mode
 	cost, tokens, _ := quota.WorstCase(p, model, promptBytes(&call.Request))
 	call.Quota = &store.Charge{Seq: call.Intent.Seq, Quotas: ls, Cost: cost, Tokens: tokens}
 	uid := run.UID
+	// The step calls OverQuota while this reconcile may still write run.
+	who, place := client.ObjectKeyFromObject(run), runqueue.PlaceOf(run)
 	call.OverQuota = func(e *store.QuotaExceededError) {
 		if refused != nil {
 			refused()
@@ -349,6 +357,8 @@ func (q *Queue) Charge(ctx context.Context, run *arv1.AgentRun, call *steps.Mode
 		g.mu.Lock()
 		g.hits[uid] = quotaHit{err: *e, generation: gens[e.Quota]}
 		g.mu.Unlock()
+		g.awaitAs(uid, who, place, e)
+		g.recheck(ctx, e.Quota)
 	}
 	return nil
 }
@@ -378,7 +388,7 @@ func (q *Queue) Refused(ctx context.Context, run *arv1.AgentRun, now time.Time) 
 		g.mu.Unlock()
 		return nil
 	}
-	g.await(h.err.Quota, run, h.err.Resource)
+	g.await(run, &h.err)
 	w := quota.Wait(&h.err, nil, now)
 	hit := &runstate.QuotaHit{Quota: w.Quota, Resource: w.Resource, Used: w.Used, Hard: w.Hard, NeedsAPerson: w.NeedsAPerson}
 	if w.ResetAt != nil {
@@ -419,15 +429,107 @@ func promptBytes(req *providers.Request) int64 {
 	return int64(n)
 }
 
-// await notes that the run waits on the quota.
-func (g *quotaGate) await(key string, run *arv1.AgentRun, r arv1.QuotaResource) {
+// await notes that the run waits on the quota that refused it (e).
+func (g *quotaGate) await(run *arv1.AgentRun, e *store.QuotaExceededError) {
+	g.awaitAs(run.UID, client.ObjectKeyFromObject(run), runqueue.PlaceOf(run), e)
+}
+
+func (g *quotaGate) awaitAs(uid types.UID, who types.NamespacedName, place runqueue.Place, e *store.QuotaExceededError) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.unawait(run.UID)
-	if g.waiting[key] == nil {
-		g.waiting[key] = map[types.UID]quotaWaiter{}
+	g.unawait(uid)
+	if g.waiting[e.Quota] == nil {
+		g.waiting[e.Quota] = map[types.UID]quotaWaiter{}
 	}
-	g.waiting[key][run.UID] = quotaWaiter{key: client.ObjectKeyFromObject(run), place: runqueue.PlaceOf(run), resource: r}
+	g.waiting[e.Quota][uid] = quotaWaiter{key: who, place: place, resource: e.Resource, period: e.Period, need: e.Need, hard: e.Hard}
+}
+
+// Cost and tokens come back when a call settles below its worst case, fails,
+// or is given back: nothing about the quota's spec changes, and its status
+// (sampled every --quota-status-interval) may never show it exceeded at
+// all, so its watch alone would leave a run parked until the period's
+// reset. A model call's step that ends (settled) rechecks the quotas it
+// was charged against, and a run refused rechecks its quota once it
+// waits (a call that settled between its refusal and its wait would wake
+// nobody otherwise); the quota's status wakes runs on other replicas the
+// same way (QuotaHandler).
+
+// Settled rechecks, once a model call's step ended, the quotas its call
+// was charged against.
+func (q *Queue) Settled(ctx context.Context, c *store.Charge) {
+	if c == nil {
+		return
+	}
+	for _, l := range c.Quotas {
+		q.quotas.recheck(ctx, l.Key)
+	}
+}
+
+// recheck reads what the quota used in the periods its cost and tokens
+// waiters wait in, and wakes those whose refused call or start fits now.
+func (g *quotaGate) recheck(ctx context.Context, key string) {
+	if g.db == nil {
+		return
+	}
+	g.mu.Lock()
+	var periods []int64
+	for _, w := range g.waiting[key] {
+		if (w.resource == arv1.QuotaCost || w.resource == arv1.QuotaTokens) && !slices.Contains(periods, w.period) {
+			periods = append(periods, w.period)
+		}
+	}
+	g.mu.Unlock()
+	for _, p := range periods {
+		u, err := g.db.QuotaUse(ctx, key, p)
+		if err != nil {
+			continue // the quota's status refresh wakes them (QuotaHandler)
+		}
+		g.wakeFitting(key, p, map[arv1.QuotaResource]int64{arv1.QuotaCost: quota.Used(u, arv1.QuotaCost), arv1.QuotaTokens: quota.Used(u, arv1.QuotaTokens)})
+	}
+}
+
+// wakeFitting wakes, in their place in line, the runs waiting on the
+// quota's cost or tokens in period whose need fits under the limit
+// given what is used (with calls in flight), as many as fit together;
+// their hits on it are dropped, so each tries again.
+func (g *quotaGate) wakeFitting(key string, period int64, used map[arv1.QuotaResource]int64) {
+	g.mu.Lock()
+	type waiter struct {
+		uid types.UID
+		w   quotaWaiter
+	}
+	var ws []waiter
+	for uid, w := range g.waiting[key] {
+		if _, ok := used[w.resource]; ok && w.period == period {
+			ws = append(ws, waiter{uid, w})
+		}
+	}
+	slices.SortFunc(ws, func(a, b waiter) int {
+		switch {
+		case a.w.place.Before(b.w.place):
+			return -1
+		case b.w.place.Before(a.w.place):
+			return 1
+		}
+		return 0
+	})
+	var keys []types.NamespacedName
+	for _, x := range ws {
+		if used[x.w.resource]+x.w.need > x.w.hard {
+			continue
+		}
+		used[x.w.resource] += x.w.need
+		delete(g.waiting[key], x.uid)
+		if h, ok := g.hits[x.uid]; ok && h.err.Quota == key {
+			delete(g.hits, x.uid)
+		}
+		keys = append(keys, x.w.key)
+	}
+	if len(g.waiting[key]) == 0 {
+		delete(g.waiting, key)
+	}
+	g.mu.Unlock()
+	g.wake(keys...)
 }
 
 // unawait drops the run from every quota's waiters; g.mu held.

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/money"
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
 )
 
@@ -24,8 +25,10 @@ func (q *Queue) QuotaKinds() []client.Object {
 // that may let them go on: a new generation (raised, edited) or its
 // deletion wakes them all; its status (refreshed by the quota's
 // reconciler from the store, on every replica's behalf) waking them all
-// when the limits with no room change, and as many runs waiting for an
-// activeRuns slot as slots freed. No run waiting on a quota is polled.
+// when the limits with no room change, as many runs waiting for an
+// activeRuns slot as slots freed, and the runs waiting on its cost or
+// tokens whose refused call fits what it shows used. No run waiting on a
+// quota is polled.
 func (q *Queue) QuotaHandler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) { q.quotas.changed(view(old), view(obj)) },
@@ -63,15 +66,35 @@ func (g *quotaGate) changed(old, cur *quotaView) {
 	if old == nil || cur == nil {
 		return
 	}
-	switch {
-	case old.generation != cur.generation, !slices.Equal(old.status.Exceeded, cur.status.Exceeded):
+	if old.generation != cur.generation || !slices.Equal(old.status.Exceeded, cur.status.Exceeded) {
 		g.wakeAll(cur.key)
-	case cur.hard.ActiveRuns != nil:
+		return
+	}
+	if cur.hard.ActiveRuns != nil {
 		was, now := activeOf(old.status), activeOf(cur.status)
 		if now < was {
 			g.wakeRoom(cur.key, int(*cur.hard.ActiveRuns-now))
 		}
 	}
+	// Room a call settling below its worst case freed (on any replica).
+	period, used := statusUse(cur.status)
+	g.wakeFitting(cur.key, period, used)
+}
+
+// statusUse is the period a quota's status counts and its cost (nano-USD)
+// and tokens used there, calls in flight at their worst case.
+func statusUse(st *arv1.AgentRunQuotaStatus) (int64, map[arv1.QuotaResource]int64) {
+	period, used := int64(0), map[arv1.QuotaResource]int64{}
+	if st.PeriodStart != nil {
+		period = st.PeriodStart.UnixMicro()
+	}
+	if c, err := money.ParseUSD(st.Used.Cost); err == nil && st.Used.Cost != "" {
+		used[arv1.QuotaCost] = int64(c)
+	}
+	if st.Used.Tokens != nil {
+		used[arv1.QuotaTokens] = *st.Used.Tokens
+	}
+	return period, used
 }
 
 func activeOf(st *arv1.AgentRunQuotaStatus) int32 {

@@ -93,6 +93,14 @@ func (c *Client) Output(ctx context.Context, ns, name string) (*hv1.AgentRunOutp
 	return out, err
 }
 
+// Journal reads the journal's entries, as stored, of a record or of a
+// live run whose journal is in the database (metadata.uid says whose).
+func (c *Client) Journal(ctx context.Context, ns, name string) (*hv1.AgentRunJournal, error) {
+	out := &hv1.AgentRunJournal{}
+	err := c.rc.Get().Namespace(ns).Resource(hv1.ResourceRecords).Name(name).SubResource(hv1.SubresourceJournal).Do(ctx).Into(out)
+	return out, err
+}
+
 // DeleteRecord purges a record (its journal and ledger rows with it).
 func (c *Client) DeleteRecord(ctx context.Context, ns, name string) error {
 	return c.rc.Delete().Namespace(ns).Resource(hv1.ResourceRecords).Name(name).Do(ctx).Error()

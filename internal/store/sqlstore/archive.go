@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -20,7 +21,23 @@ import (
 var archiveColumns = []string{
 	"run_uid", "namespace", "name", "agent", "phase", "parent", "labels", "created_at", "finished_at", "archived_at",
 	"prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "lost_calls",
-	"cost_nano_usd", "priced_nano_usd", "unpriced_calls", "model", "record", "children", "output",
+	"cost_nano_usd", "priced_nano_usd", "unpriced_calls", "model", "record", "children", "output", "summary",
+}
+
+// RecordSummary is the part of an archived run a listing prints, stored
+// beside the whole record (archived_runs.summary) so a page of a
+// Table is read without decoding whole records.
+type RecordSummary struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Status   SummaryStatus     `json:"status"`
+}
+
+// SummaryStatus is the summary's part of the run's status.
+type SummaryStatus struct {
+	Phase     arv1.Phase   `json:"phase,omitempty"`
+	Model     string       `json:"model,omitempty"`
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	Usage     arv1.Usage   `json:"usage"`
 }
 
 // Archive stores a finished run's record in one transaction, replacing an
@@ -97,6 +114,11 @@ func archiveValues(rec *store.Record, now int64) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	summary, err := json.Marshal(RecordSummary{Metadata: run.ObjectMeta,
+		Status: SummaryStatus{Phase: st.Phase, Model: st.Model, StartedAt: st.StartedAt, Usage: st.Usage}})
+	if err != nil {
+		return nil, err
+	}
 	children, err := json.Marshal(rec.Children)
 	if err != nil {
 		return nil, err
@@ -126,7 +148,7 @@ func archiveValues(rec *store.Record, now int64) ([]any, error) {
 		string(run.UID), run.Namespace, run.Name, run.Spec.Agent, string(st.Phase), st.ParentRun, string(labels),
 		run.CreationTimestamp.UnixMicro(), finished, now,
 		u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.ModelCalls, u.LostCalls,
-		cost, int64(priced), u.UnpricedCalls, st.Model, string(doc), string(children), output,
+		cost, int64(priced), u.UnpricedCalls, st.Model, string(doc), string(children), output, string(summary),
 	}, nil
 }
 
@@ -177,8 +199,10 @@ func (s *Store) ArchivedRun(ctx context.Context, uid types.UID) (*arv1.AgentRun,
 	return run, &text, err
 }
 
-// purgedTables hold a run's rows, all deleted with its record.
-var purgedTables = []string{"archived_runs", "archived_run_labels", "journal_entries", "call_ledger", "run_journals"}
+// purgedTables hold a run's rows, all deleted with its record (its
+// ledger rows first, by deleteCalls, which takes them out of the daily
+// rollup).
+var purgedTables = []string{"archived_runs", "archived_run_labels", "journal_entries", "run_journals"}
 
 // Deleted marks the journal of a run deleted before it was archived.
 func (s *Store) Deleted(ctx context.Context, uid types.UID) error {
@@ -216,6 +240,9 @@ func (s *Store) Sweep(ctx context.Context, before time.Time, limit int) (int, er
 	}
 	in := "(" + strings.Join(ph, ", ") + ")"
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.deleteCalls(ctx, tx, "run_uid IN "+in, uids...); err != nil {
+			return err
+		}
 		for _, table := range purgedTables {
 			if _, err := tx.ExecContext(ctx, s.q("DELETE FROM "+table+" WHERE run_uid IN "+in), uids...); err != nil {
 				return err

@@ -26,8 +26,13 @@ type ArchivedRecord struct {
 	// FinishedAt and ArchivedAt are Unix microseconds.
 	FinishedAt, ArchivedAt int64
 	// Record is the run as it finished (JSON of the AgentRun), Children
-	// its children (JSON of []store.ChildRecord).
+	// its children (JSON of []store.ChildRecord). A query for summaries
+	// reads neither when the record has a summary.
 	Record, Children string
+	// Summary is the record's RecordSummary (JSON), when the query asked
+	// for summaries and the record has one (records archived before
+	// schema version 8 have none: Record is read instead).
+	Summary string
 	// HasOutput says a final output is stored.
 	HasOutput bool
 }
@@ -85,10 +90,15 @@ type RecordQuery struct {
 	UID string
 	// Limit bounds the rows (0: no bound).
 	Limit int
+	// Summaries reads records' summaries instead of the whole records
+	// (what a Table prints).
+	Summaries bool
 }
 
-// where builds the query's conditions and their arguments.
-func (q *RecordQuery) where() (string, []any) {
+// where builds the query's conditions and their arguments. correlate
+// is appended to a label term's subquery within a namespace (see
+// dialect.correlate).
+func (q *RecordQuery) where(correlate string) (string, []any) {
 	var conds []string
 	var args []any
 	arg := func(v any) string {
@@ -130,7 +140,11 @@ func (q *RecordQuery) where() (string, []any) {
 		sub := "SELECT 1 FROM archived_run_labels l WHERE l.run_uid = r.run_uid AND l.label_key = " + arg(l.Key)
 		if q.Namespace != "" {
 			// The namespace lets the planner read the selector's index
-			// (namespace, key, value) instead of every label row.
+			// (namespace, key, value) instead of every label row. Within
+			// a namespace the term is checked run by run, walking the
+			// namespace's records newest first and stopping at the
+			// page's end, rather than joined with every matching label
+			// row and sorted: a page of 500 then reads about 500 runs.
 			sub += " AND l.namespace = " + arg(q.Namespace)
 		}
 		if len(l.Values) > 0 {
@@ -139,6 +153,9 @@ func (q *RecordQuery) where() (string, []any) {
 				ph[i] = arg(v)
 			}
 			sub += " AND l.label_value IN (" + strings.Join(ph, ", ") + ")"
+		}
+		if q.Namespace != "" {
+			sub += correlate
 		}
 		if l.Op == LabelIn || l.Op == LabelExists {
 			conds = append(conds, "EXISTS ("+sub+")")
@@ -160,8 +177,12 @@ func (s *Store) ListRecords(ctx context.Context, q RecordQuery) ([]ArchivedRecor
 		return nil, err
 	}
 	defer done()
-	where, args := q.where()
-	stmt := "SELECT r.run_uid, r.namespace, r.name, r.agent, r.phase, r.finished_at, r.archived_at, r.record, r.children, r.output IS NOT NULL FROM archived_runs r" + where
+	where, args := q.where(s.dialect.correlate)
+	cols := "r.record, r.children, NULL"
+	if q.Summaries {
+		cols = "CASE WHEN r.summary IS NULL THEN r.record ELSE '' END, CASE WHEN r.summary IS NULL THEN r.children ELSE '' END, r.summary"
+	}
+	stmt := "SELECT r.run_uid, r.namespace, r.name, r.agent, r.phase, r.finished_at, r.archived_at, " + cols + ", r.output IS NOT NULL FROM archived_runs r" + where
 	if q.ArchivedAfter != 0 {
 		stmt += " ORDER BY r.archived_at, r.run_uid"
 	} else {
@@ -178,9 +199,11 @@ func (s *Store) ListRecords(ctx context.Context, q RecordQuery) ([]ArchivedRecor
 	var out []ArchivedRecord
 	for rows.Next() {
 		var r ArchivedRecord
-		if err := rows.Scan(&r.UID, &r.Namespace, &r.Name, &r.Agent, &r.Phase, &r.FinishedAt, &r.ArchivedAt, &r.Record, &r.Children, &r.HasOutput); err != nil {
+		var summary sql.NullString
+		if err := rows.Scan(&r.UID, &r.Namespace, &r.Name, &r.Agent, &r.Phase, &r.FinishedAt, &r.ArchivedAt, &r.Record, &r.Children, &summary, &r.HasOutput); err != nil {
 			return nil, s.classify(err)
 		}
+		r.Summary = summary.String
 		out = append(out, r)
 	}
 	return out, s.classify(rows.Err())
@@ -242,6 +265,9 @@ func (s *Store) DeleteRecord(ctx context.Context, uid string) (bool, error) {
 	defer done()
 	found := false
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.deleteCalls(ctx, tx, "run_uid = $1", uid); err != nil {
+			return err
+		}
 		for _, table := range purgedTables {
 			res, err := tx.ExecContext(ctx, s.q("DELETE FROM "+table+" WHERE run_uid = $1"), uid)
 			if err != nil {
@@ -295,48 +321,24 @@ type CostRow struct {
 
 const microsPerDay = int64(24 * time.Hour / time.Microsecond)
 
-// CostReport sums the call ledger by q.By. A call's agent is its run's
-// spec.agent, written into the ledger when the run is archived; calls of
-// runs not archived yet read agent "".
+// CostReport sums the call ledger by q.By. Whole UTC days in the range
+// are read from the daily rollup of archived runs' calls
+// (call_ledger_daily) and the calls of runs not archived yet, so the
+// report costs the groups it returns, not the calls of the archive; the
+// partial days at the range's ends are summed from the ledger itself, so
+// any range is exact. A call's agent is its run's spec.agent, written
+// into the ledger when the run is archived; calls of runs not archived
+// yet read agent "".
 func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) {
+	stmt, args, err := costStatement(q)
+	if err != nil {
+		return nil, err
+	}
 	ctx, done, err := s.op(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	cols := map[CostDimension]string{ByNamespace: "c.namespace", ByAgent: "c.agent", ByModel: "c.model",
-		ByDay: fmt.Sprintf("(c.at / %d) * %d", microsPerDay, microsPerDay)}
-	sel := map[CostDimension]string{ByNamespace: "''", ByAgent: "''", ByModel: "''", ByDay: "0"}
-	var group []string
-	for _, d := range q.By {
-		c, ok := cols[d]
-		if !ok {
-			return nil, fmt.Errorf("no cost dimension %q", d)
-		}
-		sel[d] = c
-		group = append(group, c)
-	}
-	args := []any{q.From, q.To}
-	where := "c.at >= $1 AND c.at < $2"
-	if q.Namespace != "" {
-		args = append(args, q.Namespace)
-		where += fmt.Sprintf(" AND c.namespace = $%d", len(args))
-	}
-	if q.Model != "" {
-		args = append(args, q.Model)
-		where += fmt.Sprintf(" AND c.model = $%d", len(args))
-	}
-	if q.Agent != "" {
-		args = append(args, q.Agent)
-		where += fmt.Sprintf(" AND c.agent = $%d", len(args))
-	}
-	stmt := fmt.Sprintf(`SELECT %s, %s, %s, %s, COUNT(*), CAST(COALESCE(SUM(c.prompt_tokens), 0) AS bigint), CAST(COALESCE(SUM(c.completion_tokens), 0) AS bigint),
-		CAST(COALESCE(SUM(c.total_tokens), 0) AS bigint), CAST(COALESCE(SUM(c.cost_nano_usd), 0) AS bigint), CAST(SUM(CASE WHEN c.cost_nano_usd IS NULL THEN 1 ELSE 0 END) AS bigint)
-		FROM call_ledger c WHERE %s`,
-		sel[ByNamespace], sel[ByAgent], sel[ByModel], sel[ByDay], where)
-	if len(group) > 0 {
-		stmt += " GROUP BY " + strings.Join(group, ", ") + " ORDER BY " + strings.Join(group, ", ")
-	}
 	rows, err := s.db.QueryContext(ctx, s.q(stmt), args...)
 	if err != nil {
 		return nil, s.classify(err)
@@ -353,6 +355,75 @@ func (s *Store) CostReport(ctx context.Context, q CostQuery) ([]CostRow, error) 
 		}
 	}
 	return out, s.classify(rows.Err())
+}
+
+// costStatement is the cost report's statement and its arguments.
+func costStatement(q CostQuery) (string, []any, error) {
+	cols := map[CostDimension]string{ByNamespace: "c.namespace", ByAgent: "c.agent", ByModel: "c.model", ByDay: "c.day"}
+	sel := map[CostDimension]string{ByNamespace: "''", ByAgent: "''", ByModel: "''", ByDay: "0"}
+	var group []string
+	for _, d := range q.By {
+		c, ok := cols[d]
+		if !ok {
+			return "", nil, fmt.Errorf("no cost dimension %q", d)
+		}
+		sel[d] = c
+		group = append(group, c)
+	}
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	filters := func() string {
+		var f string
+		if q.Namespace != "" {
+			f += " AND namespace = " + arg(q.Namespace)
+		}
+		if q.Model != "" {
+			f += " AND model = " + arg(q.Model)
+		}
+		if q.Agent != "" {
+			f += " AND agent = " + arg(q.Agent)
+		}
+		return f
+	}
+	// calls are the ledger's rows in [from, to), each a group of one;
+	// cond narrows them.
+	calls := func(from, to int64, cond string) string {
+		return fmt.Sprintf(`SELECT %s AS day, namespace, agent, model, 1 AS calls, prompt_tokens, completion_tokens, total_tokens,
+			COALESCE(cost_nano_usd, 0) AS priced_nano_usd, CASE WHEN cost_nano_usd IS NULL THEN 1 ELSE 0 END AS unpriced_calls
+			FROM call_ledger WHERE %sat >= %s AND at < %s%s`, ledgerDay, cond, arg(from), arg(to), filters())
+	}
+	firstDay := (q.From + microsPerDay - 1) / microsPerDay * microsPerDay
+	lastDay := q.To / microsPerDay * microsPerDay
+	var parts []string
+	if firstDay < lastDay {
+		// The whole days: archived runs' calls from the rollup, the
+		// calls of runs not archived yet one by one (a partial index
+		// holds those).
+		parts = append(parts,
+			fmt.Sprintf(`SELECT day, namespace, agent, model, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls
+			FROM call_ledger_daily WHERE day >= %s AND day < %s%s`, arg(firstDay), arg(lastDay), filters()),
+			calls(firstDay, lastDay, "in_rollup = 0 AND "))
+		if q.From < firstDay {
+			parts = append(parts, calls(q.From, firstDay, ""))
+		}
+		if lastDay < q.To {
+			parts = append(parts, calls(lastDay, q.To, ""))
+		}
+	} else {
+		parts = append(parts, calls(q.From, q.To, ""))
+	}
+	stmt := fmt.Sprintf(`SELECT %s, %s, %s, %s, CAST(COALESCE(SUM(c.calls), 0) AS bigint), CAST(COALESCE(SUM(c.prompt_tokens), 0) AS bigint),
+		CAST(COALESCE(SUM(c.completion_tokens), 0) AS bigint), CAST(COALESCE(SUM(c.total_tokens), 0) AS bigint),
+		CAST(COALESCE(SUM(c.priced_nano_usd), 0) AS bigint), CAST(COALESCE(SUM(c.unpriced_calls), 0) AS bigint)
+		FROM (%s) c`,
+		sel[ByNamespace], sel[ByAgent], sel[ByModel], sel[ByDay], strings.Join(parts, " UNION ALL "))
+	if len(group) > 0 {
+		stmt += " GROUP BY " + strings.Join(group, ", ") + " ORDER BY " + strings.Join(group, ", ")
+	}
+	return stmt, args, nil
 }
 
 // HistoryKey is the secret that signs the history API's continue tokens:

@@ -74,6 +74,12 @@ func TestHistoryReads(t *testing.T) {
 				{sqlstore.RecordQuery{Phase: []sqlstore.FieldTerm{{Value: string(arv1.PhaseError)}}, Labels: []sqlstore.LabelTerm{{Key: "team", Op: sqlstore.LabelExists}}}, "r3 r1 "},
 				{sqlstore.RecordQuery{FinishedAfter: base.Add(30 * time.Minute).UnixMicro(), FinishedBefore: base.Add(90 * time.Minute).UnixMicro()}, "r3 r2 "},
 				{sqlstore.RecordQuery{After: &sqlstore.RecordCursor{FinishedAt: base.Add(time.Hour).UnixMicro(), UID: "u3"}, Limit: 2}, "r2 r1 "},
+				// Within a namespace, label terms are checked run by run.
+				{sqlstore.RecordQuery{Namespace: "ns", Labels: []sqlstore.LabelTerm{{Key: "team", Op: sqlstore.LabelIn, Values: []string{"x", "y"}}}, Limit: 3}, "r4 r3 r1 "},
+				{sqlstore.RecordQuery{Namespace: "ns", Labels: []sqlstore.LabelTerm{{Key: "team", Op: sqlstore.LabelNotIn, Values: []string{"x"}}}}, "r5 r4 r2 r1 "},
+				{sqlstore.RecordQuery{Namespace: "ns", Phase: []sqlstore.FieldTerm{{Value: string(arv1.PhaseError)}}, Labels: []sqlstore.LabelTerm{{Key: "team", Op: sqlstore.LabelExists}}}, "r3 r1 "},
+				{sqlstore.RecordQuery{Namespace: "ns", Labels: []sqlstore.LabelTerm{{Key: "team", Op: sqlstore.LabelNotExists}}, Summaries: true}, "r5 r2 "},
+				{sqlstore.RecordQuery{Namespace: "other", Labels: []sqlstore.LabelTerm{{Key: "team", Op: sqlstore.LabelExists}}}, ""},
 			} {
 				if got := names(c.q); got != c.want {
 					t.Errorf("%+v: got %q, want %q", c.q, got, c.want)

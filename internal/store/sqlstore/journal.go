@@ -28,12 +28,16 @@ type dialect struct {
 	lockShared string
 	// placeholder rewrites $1, $2, ... for the driver.
 	placeholder func(string) string
+	// correlate, appended to an EXISTS subquery, keeps it a filter
+	// checked row by row: PostgreSQL turns an EXISTS into a join
+	// unless the subquery has an OFFSET; SQLite checks it row by row.
+	correlate string
 }
 
 var numbered = regexp.MustCompile(`\$(\d+)`)
 
 var (
-	postgresDialect = dialect{name: KindPostgres, goose: goose.DialectPostgres, lockShared: " FOR SHARE", placeholder: func(q string) string { return q }}
+	postgresDialect = dialect{name: KindPostgres, goose: goose.DialectPostgres, lockShared: " FOR SHARE", placeholder: func(q string) string { return q }, correlate: " OFFSET 0"}
 	sqliteDialect   = dialect{name: KindSQLite, goose: goose.DialectSQLite3, placeholder: func(q string) string { return numbered.ReplaceAllString(q, "?$1") }}
 )
 
@@ -353,7 +357,8 @@ func (s *Store) insertEntries(ctx context.Context, tx *sql.Tx, uid types.UID, fr
 
 // ledger records the model calls the entries complete: one row per
 // answered call, with its tokens and cost (NULL when unpriced), in the
-// append's transaction, so the ledger sums exactly to the journals.
+// append's transaction, so the ledger sums exactly to the journals. The
+// rows enter the daily rollup when the run is archived (costbyday.go).
 func (s *Store) ledger(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, l *runLog, fresh []store.Planned) error {
 	for _, p := range fresh {
 		e := p.Entry
@@ -374,8 +379,8 @@ func (s *Store) ledger(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, l *r
 		if e.CostNanoUSD != nil {
 			cost = sql.NullInt64{Int64: *e.CostNanoUSD, Valid: true}
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO call_ledger (run_uid, seq, namespace, provider, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (run_uid, seq) DO NOTHING`),
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO call_ledger (run_uid, seq, namespace, provider, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd, in_rollup)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0) ON CONFLICT (run_uid, seq) DO NOTHING`),
 			string(run.UID), e.Seq, run.Namespace, provider, model, e.At.UnixMicro(), u.Prompt, u.Completion, u.Prompt+u.Completion, cost); err != nil {
 			return err
 		}

@@ -11,10 +11,11 @@ import (
 // indexForHistory writes what the history API reads fast, in the
 // archive's transaction: the run's labels into archived_run_labels, one
 // row per label (label selectors read them through an index; an earlier
-// attempt's rows are replaced), and its agent into its ledger rows (the
-// cost report groups by agent without joining the archive).
+// attempt's rows are replaced), and its agent into its ledger rows, which
+// enter the daily rollup (the cost report groups by agent without joining
+// the archive).
 func (s *Store) indexForHistory(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun) error {
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE call_ledger SET agent = $1 WHERE run_uid = $2 AND agent <> $1"), run.Spec.Agent, string(run.UID)); err != nil {
+	if err := s.rollUpRun(ctx, tx, string(run.UID), run.Spec.Agent); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, s.q("DELETE FROM archived_run_labels WHERE run_uid = $1"), string(run.UID)); err != nil {

@@ -52,19 +52,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true), goose.WithTableName("agentrun_schema_version")}
-	if s.dialect.name == KindPostgres {
-		locker, err := lock.NewPostgresSessionLocker()
-		if err != nil {
-			return err
-		}
-		opts = append(opts, goose.WithSessionLocker(locker))
-	}
-	p, err := goose.NewProvider(s.dialect.goose, s.db, sub, opts...)
+	p, err := s.migrations()
 	if err != nil {
 		return err
 	}
@@ -86,6 +74,23 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	s.migrated.Store(true)
 	return nil
+}
+
+// migrations is goose's provider of the embedded migrations.
+func (s *Store) migrations() (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true), goose.WithTableName("agentrun_schema_version")}
+	if s.dialect.name == KindPostgres {
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	}
+	return goose.NewProvider(s.dialect.goose, s.db, sub, opts...)
 }
 
 // migrationFailed is a failed migration as the store reports it: always

@@ -31,8 +31,8 @@ var callResources = []arv1.QuotaResource{arv1.QuotaCost, arv1.QuotaTokens}
 // settleQuotas does, inside an append's transaction, what its entries mean
 // for quotas: a model call's intent reserves its worst case (its charge,
 // which the context carries), refused with a QuotaExceededError when a
-// quota has no room; an intent issued again gives back its earlier
-// reservation first; a completion settles its intent's reservation to
+// quota has no room; an intent issued again first settles its earlier
+// dispatch's reservation (replaced); a completion settles its intent's reservation to
 // what the call cost, a failure to nothing. An intent journaled together
 // with its completion (it was held in status until then) reserves
 // nothing, and its completion counts against its charge directly.
@@ -52,10 +52,7 @@ func (s *Store) settleQuotas(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun
 		switch e.Kind {
 		case journal.ModelCallRequested:
 			if p.Replaces != "" {
-				// Issued again: the earlier dispatch may have reached the
-				// provider and be billed (the run counts it lost), so its
-				// reservation is counted as used, at its worst case.
-				err = s.settleLost(ctx, tx, run.UID, e.Seq)
+				err = s.replaced(ctx, tx, run.UID, &p)
 			}
 			if c := store.ChargeFor(ctx, e.Seq); err == nil && c != nil && !answered[e.Seq] {
 				err = s.reserve(ctx, tx, run, e.Seq, c)
@@ -225,6 +222,18 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, uid types.UID, seq int64
 	return true, err
 }
 
+// replaced settles the reservation of the dispatch a reissued intent p
+// replaces: lost (p counts it lost, as the run's status does: it may have
+// reached the provider and be billed), it is counted as used at its worst
+// case; known never sent, it is given back.
+func (s *Store) replaced(ctx context.Context, tx *sql.Tx, uid types.UID, p *store.Planned) error {
+	if p.CountsLost() {
+		return s.settleLost(ctx, tx, uid, p.Entry.Seq)
+	}
+	_, err := s.settle(ctx, tx, uid, p.Entry.Seq, nil)
+	return err
+}
+
 // settleLost turns the reservations of a run's call that was lost (its
 // intent is issued again) into used at their worst case, the cost counted
 // as unpriced: what it cost is unknown, and unknown is never free.
@@ -247,18 +256,18 @@ func (s *Store) settleLost(ctx context.Context, tx *sql.Tx, uid types.UID, seq i
 	return err
 }
 
-// lostAfterRefusal counts, after a quota refused the reissue of a lost
-// call (its append rolled back), the lost dispatch at its worst case all
-// the same: it was lost whether or not the next one fits, and its
-// reservation must not stay held while the run waits for room.
+// lostAfterRefusal settles, after a quota refused the reissue of an
+// intent (its append rolled back), the dispatch it replaces all the same
+// (replaced): a lost one was lost whether or not the next one fits, and
+// no reservation may stay held while the run waits for room.
 func (s *Store) lostAfterRefusal(ctx context.Context, uid types.UID, plan []store.Planned) {
 	for _, p := range plan {
 		if p.Entry.Kind != journal.ModelCallRequested || p.Replaces == "" || p.Entry.Inherited {
 			continue
 		}
-		err := s.inTx(ctx, func(tx *sql.Tx) error { return s.settleLost(ctx, tx, uid, p.Entry.Seq) })
+		err := s.inTx(ctx, func(tx *sql.Tx) error { return s.replaced(ctx, tx, uid, &p) })
 		if err != nil {
-			s.cfg.Log.V(1).Info("Counting a lost call's reservation failed; the reissue that fits counts it", "seq", p.Entry.Seq, "error", err.Error())
+			s.cfg.Log.V(1).Info("Settling a reissued call's earlier reservation failed; the reissue that fits settles it", "seq", p.Entry.Seq, "error", err.Error())
 		}
 	}
 }

@@ -320,3 +320,89 @@ func TestQuotaEndRunTwiceAtOnceGivesBackOnce(t *testing.T) {
 		}
 	})
 }
+
+// journaledLost is the lost dispatches a run's stored journal counts, as
+// its status does (journal.Fold: each intent's Lost).
+func journaledLost(t *testing.T, dsn string, run *arv1.AgentRun) int64 {
+	t.Helper()
+	es, err := open(t, dsn).Load(context.Background(), run, false)
+	must(t, err)
+	n := int64(0)
+	for _, e := range es {
+		if e.Kind == journal.ModelCallRequested {
+			n += int64(e.Lost)
+		}
+	}
+	return n
+}
+
+// TestQuotaLedgerCountsTheLostCallsTheJournalsCount: a replica dies with a
+// call of each of three runs, and another takes them over.
+//   - a's intent was journaled, so the call may have been sent: the taker
+//     issues it again counting it lost, and its reservation is settled at
+//     its worst case, once.
+//   - b's intent only its status held (with a database store a call is made
+//     only once its intent is journaled, so it was never sent): the taker
+//     journals it afresh, not lost, and nothing is charged for it.
+//   - c's intent was journaled and its manager knew the call was never made
+//     (refused, or stopped before the call): issued again keeping its Lost,
+//     its reservation is given back, uncharged.
+//
+// The ledger's lost calls equal the journals', its cost is the answered
+// calls plus the lost one's worst case exactly, and nothing is left
+// reserved. A never-sent dispatch whose reissue finds no room is given
+// back too, not counted lost.
+func TestQuotaLedgerCountsTheLostCallsTheJournalsCount(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		dead, taker := open(t, dsn), open(t, dsn)
+		q := dayQuota("ClusterAgentRunQuota/team", 1_000_000)
+		a, b, c := newRun(), newRun(), newRun()
+		must(t, dead.Append(charged(ctx, 0, 600, q), a, intent(0, 0)))
+		must(t, dead.Append(charged(ctx, 0, 600, q), c, intent(0, 0)))
+		// The dead replica's status write named b's intent; its journal
+		// write never happened.
+		if u := use(t, taker, q.Key, q.Period); u.ReservedCost != 1200 || u.InFlight != 2 {
+			t.Fatalf("as the replica died: %+v", u)
+		}
+		again := func(lost int) journal.Entry {
+			e := intent(0, lost)
+			e.At = at.Add(time.Minute)
+			return e
+		}
+		must(t, taker.Append(charged(ctx, 0, 600, q), a, again(1)))
+		must(t, taker.Append(charged(ctx, 0, 600, q), b, again(0)))
+		must(t, taker.Append(charged(ctx, 0, 600, q), c, again(0)))
+		for _, r := range []*arv1.AgentRun{a, b, c} {
+			must(t, taker.Append(ctx, r, costAnswer(1, 0, 100)))
+		}
+		u := use(t, taker, q.Key, q.Period)
+		lost := journaledLost(t, dsn, a) + journaledLost(t, dsn, b) + journaledLost(t, dsn, c)
+		if lost != 1 || u.UnpricedCalls != lost {
+			t.Errorf("the ledger counted %d lost calls, the journals %d; want 1 (a's)", u.UnpricedCalls, lost)
+		}
+		if u.Cost != 3*100+600 || u.Tokens != 3*15+1000 || u.ReservedCost != 0 || u.ReservedTokens != 0 || u.InFlight != 0 {
+			t.Errorf("the ledger: %+v; want $300 answered plus a's worst case of 600 (tokens 45 + 1000), nothing reserved", u)
+		}
+		if h, err := taker.QuotaHolders(ctx, q.Key); err != nil || len(h) != 0 {
+			t.Errorf("holders left: %v %v", h, err)
+		}
+
+		// A dispatch known never sent whose reissue finds no room: its
+		// reservation goes back, uncounted, while the run waits.
+		tight := dayQuota("AgentRunQuota/ns/tight", 1000)
+		d, e := newRun(), newRun()
+		must(t, dead.Append(charged(ctx, 0, 600, tight), d, intent(0, 0)))
+		must(t, taker.Append(charged(ctx, 0, 300, tight), e, intent(0, 0), costAnswer(1, 0, 300)))
+		if err := taker.Append(charged(ctx, 0, 800, tight), d, again(0)); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("d's reissue with no room: %v", err)
+		}
+		if u := use(t, taker, tight.Key, tight.Period); u.Cost != 300 || u.ReservedCost != 0 || u.InFlight != 0 || u.UnpricedCalls != 0 {
+			t.Errorf("after d's reissue was refused: %+v; want e's 300 only, nothing reserved or lost", u)
+		}
+		must(t, taker.Append(charged(ctx, 0, 600, tight), d, again(0)))
+		if u := use(t, taker, tight.Key, tight.Period); u.Cost != 300 || u.ReservedCost != 600 || u.InFlight != 1 || u.UnpricedCalls != 0 {
+			t.Errorf("after d's reissue fitted: %+v", u)
+		}
+	})
+}

@@ -1,0 +1,274 @@
+package sqlstore_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
+)
+
+// ledgerRow is one call_ledger row as the tests sum it.
+type ledgerRow struct {
+	ns, agent, model       string
+	at, prompt, completion int64
+	total                  int64
+	cost                   *int64
+	inRollup               bool
+}
+
+func ledgerRows(t *testing.T, s *sqlstore.Store) []ledgerRow {
+	t.Helper()
+	rows, err := s.DB().Query("SELECT namespace, agent, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd, in_rollup FROM call_ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []ledgerRow
+	for rows.Next() {
+		var r ledgerRow
+		if err := rows.Scan(&r.ns, &r.agent, &r.model, &r.at, &r.prompt, &r.completion, &r.total, &r.cost, &r.inRollup); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	must(t, rows.Err())
+	return out
+}
+
+const day = int64(24 * time.Hour / time.Microsecond)
+
+// sumLedger is the cost report of [from, to) by namespace, agent, model
+// and day, summed here from the ledger's rows one by one.
+func sumLedger(rows []ledgerRow, from, to int64) []sqlstore.CostRow {
+	groups := map[string]*sqlstore.CostRow{}
+	for _, r := range rows {
+		if r.at < from || r.at >= to {
+			continue
+		}
+		d := r.at / day * day
+		k := fmt.Sprintf("%s/%s/%s/%d", r.ns, r.agent, r.model, d)
+		g := groups[k]
+		if g == nil {
+			g = &sqlstore.CostRow{Namespace: r.ns, Agent: r.agent, Model: r.model, Day: d}
+			groups[k] = g
+		}
+		g.Calls++
+		g.PromptTokens += r.prompt
+		g.CompletionTokens += r.completion
+		g.TotalTokens += r.total
+		if r.cost == nil {
+			g.UnpricedCalls++
+		} else {
+			g.PricedNanoUSD += *r.cost
+		}
+	}
+	var out []sqlstore.CostRow
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
+		out = append(out, *groups[k])
+	}
+	return out
+}
+
+// rollup reads call_ledger_daily, every row, in sumLedger's order.
+func rollup(t *testing.T, s *sqlstore.Store) []sqlstore.CostRow {
+	t.Helper()
+	rows, err := s.DB().Query(`SELECT namespace, agent, model, day, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls
+		FROM call_ledger_daily`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	byKey := map[string]sqlstore.CostRow{}
+	for rows.Next() {
+		var r sqlstore.CostRow
+		if err := rows.Scan(&r.Namespace, &r.Agent, &r.Model, &r.Day, &r.Calls, &r.PromptTokens, &r.CompletionTokens, &r.TotalTokens, &r.PricedNanoUSD, &r.UnpricedCalls); err != nil {
+			t.Fatal(err)
+		}
+		byKey[fmt.Sprintf("%s/%s/%s/%d", r.Namespace, r.Agent, r.Model, r.Day)] = r
+	}
+	must(t, rows.Err())
+	var out []sqlstore.CostRow
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		out = append(out, byKey[k])
+	}
+	return out
+}
+
+// rollupMatchesLedger: call_ledger_daily holds exactly the sums of the
+// ledger's rows marked in it, no group with no call left.
+func rollupMatchesLedger(t *testing.T, s *sqlstore.Store, when string) {
+	t.Helper()
+	var rolled []ledgerRow
+	for _, r := range ledgerRows(t, s) {
+		if r.inRollup {
+			rolled = append(rolled, r)
+		}
+	}
+	want := sumLedger(rolled, 0, 1<<62)
+	if got := rollup(t, s); !slices.Equal(got, want) {
+		t.Fatalf("%s: the daily rollup\n%+v\ndiffers from the ledger's sums\n%+v", when, got, want)
+	}
+}
+
+// call is a model call answered at when, of model, priced cost (nil:
+// unknown).
+func call(seq int64, when time.Time, model string, cost *int64) []journal.Entry {
+	return []journal.Entry{
+		{Seq: seq, Kind: journal.ModelCallRequested, At: when, Stage: "s", Provider: "p", Model: model, RequestHash: "h"},
+		{Seq: seq + 1, Kind: journal.ModelCallCompleted, At: when, Call: seq, Response: &journal.Response{Text: "t"},
+			Usage: &journal.Usage{Prompt: 100 + seq, Completion: 7}, CostNanoUSD: cost},
+	}
+}
+
+// TestCostByDayFollowsTheLedger: a run's calls enter the daily rollup the
+// cost report reads when the run is archived, with its agent (an append,
+// retried or not, leaves the rollup alone), leave it when its record is
+// deleted or swept, in the same transactions; and the report of any
+// range, whole days or not, archived runs and runs in flight, equals the
+// ledger's own sums with unknown cost counted apart.
+func TestCostByDayFollowsTheLedger(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		d0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+		all := []sqlstore.CostDimension{sqlstore.ByNamespace, sqlstore.ByAgent, sqlstore.ByModel, sqlstore.ByDay}
+		// reportsMatchLedger: reports of ranges ending inside days and on
+		// their bounds equal the ledger's sums.
+		reportsMatchLedger := func(when string) {
+			t.Helper()
+			ledger := ledgerRows(t, s)
+			for _, r := range []struct{ from, to time.Duration }{
+				{0, 72 * time.Hour}, {time.Hour, 71 * time.Hour}, {3 * time.Hour, 24 * time.Hour}, {24 * time.Hour, 48 * time.Hour},
+				{23 * time.Hour, 25*time.Hour + time.Minute}, {2 * time.Hour, 2*time.Hour + 1}, {-48 * time.Hour, 1000 * time.Hour},
+			} {
+				from, to := d0.Add(r.from).UnixMicro(), d0.Add(r.to).UnixMicro()
+				got, err := s.CostReport(ctx, sqlstore.CostQuery{From: from, To: to, By: all})
+				must(t, err)
+				if want := sumLedger(ledger, from, to); !slices.Equal(got, want) {
+					t.Errorf("%s: report of [%s, %s): %+v, want %+v", when, r.from, r.to, got, want)
+				}
+			}
+		}
+		calls := func(models ...string) []journal.Entry {
+			var entries []journal.Entry
+			for i, when := range []time.Duration{2 * time.Hour, 23*time.Hour + 59*time.Minute, 24 * time.Hour, 30 * time.Hour, 50 * time.Hour} {
+				cost := ptr.To(int64(1000 * (i + 1)))
+				if i == 1 {
+					cost = nil
+				}
+				entries = append(entries, call(int64(2*i), d0.Add(when), models[i%len(models)], cost)...)
+			}
+			return entries
+		}
+		live, inFlight := newRun(), newRun()
+		live.Spec.Agent = "researcher"
+		entries := calls("m1", "m2")
+		must(t, s.Append(ctx, live, entries[:4]...))
+		must(t, s.Append(ctx, live, entries[4:]...))
+		must(t, s.Append(ctx, inFlight, calls("m1")...))
+		must(t, s.Append(ctx, live, entries[4:]...)) // a retry of a committed append
+		rollupMatchesLedger(t, s, "after appends")
+		if got := rollup(t, s); len(got) != 0 {
+			t.Fatalf("calls of runs not archived are in the rollup: %+v", got)
+		}
+		reportsMatchLedger("runs in flight")
+
+		live.Status = arv1.AgentRunStatus{Phase: arv1.PhaseComplete, FinishedAt: ptr.To(metav1.NewTime(d0.Add(51 * time.Hour)))}
+		must(t, s.Archive(ctx, &store.Record{Run: live}))
+		must(t, s.Archive(ctx, &store.Record{Run: live})) // a retry
+		rollupMatchesLedger(t, s, "after the run's archive")
+		if got := rollup(t, s); len(got) != 5 {
+			t.Fatalf("the archived run's groups: %+v, want 5 (m1 on three days, m2 on two)", got)
+		}
+		for _, r := range rollup(t, s) {
+			if r.Agent != "researcher" {
+				t.Fatalf("after the archive: a group of agent %q: %+v", r.Agent, r)
+			}
+		}
+		reportsMatchLedger("one run archived, one in flight")
+
+		imported := newRun()
+		imported.Namespace, imported.Spec.Agent = "other", "writer"
+		imported.Status = arv1.AgentRunStatus{Phase: arv1.PhaseError, FinishedAt: ptr.To(metav1.NewTime(d0.Add(26 * time.Hour)))}
+		must(t, s.Archive(ctx, &store.Record{Run: imported, Entries: slices.Concat(call(0, d0.Add(25*time.Hour), "m1", nil), call(2, d0.Add(25*time.Hour), "m1", ptr.To[int64](5)))}))
+		must(t, s.Archive(ctx, &store.Record{Run: imported}))
+		rollupMatchesLedger(t, s, "after a record archived with its journal")
+		reportsMatchLedger("a record archived with its journal")
+
+		byAgent, err := s.CostReport(ctx, sqlstore.CostQuery{From: d0.Add(time.Hour).UnixMicro(), To: d0.Add(60 * time.Hour).UnixMicro(),
+			By: []sqlstore.CostDimension{sqlstore.ByAgent}, Namespace: "ns"})
+		must(t, err)
+		tokens := int64(100 + 102 + 104 + 106 + 108)
+		want := []sqlstore.CostRow{
+			{Calls: 5, PromptTokens: tokens, CompletionTokens: 35, TotalTokens: tokens + 35, PricedNanoUSD: 1000 + 3000 + 4000 + 5000, UnpricedCalls: 1},
+			{Agent: "researcher", Calls: 5, PromptTokens: tokens, CompletionTokens: 35, TotalTokens: tokens + 35, PricedNanoUSD: 1000 + 3000 + 4000 + 5000, UnpricedCalls: 1},
+		}
+		if !slices.Equal(byAgent, want) {
+			t.Errorf("by agent in ns: %+v, want %+v", byAgent, want)
+		}
+
+		found, err := s.DeleteRecord(ctx, string(live.UID))
+		if err != nil || !found {
+			t.Fatal(found, err)
+		}
+		rollupMatchesLedger(t, s, "after a record's deletion")
+		reportsMatchLedger("after a record's deletion")
+		if got, err := s.CostReport(ctx, sqlstore.CostQuery{From: 0, To: d0.Add(1000 * time.Hour).UnixMicro(), Namespace: "ns", Agent: "researcher", By: all}); err != nil || len(got) != 0 {
+			t.Fatalf("the deleted record's calls are still reported: %+v %v", got, err)
+		}
+		if n, err := s.Sweep(ctx, d0.Add(100*time.Hour), 100); err != nil || n != 1 {
+			t.Fatalf("sweep: %d %v", n, err)
+		}
+		rollupMatchesLedger(t, s, "after a sweep")
+		if got := rollup(t, s); len(got) != 0 {
+			t.Fatalf("groups left after every archived record went: %+v", got)
+		}
+		reportsMatchLedger("after a sweep")
+	})
+}
+
+// TestCostByDayMigrationRollsUpTheLedger: a database whose ledger was
+// written before the rollup existed gets its archived runs' calls (an
+// agent written) summed by the migration, unpriced calls counted apart;
+// calls of runs in flight stay out, and the report counts every call.
+func TestCostByDayMigrationRollsUpTheLedger(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		must(t, sqlstore.MigrateTo(ctx, s, 6))
+		for i := range 40 {
+			cost := "NULL"
+			if i%7 != 0 {
+				cost = fmt.Sprint(10 * i)
+			}
+			_, err := s.DB().ExecContext(ctx, fmt.Sprintf(`INSERT INTO call_ledger (run_uid, seq, namespace, agent, provider, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd)
+				VALUES ('u%d', %d, 'ns%d', '%s', 'p', 'm%d', %d, %d, 3, %d, %s)`, i%5, i, i%2, []string{"a1", "a2", ""}[i%3], i%2, 1_795_000_000_000_000+int64(i)*3*3600*1_000_000, i, i+3, cost))
+			must(t, err)
+		}
+		must(t, s.Check(ctx))
+		rollupMatchesLedger(t, s, "after the migration")
+		if got := rollup(t, s); len(got) < 10 {
+			t.Fatalf("%d groups rolled up from 40 calls over 5 days", len(got))
+		}
+		var pending int
+		must(t, s.DB().QueryRowContext(ctx, "SELECT count(*) FROM call_ledger WHERE in_rollup = 0 AND agent = ''").Scan(&pending))
+		if pending != 13 {
+			t.Fatalf("%d calls of runs in flight (agent \"\") left out of the rollup, want 13", pending)
+		}
+		got, err := s.CostReport(ctx, sqlstore.CostQuery{From: 0, To: 1_796_000_000_000_000, By: []sqlstore.CostDimension{sqlstore.ByNamespace, sqlstore.ByAgent, sqlstore.ByModel, sqlstore.ByDay}})
+		must(t, err)
+		if want := sumLedger(ledgerRows(t, s), 0, 1_796_000_000_000_000); !slices.Equal(got, want) {
+			t.Fatalf("the report after the migration: %+v, want %+v", got, want)
+		}
+	})
+}
