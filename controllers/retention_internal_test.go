@@ -15,7 +15,9 @@ import (
 // them applied, and run, again); no default keeps runs.
 func TestRetentionOfAFinishedRun(t *testing.T) {
 	day, hour := 24*time.Hour, time.Hour
-	ttl := func(s int32) func(*arv1.AgentRun) { return func(r *arv1.AgentRun) { r.Spec.TTLSecondsAfterFinished = &s } }
+	ttl := func(s int32) func(*arv1.AgentRun) {
+		return func(r *arv1.AgentRun) { r.Spec.TTLSecondsAfterFinished = &s }
+	}
 	cases := []struct {
 		name string
 		def  *time.Duration
