@@ -191,19 +191,7 @@ func toRecord(row *sqlstore.ArchivedRecord) (*hv1.AgentRunRecord, error) {
 	if err := json.Unmarshal([]byte(row.Children), &children); err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("the archived children of %s/%s do not decode: %w", row.Namespace, row.Name, err))
 	}
-	rec := &hv1.AgentRunRecord{
-		TypeMeta:   metav1.TypeMeta{APIVersion: hv1.GroupVersion.String(), Kind: "AgentRunRecord"},
-		ObjectMeta: run.ObjectMeta,
-		Spec:       run.Spec,
-		Status:     run.Status,
-		Archive: hv1.RecordArchive{
-			ArchivedAt: metav1.NewTime(time.UnixMicro(row.ArchivedAt).UTC()),
-			FinishedAt: metav1.NewTime(time.UnixMicro(row.FinishedAt).UTC()),
-			HasOutput:  row.HasOutput,
-		},
-	}
-	rec.ResourceVersion = strconv.FormatInt(row.ArchivedAt, 10)
-	rec.ManagedFields = nil
+	rec := newRecord(row, run.ObjectMeta, run.Spec, run.Status)
 	for _, c := range children {
 		rec.Archive.Children = append(rec.Archive.Children, hv1.RecordChild{Name: c.Name, UID: string(c.UID), Phase: c.Phase})
 	}
@@ -216,11 +204,19 @@ func summaryRecord(row *sqlstore.ArchivedRecord) (*hv1.AgentRunRecord, error) {
 	if err := json.Unmarshal([]byte(row.Summary), &sum); err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("the archived summary of %s/%s does not decode: %w", row.Namespace, row.Name, err))
 	}
+	st := arv1.AgentRunStatus{Phase: sum.Status.Phase, Model: sum.Status.Model, StartedAt: sum.Status.StartedAt, Usage: sum.Status.Usage}
+	return newRecord(row, sum.Metadata, arv1.AgentRunSpec{Agent: row.Agent}, st), nil
+}
+
+// newRecord is the record of row with the run's metadata, spec and status
+// (whole, or as much as a summary holds): its archive times, and the
+// archive time as its resourceVersion.
+func newRecord(row *sqlstore.ArchivedRecord, meta metav1.ObjectMeta, spec arv1.AgentRunSpec, st arv1.AgentRunStatus) *hv1.AgentRunRecord {
 	rec := &hv1.AgentRunRecord{
 		TypeMeta:   metav1.TypeMeta{APIVersion: hv1.GroupVersion.String(), Kind: "AgentRunRecord"},
-		ObjectMeta: sum.Metadata,
-		Spec:       arv1.AgentRunSpec{Agent: row.Agent},
-		Status:     arv1.AgentRunStatus{Phase: sum.Status.Phase, Model: sum.Status.Model, StartedAt: sum.Status.StartedAt, Usage: sum.Status.Usage},
+		ObjectMeta: meta,
+		Spec:       spec,
+		Status:     st,
 		Archive: hv1.RecordArchive{
 			ArchivedAt: metav1.NewTime(time.UnixMicro(row.ArchivedAt).UTC()),
 			FinishedAt: metav1.NewTime(time.UnixMicro(row.FinishedAt).UTC()),
@@ -229,7 +225,7 @@ func summaryRecord(row *sqlstore.ArchivedRecord) (*hv1.AgentRunRecord, error) {
 	}
 	rec.ResourceVersion = strconv.FormatInt(row.ArchivedAt, 10)
 	rec.ManagedFields = nil
-	return rec, nil
+	return rec
 }
 
 // storeError is a store failure as an API status: 503 while the database
