@@ -174,3 +174,34 @@ func ClassifyStatus(status int) (class journal.FailureClass, retryable bool) {
 type Provider interface {
 	Call(ctx context.Context, req Request) (Result, error)
 }
+
+// PromptBytes is the size of what the request sends to the model: every
+// text part of it. The rate limiter estimates tokens from it and quotas
+// bound a call's worst case by it, so both count the same parts.
+func (r *Request) PromptBytes() int64 {
+	n := len(r.SystemPrompt) + len(r.Task) + len(r.OutputInstructions) + len(r.TransitionPrompt) + len(r.StageNote) + len(r.Directive)
+	for _, t := range r.History {
+		n += len(t.Assistant) + len(t.Feedback)
+		for _, tr := range t.Tools {
+			n += len(tr.Name) + len(tr.Arguments) + len(tr.Result)
+		}
+		for _, m := range t.Messages {
+			n += len(m)
+		}
+	}
+	for _, t := range r.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	for _, parts := range [][]string{r.ChildOutputs, r.Messages, r.Notices} {
+		for _, s := range parts {
+			n += len(s)
+		}
+	}
+	for _, c := range r.Choices {
+		n += len(c.Point) + len(c.Text)
+	}
+	if d := r.Document; d != nil {
+		n += len(d.Name) + len(d.Content)
+	}
+	return int64(n)
+}

@@ -428,23 +428,7 @@ func LimitKey(p *providerconfig.Provider, namespace, model string, key providers
 // characters a token, plus room for the answer); the limiter corrects it
 // from the usage the provider reports.
 func EstimateTokens(req providers.Request) int64 {
-	n := len(req.SystemPrompt) + len(req.Task) + len(req.OutputInstructions) + len(req.TransitionPrompt) + len(req.StageNote)
-	for _, t := range req.History {
-		n += len(t.Assistant) + len(t.Feedback)
-		for _, r := range t.Tools {
-			n += len(r.Arguments) + len(r.Result)
-		}
-	}
-	for _, t := range req.Tools {
-		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
-	}
-	for _, o := range req.ChildOutputs {
-		n += len(o)
-	}
-	if d := req.Document; d != nil {
-		n += len(d.Content)
-	}
-	return int64(n/4) + expectedAnswerTokens
+	return req.PromptBytes()/4 + expectedAnswerTokens
 }
 
 // expectedAnswerTokens is what an answer is assumed to cost before it is

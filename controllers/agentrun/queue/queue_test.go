@@ -12,9 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
-	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 )
 
@@ -117,21 +115,3 @@ func scheme(t *testing.T) *runtime.Scheme {
 
 // TestPromptBytesCountsWhatARequestSends: every part of a request the
 // provider is sent counts toward the bound on its prompt tokens.
-func TestPromptBytesCountsWhatARequestSends(t *testing.T) {
-	cases := []struct {
-		name string
-		req  providers.Request
-		want int64
-	}{
-		{name: "empty", want: 0},
-		{name: "prompts", req: providers.Request{SystemPrompt: "abc", Task: "de", OutputInstructions: "f", TransitionPrompt: "gh", StageNote: "i", Directive: "jk"}, want: 11},
-		{name: "history", req: providers.Request{History: []providers.Turn{{Assistant: "ab", Feedback: "c", Messages: []string{"de"}, Tools: []journal.ToolResult{{ToolCall: journal.ToolCall{Name: "t", Arguments: "{}"}, Result: "ok"}}}}}, want: 10},
-		{name: "tools, outputs and messages", req: providers.Request{Tools: []providers.ToolSpec{{Name: "ab", Description: "cd", InputSchema: []byte("{}")}}, ChildOutputs: []string{"xyz"}, Messages: []string{"m"}}, want: 10},
-		{name: "choices and document", req: providers.Request{Choices: []journal.PointChoice{{Point: "p", Text: "tt"}}, Document: &providers.Document{Name: "n", Content: "cc"}}, want: 6},
-	}
-	for _, c := range cases {
-		if got := promptBytes(&c.req); got != c.want {
-			t.Errorf("%s: promptBytes = %d, want %d", c.name, got, c.want)
-		}
-	}
-}

@@ -28,7 +28,6 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
-	"github.com/agentrun-dev/agentrun-operator/internal/providers"
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
 	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -345,7 +344,7 @@ func (q *Queue) Charge(ctx context.Context, run *arv1.AgentRun, call *steps.Mode
 	for i := range qs {
 		gens[qs[i].Key()] = qs[i].Generation
 	}
-	cost, tokens, _ := quota.WorstCase(p, model, promptBytes(&call.Request))
+	cost, tokens, _ := quota.WorstCase(p, model, call.Request.PromptBytes())
 	call.Quota = &store.Charge{Seq: call.Intent.Seq, Quotas: ls, Cost: cost, Tokens: tokens}
 	uid := run.UID
 	// The step calls OverQuota while this reconcile may still write run.
@@ -396,37 +395,6 @@ func (q *Queue) Refused(ctx context.Context, run *arv1.AgentRun, now time.Time) 
 		hit.ResetAt = &at
 	}
 	return hit
-}
-
-// promptBytes is the size of what a request sends (quota.WorstCase
-// bounds its prompt tokens by it).
-func promptBytes(req *providers.Request) int64 {
-	n := len(req.SystemPrompt) + len(req.Task) + len(req.OutputInstructions) + len(req.TransitionPrompt) + len(req.StageNote) + len(req.Directive)
-	for _, t := range req.History {
-		n += len(t.Assistant) + len(t.Feedback)
-		for _, tr := range t.Tools {
-			n += len(tr.Name) + len(tr.Arguments) + len(tr.Result)
-		}
-		for _, m := range t.Messages {
-			n += len(m)
-		}
-	}
-	for _, t := range req.Tools {
-		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
-	}
-	for _, o := range req.ChildOutputs {
-		n += len(o)
-	}
-	for _, m := range req.Messages {
-		n += len(m)
-	}
-	for _, c := range req.Choices {
-		n += len(c.Point) + len(c.Text)
-	}
-	if d := req.Document; d != nil {
-		n += len(d.Name) + len(d.Content)
-	}
-	return int64(n)
 }
 
 // await notes that the run waits on the quota that refused it (e).
