@@ -230,7 +230,7 @@ func (s *Store) RecordJournal(ctx context.Context, namespace, name, uid string) 
 		return nil, err
 	}
 	defer done()
-	entries, _, _, _, err := s.read(ctx, namespace, name, types.UID(uid))
+	entries, _, _, _, _, err := s.read(ctx, namespace, name, types.UID(uid))
 	return entries, err
 }
 

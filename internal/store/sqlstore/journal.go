@@ -67,6 +67,12 @@ type runLog struct {
 	// registered: the run's row in run_journals exists.
 	registered bool
 	output     *string
+	// mayHoldReservations: the run may hold quota reservations (it held
+	// some when its journal was read, or an append since reserved or may
+	// have). Without any, an answer's append skips looking its call's up:
+	// most runs are charged to no quota, and the lookup was a fifth of
+	// their appends' round trips.
+	mayHoldReservations bool
 }
 
 var (
@@ -164,40 +170,42 @@ func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog,
 		if err := s.ensure(ctx); err != nil {
 			return err
 		}
-		entries, raw, out, found, err := s.read(ctx, run.Namespace, run.Name, run.UID)
+		entries, raw, out, found, reserved, err := s.read(ctx, run.Namespace, run.Name, run.UID)
 		if err == nil {
 			err = store.ShorterThanStatus(run, entries, journalName(run.Namespace, run.Name))
 		}
 		if err != nil {
 			return err
 		}
-		l.Entries, l.Raw, l.output, l.registered = entries, raw, out, found
+		l.Entries, l.Raw, l.output, l.registered, l.mayHoldReservations = entries, raw, out, found, reserved
 	}
 	l.Loaded, l.MustRead = true, false
 	return nil
 }
 
-// read reads a run's stored journal and output; found says its row exists.
-func (s *Store) read(ctx context.Context, ns, name string, uid types.UID) (entries []journal.Entry, raw map[int64]string, out *string, found bool, err error) {
+// read reads a run's stored journal and output; found says its row exists,
+// reserved that the run holds quota reservations (only an append, which
+// registers the run, makes them).
+func (s *Store) read(ctx context.Context, ns, name string, uid types.UID) (entries []journal.Entry, raw map[int64]string, out *string, found, reserved bool, err error) {
 	var output sql.NullString
-	err = s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(uid)).Scan(&output)
+	err = s.db.QueryRowContext(ctx, s.q("SELECT output, EXISTS (SELECT 1 FROM quota_reservations WHERE run_uid = $1) FROM run_journals WHERE run_uid = $1"), string(uid)).Scan(&output, &reserved)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
-		return nil, nil, nil, false, s.classify(err)
+		return nil, nil, nil, false, false, s.classify(err)
 	default:
 		found = true
 		if output.Valid {
 			text, err := decodeOutput(output.String)
 			if err != nil {
-				return nil, nil, nil, false, &store.CorruptError{Object: journalName(ns, name), Key: "output", Problem: "the stored output does not decode"}
+				return nil, nil, nil, false, false, &store.CorruptError{Object: journalName(ns, name), Key: "output", Problem: "the stored output does not decode"}
 			}
 			out = &text
 		}
 	}
 	rows, err := s.db.QueryContext(ctx, s.q("SELECT seq, entry FROM journal_entries WHERE run_uid = $1 ORDER BY seq"), string(uid))
 	if err != nil {
-		return nil, nil, nil, false, s.classify(err)
+		return nil, nil, nil, false, false, s.classify(err)
 	}
 	defer func() { _ = rows.Close() }()
 	raw = map[int64]string{}
@@ -205,22 +213,22 @@ func (s *Store) read(ctx context.Context, ns, name string, uid types.UID) (entri
 		var seq int64
 		var text string
 		if err := rows.Scan(&seq, &text); err != nil {
-			return nil, nil, nil, false, s.classify(err)
+			return nil, nil, nil, false, false, s.classify(err)
 		}
 		var e journal.Entry
 		if err := json.Unmarshal([]byte(text), &e); err != nil || e.Seq != seq {
-			return nil, nil, nil, false, &store.CorruptError{Object: journalName(ns, name), Key: fmt.Sprintf("%06d", seq), Problem: "the entry does not decode as the journal entry of its seq"}
+			return nil, nil, nil, false, false, &store.CorruptError{Object: journalName(ns, name), Key: fmt.Sprintf("%06d", seq), Problem: "the entry does not decode as the journal entry of its seq"}
 		}
 		entries = append(entries, e)
 		raw[seq] = text
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, nil, false, s.classify(err)
+		return nil, nil, nil, false, false, s.classify(err)
 	}
 	if err := store.Dense(entries, journalName(ns, name)); err != nil {
-		return nil, nil, nil, false, err
+		return nil, nil, nil, false, false, err
 	}
-	return entries, raw, out, found, nil
+	return entries, raw, out, found, reserved, nil
 }
 
 // Append journals entries in one transaction.
@@ -241,6 +249,11 @@ func (s *Store) append(ctx context.Context, run *arv1.AgentRun, output *string, 
 	defer done()
 	load := func(l *runLog) error { return s.ensureLoaded(ctx, run, l, false) }
 	return s.logs.Append(run.UID, load, es, func(l *runLog, plan []store.Planned) error {
+		if mayReserve(ctx, plan) {
+			// Before the write: an append that commits but answers with an
+			// error has reserved all the same.
+			l.mayHoldReservations = true
+		}
 		err := s.write(ctx, run, l, plan, output)
 		if errors.Is(err, errConflict) {
 			err = s.storedAlready(ctx, run, plan)
@@ -323,7 +336,7 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 		if err := s.ledger(ctx, tx, run, l, fresh); err != nil {
 			return err
 		}
-		if err := s.settleQuotas(ctx, tx, run, plan); err != nil {
+		if err := s.settleQuotas(ctx, tx, run, plan, l.mayHoldReservations); err != nil {
 			return err
 		}
 		if output != nil {
@@ -456,7 +469,7 @@ func (s *Store) Entries(ctx context.Context, run store.RunRef) ([]journal.Entry,
 		return nil, err
 	}
 	defer done()
-	entries, _, _, _, err := s.read(ctx, run.Namespace, run.Name, run.UID)
+	entries, _, _, _, _, err := s.read(ctx, run.Namespace, run.Name, run.UID)
 	return entries, err
 }
 

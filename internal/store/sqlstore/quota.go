@@ -35,8 +35,10 @@ var callResources = []arv1.QuotaResource{arv1.QuotaCost, arv1.QuotaTokens}
 // dispatch's reservation (replaced); a completion settles its intent's reservation to
 // what the call cost, a failure to nothing. An intent journaled together
 // with its completion (it was held in status until then) reserves
-// nothing, and its completion counts against its charge directly.
-func (s *Store) settleQuotas(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, plan []store.Planned) error {
+// nothing, and its completion counts against its charge directly. A run
+// that holds no reservations (held false) has none to settle, and none
+// is looked up.
+func (s *Store) settleQuotas(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, plan []store.Planned, held bool) error {
 	answered := map[int64]bool{}
 	for _, p := range plan {
 		if k := p.Entry.Kind; k == journal.ModelCallCompleted || k == journal.ModelCallFailed {
@@ -51,25 +53,41 @@ func (s *Store) settleQuotas(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun
 		var err error
 		switch e.Kind {
 		case journal.ModelCallRequested:
-			if p.Replaces != "" {
+			if p.Replaces != "" && held {
 				err = s.replaced(ctx, tx, run.UID, &p)
 			}
 			if c := store.ChargeFor(ctx, e.Seq); err == nil && c != nil && !answered[e.Seq] {
 				err = s.reserve(ctx, tx, run, e.Seq, c)
 			}
 		case journal.ModelCallCompleted:
-			var found bool
-			if found, err = s.settle(ctx, tx, run.UID, e.Call, e); err == nil && !found {
+			found := false
+			if held {
+				found, err = s.settle(ctx, tx, run.UID, e.Call, e)
+			}
+			if err == nil && !found {
 				err = s.countUnreserved(ctx, tx, e, store.ChargeFor(ctx, e.Call))
 			}
 		case journal.ModelCallFailed:
-			_, err = s.settle(ctx, tx, run.UID, e.Call, nil)
+			if held {
+				_, err = s.settle(ctx, tx, run.UID, e.Call, nil)
+			}
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mayReserve says whether an append of plan may reserve: it journals a
+// model call's intent with a charge.
+func mayReserve(ctx context.Context, plan []store.Planned) bool {
+	for _, p := range plan {
+		if p.Entry.Kind == journal.ModelCallRequested && !p.Entry.Inherited && store.ChargeFor(ctx, p.Entry.Seq) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // countUnreserved counts an answered call that reserved nothing (its

@@ -116,6 +116,36 @@ func TestQuotaReissuedIntentKeepsOneReservation(t *testing.T) {
 	})
 }
 
+// TestQuotaAnswerSettledByAnotherProcess: a process that reads a run's
+// journal afresh (a restarted manager) settles the reservation an earlier
+// one made when it journals the call's answer, and a run that never
+// reserved settles nothing: the reservations a journal holds are read with
+// it.
+func TestQuotaAnswerSettledByAnotherProcess(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		q := dayQuota("AgentRunQuota/ns/restart", 2000)
+		before, run := open(t, dsn), newRun()
+		must(t, before.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		after := open(t, dsn)
+		if _, err := after.Load(ctx, run, false); err != nil {
+			t.Fatal(err)
+		}
+		must(t, after.Append(ctx, run, costAnswer(1, 0, 250)))
+		if u := use(t, after, q.Key, q.Period); u.ReservedCost != 0 || u.Cost != 250 || u.InFlight != 0 {
+			t.Fatalf("after the answer journaled by the restarted process: %+v", u)
+		}
+		// A run charged to no quota: its answer, in a fresh process,
+		// changes no quota.
+		free := newRun()
+		must(t, before.Append(ctx, free, intent(0, 0)))
+		must(t, open(t, dsn).Append(ctx, free, costAnswer(1, 0, 90)))
+		if u := use(t, after, q.Key, q.Period); u.Cost != 250 || u.ReservedCost != 0 {
+			t.Fatalf("a run charged to no quota changed it: %+v", u)
+		}
+	})
+}
+
 // TestQuotaLostCallCountedWhenItsReissueIsRefused: a dead replica's call
 // is counted at its worst case when the run is taken over, even when the
 // quota has no room to issue it again: its reservation is not left held
