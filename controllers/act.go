@@ -16,6 +16,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 )
 
 // actOutcome is what acting changed that status must show, and how the
@@ -92,13 +93,13 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 	case runstate.ActWaitCatalog:
 		r.listTools(s)
 	case runstate.ActDeliverResults:
-		return true, r.deliverResults(ctx, s)
+		return true, r.childCalls.deliverResults(ctx, s)
 	case runstate.ActSpawn:
-		if err := r.ensureSnapshot(ctx, s.run, f); err != nil {
+		if err := r.blueprints.ensureSnapshot(ctx, s.run, f); err != nil {
 			return false, err
 		}
 		s.run.Status.BlueprintSnapshot = f.snapshot
-		return true, r.spawnOrigin(ctx, s)
+		return true, r.childCalls.spawnOrigin(ctx, s)
 	case runstate.ActCancel:
 		return r.cancel(ctx, s)
 	case runstate.ActPark:
@@ -154,6 +155,12 @@ func journalEntryFor(f *facts, a runstate.Action) (journal.Entry, bool) {
 // with them, so whatever follows an intent in the journal always finds it
 // there.
 func (r *AgentRunReconciler) record(ctx context.Context, s *scope, es ...journal.Entry) error {
+	return recordIn(ctx, r.journals, s, es...)
+}
+
+// recordIn is record in journals, for the jobs that journal on a run's
+// behalf (childCalls).
+func recordIn(ctx context.Context, journals *router.Router, s *scope, es ...journal.Entry) error {
 	for i := range es {
 		es[i].Seq, es[i].At = s.facts.State.NextSeq+int64(i), s.facts.Now
 	}
@@ -165,9 +172,9 @@ func (r *AgentRunReconciler) record(ctx context.Context, s *scope, es ...journal
 		if h := s.facts.State.HeadCall(); in.Kind == journal.ToolCallRequested && h != nil && h.Index == in.Index {
 			in.Input = h.Arguments // status holds it clipped
 		}
-		return r.journals.Append(ctx, s.run, append([]journal.Entry{in}, es...)...)
+		return journals.Append(ctx, s.run, append([]journal.Entry{in}, es...)...)
 	}
-	return r.journals.Append(ctx, s.run, es...)
+	return journals.Append(ctx, s.run, es...)
 }
 
 // stampSnapshot names, on the first entry of a journal written before the

@@ -180,12 +180,15 @@ type AgentRunReconciler struct {
 	providers  map[string]providers.Provider
 	runs       *caches.Runs
 	refs       *caches.Refs
-	blueprints *blueprintCache
+	blueprints *blueprints
 	unstarted  *unstartedIntents
 	failures   *failures
 	pressure   *pressure
 	// children are the runs' child runs (controllers/agentrun/children).
 	children *children.Children
+	// childCalls carries out the agent tools on children, their results'
+	// drain and forks (childcalls.go, fork.go).
+	childCalls *childCalls
 	// driver moves runs forward, from the reconcile and from the step that
 	// finished a call (driver.go).
 	driver *driver
@@ -263,7 +266,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		journals: d.store(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
-		blueprints: newBlueprintCache(), unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
+		unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
 	switch {
@@ -288,6 +291,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		r.runsReader = r.shardCaches
 	}
 	r.runs = caches.NewRuns(r.runsReader, d.Client, d.APIReader)
+	r.blueprints = &blueprints{client: d.Client, reader: d.APIReader, refs: r.refs, parsed: newBlueprintCache()}
 	r.queue = queue.New(queue.Options{
 		Cache: d.Client, Runs: r.runsReader, Quotas: r.journals.Quotas(), Cluster: len(d.Namespaces) == 0,
 		MaxActiveRuns: d.MaxActiveRuns, MaxActiveRunsPerNamespace: d.MaxActiveRunsPerNamespace, Priorities: d.Priorities, Wake: r.wake,
@@ -303,6 +307,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r.steps = rt
 	r.children = children.New(d.Client, r.runsReader, r.journals, d.Tracer)
+	r.childCalls = &childCalls{client: d.Client, reader: d.APIReader, journals: r.journals, blueprints: r.blueprints}
 	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.first, runs: r.runs, jobs: r}
 	r.store = newStoreHealth(r.journals.Check, r.wake)
 	r.archive = &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention}

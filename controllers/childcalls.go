@@ -24,7 +24,23 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 )
+
+// childCalls is what a run does to the runs tied to it, beyond creating
+// and cascading to its children (children.Children): the agent tools on
+// its children, the drain of their results, and a fork's copy of its
+// source's journal (fork.go). It reads those runs and their journals, and
+// writes only their metadata and spec (messages, spec.cancel): a child's
+// status stays its own reconcile's.
+type childCalls struct {
+	// client patches children.
+	client client.Client
+	// reader reads a child or a source the cache may not show yet.
+	reader     client.Reader
+	journals   *router.Router
+	blueprints *blueprints
+}
 
 // messageAnnotationPrefix marks a message from a run's parent, written on
 // the child by send_to_agent: the key's name part is the message's id (the
@@ -62,15 +78,20 @@ func messageOrder(a, b string) bool {
 	return as < bs || as == bs && ai < bi
 }
 
+// agentCall is childCalls.agentCall, for callTool (toolcalls.go).
+func (r *AgentRunReconciler) agentCall(ctx context.Context, s *scope) error {
+	return r.childCalls.agentCall(ctx, s)
+}
+
 // agentCall carries out an agent tool the decision let through (its name
 // resolved among the run's children) and journals the result.
-func (r *AgentRunReconciler) agentCall(ctx context.Context, s *scope) error {
+func (cc *childCalls) agentCall(ctx context.Context, s *scope) error {
 	f, run := s.facts, s.run
 	h := f.State.HeadCall()
 	var args runstate.AgentArgs
 	_ = json.Unmarshal([]byte(h.Arguments), &args)
 	fact, _ := runstate.ResolveChild(f.Children, run.Name, args.Name)
-	child, err := r.childNamed(ctx, run, f, fact.Name)
+	child, err := cc.childNamed(ctx, run, f, fact.Name)
 	if err != nil {
 		return err
 	}
@@ -79,32 +100,32 @@ func (r *AgentRunReconciler) agentCall(ctx context.Context, s *scope) error {
 	case child == nil:
 		e.Result, e.IsError = fmt.Sprintf("Sub-agent %q has not been created yet; try again.", fact.Name), true
 	case h.Name == builtin.CheckAgent:
-		e.Result, err = r.agentReport(ctx, child, false)
+		e.Result, err = cc.agentReport(ctx, child, false)
 	case h.Name == builtin.WaitForAgent:
-		e.Result, err = r.agentReport(ctx, child, true)
+		e.Result, err = cc.agentReport(ctx, child, true)
 		e.Child = child.Name
 	case h.Name == builtin.SendToAgent:
-		e.Result, e.IsError, err = r.sendToAgent(ctx, child, f.State.CallPoint(), args.Message)
+		e.Result, e.IsError, err = cc.sendToAgent(ctx, child, f.State.CallPoint(), args.Message)
 	case h.Name == builtin.KillAgent:
-		e.Result, err = r.killAgent(ctx, child)
+		e.Result, err = cc.killAgent(ctx, child)
 	}
 	if err != nil {
 		return err
 	}
-	return r.record(ctx, s, e)
+	return recordIn(ctx, cc.journals, s, e)
 }
 
 // childNamed is the run's child of that name: from the cache, else (just
 // created, not in the cache yet) from the API server, and only if this run
 // controls it. Nil when there is none.
-func (r *AgentRunReconciler) childNamed(ctx context.Context, run *arv1.AgentRun, f *facts, name string) (*arv1.AgentRun, error) {
+func (cc *childCalls) childNamed(ctx context.Context, run *arv1.AgentRun, f *facts, name string) (*arv1.AgentRun, error) {
 	for i := range f.children {
 		if f.children[i].Name == name {
 			return &f.children[i], nil
 		}
 	}
 	c := &arv1.AgentRun{}
-	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: name}, c); err != nil {
+	if err := cc.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -120,7 +141,7 @@ func (r *AgentRunReconciler) childNamed(ctx context.Context, run *arv1.AgentRun,
 // check_agent's peek, and the result wait_for_agent and the drain deliver
 // once the child is final, which also says whether it succeeded and lists
 // the messages it never took in.
-func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, final bool) (string, error) {
+func (cc *childCalls) agentReport(ctx context.Context, c *arv1.AgentRun, final bool) (string, error) {
 	res := map[string]any{"name": c.Name, "phase": c.Status.Phase}
 	if w := c.Status.WaitingOn; w != nil && !final {
 		res["waitingOn"] = w.Summary
@@ -135,12 +156,12 @@ func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, 
 		res["error"] = clipTo(c.Status.Error, 4096)
 	}
 	if c.Status.FinalOutput != nil {
-		if text, ok, err := r.journals.Output(ctx, store.RefOf(c)); err == nil && ok {
+		if text, ok, err := cc.journals.Output(ctx, store.RefOf(c)); err == nil && ok {
 			res["output"] = clipTo(text, 16<<10)
 		}
 	}
 	if final {
-		left, err := r.messagesNotTakenIn(ctx, c)
+		left, err := cc.messagesNotTakenIn(ctx, c)
 		if err != nil {
 			return "", err
 		}
@@ -157,9 +178,9 @@ func (r *AgentRunReconciler) agentReport(ctx context.Context, c *arv1.AgentRun, 
 // so the parent learns of them instead of losing them silently. The cache
 // keeps a finished run without its annotations, so they are read from the
 // API server, once per delivered result.
-func (r *AgentRunReconciler) messagesNotTakenIn(ctx context.Context, c *arv1.AgentRun) ([]string, error) {
+func (cc *childCalls) messagesNotTakenIn(ctx context.Context, c *arv1.AgentRun) ([]string, error) {
 	full := &arv1.AgentRun{}
-	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(c), full); err != nil {
+	if err := cc.reader.Get(ctx, client.ObjectKeyFromObject(c), full); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -169,7 +190,7 @@ func (r *AgentRunReconciler) messagesNotTakenIn(ctx context.Context, c *arv1.Age
 	if len(sent) == 0 {
 		return nil, nil
 	}
-	entries, err := r.journals.Entries(ctx, store.RefOf(c))
+	entries, err := cc.journals.Entries(ctx, store.RefOf(c))
 	if err != nil {
 		return nil, fmt.Errorf("reading the journal of sub-agent %s: %w", c.Name, err)
 	}
@@ -197,8 +218,8 @@ func (r *AgentRunReconciler) messagesNotTakenIn(ctx context.Context, c *arv1.Age
 // the model is told when it waits. A finished child, one whose blueprint
 // has no stage that accepts messages, and one sent the most messages are
 // refused, with the reason, to the model.
-func (r *AgentRunReconciler) sendToAgent(ctx context.Context, c *arv1.AgentRun, id, msg string) (string, bool, error) {
-	bp, refusal, err := r.refuseMessage(ctx, c, id)
+func (cc *childCalls) sendToAgent(ctx context.Context, c *arv1.AgentRun, id, msg string) (string, bool, error) {
+	bp, refusal, err := cc.refuseMessage(ctx, c, id)
 	if err != nil || refusal != "" {
 		return refusal, true, err
 	}
@@ -207,7 +228,7 @@ func (r *AgentRunReconciler) sendToAgent(ctx context.Context, c *arv1.AgentRun, 
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[messageAnnotationPrefix+id] = msg
-	if err := r.client.Patch(ctx, c, client.MergeFrom(orig)); err != nil {
+	if err := cc.client.Patch(ctx, c, client.MergeFrom(orig)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("Sub-agent %q is gone.", c.Name), true, nil
 		}
@@ -226,11 +247,11 @@ func (r *AgentRunReconciler) sendToAgent(ctx context.Context, c *arv1.AgentRun, 
 // refuseMessage says why a child cannot be sent a message, or "", with
 // the child's blueprint (nil when it cannot be read yet: the child itself
 // will say why it does not start).
-func (r *AgentRunReconciler) refuseMessage(ctx context.Context, c *arv1.AgentRun, id string) (*blueprint.Blueprint, string, error) {
+func (cc *childCalls) refuseMessage(ctx context.Context, c *arv1.AgentRun, id string) (*blueprint.Blueprint, string, error) {
 	if c.Status.Phase.IsTerminal() {
 		return nil, fmt.Sprintf("Sub-agent %q has finished (%s); it takes no more messages.", c.Name, c.Status.Phase), nil
 	}
-	bp, err := r.childBlueprint(ctx, c)
+	bp, err := cc.childBlueprint(ctx, c)
 	if err != nil {
 		return nil, "", err
 	}
@@ -250,19 +271,19 @@ func (r *AgentRunReconciler) refuseMessage(ctx context.Context, c *arv1.AgentRun
 // one, else the blueprint it will start from (the snapshot its spec names,
 // or the ConfigMap spec.agent names as it reads now). Nil when that cannot
 // be read or does not parse.
-func (r *AgentRunReconciler) childBlueprint(ctx context.Context, c *arv1.AgentRun) (*blueprint.Blueprint, error) {
+func (cc *childCalls) childBlueprint(ctx context.Context, c *arv1.AgentRun) (*blueprint.Blueprint, error) {
 	if name := cmp.Or(c.Status.BlueprintSnapshot, c.Spec.BlueprintSnapshot); name != "" {
-		bp, perr, err := r.snapshotBlueprint(ctx, c.Namespace, name)
+		bp, perr, err := cc.blueprints.snapshot(ctx, c.Namespace, name)
 		if perr != nil {
 			return nil, nil
 		}
 		return bp, err
 	}
-	data, rv, found, err := r.refs.ConfigMap(ctx, c.Namespace, c.Spec.Agent)
+	data, rv, found, err := cc.blueprints.refs.ConfigMap(ctx, c.Namespace, c.Spec.Agent)
 	if err != nil || !found {
 		return nil, err
 	}
-	if src := r.parseSource(c.Namespace, c.Spec.Agent, rv, data); src.err == nil {
+	if src := cc.blueprints.parseSource(c.Namespace, c.Spec.Agent, rv, data); src.err == nil {
 		return src.bp, nil
 	}
 	return nil, nil
@@ -298,7 +319,7 @@ func messageWait(c *arv1.AgentRun, bp *blueprint.Blueprint) string {
 
 // killAgent cancels a child through its spec.cancel, the way a person
 // would; the child's own reconcile then cancels its children in turn.
-func (r *AgentRunReconciler) killAgent(ctx context.Context, c *arv1.AgentRun) (string, error) {
+func (cc *childCalls) killAgent(ctx context.Context, c *arv1.AgentRun) (string, error) {
 	res := map[string]any{"name": c.Name}
 	switch {
 	case c.Status.Phase.IsTerminal():
@@ -309,7 +330,7 @@ func (r *AgentRunReconciler) killAgent(ctx context.Context, c *arv1.AgentRun) (s
 	default:
 		orig := c.DeepCopy()
 		c.Spec.Cancel = true
-		if err := r.client.Patch(ctx, c, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		if err := cc.client.Patch(ctx, c, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
 			return "", fmt.Errorf("cancelling sub-agent %s: %w", c.Name, err)
 		}
 		res["cancelled"] = true
@@ -325,22 +346,22 @@ func (r *AgentRunReconciler) killAgent(ctx context.Context, c *arv1.AgentRun) (s
 // record of what the model was sent, so a restart neither loses nor
 // repeats one, and wait_for_agent on a drained sub-agent is told it was
 // already delivered.
-func (r *AgentRunReconciler) deliverResults(ctx context.Context, s *scope) error {
+func (cc *childCalls) deliverResults(ctx context.Context, s *scope) error {
 	es := make([]journal.Entry, 0, len(s.action.Deliver))
 	for _, name := range s.action.Deliver {
-		c, err := r.childNamed(ctx, s.run, s.facts, name)
+		c, err := cc.childNamed(ctx, s.run, s.facts, name)
 		if err != nil {
 			return err
 		}
 		report := fmt.Sprintf(`{"name":%q,"success":false,"error":"the sub-agent is gone"}`, name)
 		if c != nil {
-			if report, err = r.agentReport(ctx, c, true); err != nil {
+			if report, err = cc.agentReport(ctx, c, true); err != nil {
 				return err
 			}
 		}
 		es = append(es, journal.Entry{Kind: journal.SubagentResultDelivered, Child: name, Text: drainedResult(name, report)})
 	}
-	return r.record(ctx, s, es...)
+	return recordIn(ctx, cc.journals, s, es...)
 }
 
 // drainedResult is the user message that hands the model a finished

@@ -78,7 +78,7 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 			f.State = journal.Fold(&blueprint.Blueprint{}, entries)
 		}
 		if run.Spec.ForkOf != nil && len(entries) == 0 && f.Blueprint != nil && f.BlueprintError == "" && f.Setup == nil {
-			if err := r.forkFacts(ctx, run, f); err != nil {
+			if err := r.childCalls.forkFacts(ctx, run, f); err != nil {
 				return nil, err
 			}
 		}
@@ -256,7 +256,7 @@ func (r *AgentRunReconciler) loadBlueprint(ctx context.Context, run *arv1.AgentR
 // loadSnapshot reads a snapshot: the run's own (spawned), or the one its
 // spec names, which spawning records as its own.
 func (r *AgentRunReconciler) loadSnapshot(ctx context.Context, run *arv1.AgentRun, f *facts, name string, spawned bool) error {
-	bp, perr, err := r.snapshotBlueprint(ctx, run.Namespace, name)
+	bp, perr, err := r.blueprints.snapshot(ctx, run.Namespace, name)
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (r *AgentRunReconciler) loadSource(ctx context.Context, run *arv1.AgentRun,
 		}
 		return nil
 	}
-	src := r.parseSource(run.Namespace, run.Spec.Agent, rv, data)
+	src := r.blueprints.parseSource(run.Namespace, run.Spec.Agent, rv, data)
 	bp, err := src.bp, src.err
 	if err == nil {
 		bp, err = withEntryStage(bp, run.Spec.EntryStage)
@@ -309,27 +309,6 @@ func (r *AgentRunReconciler) loadSource(ctx context.Context, run *arv1.AgentRun,
 	}
 	f.Blueprint, f.spawnFiles, f.spawnParsed, f.snapshot = bp, data, src.bp, src.snapshot
 	return nil
-}
-
-// parsedSource is a blueprint ConfigMap as parsed at one resourceVersion.
-type parsedSource struct {
-	bp       *blueprint.Blueprint
-	err      error
-	snapshot string
-}
-
-// parseSource parses a blueprint ConfigMap once per version: every run
-// of it starting meanwhile shares the parse.
-func (r *AgentRunReconciler) parseSource(ns, name, rv string, data map[string]string) parsedSource {
-	if p, ok := r.refs.Parsed("ConfigMap", ns, name, rv); ok {
-		if src, ok := p.(parsedSource); ok {
-			return src
-		}
-	}
-	bp, err := blueprint.Parse(data)
-	src := parsedSource{bp: bp, err: err, snapshot: snapshotName(blueprint.Hash(data))}
-	r.refs.Remember("ConfigMap", ns, name, rv, src)
-	return src
 }
 
 // withEntryStage makes spec.entryStage the blueprint's entry stage for this

@@ -35,10 +35,10 @@ type forkSeed struct {
 // forkFacts reads the source of a fork that has not spawned yet and cuts
 // its journal. A missing source is a setup wait (creating it wakes the
 // fork); a cut that cannot be made is the fork's error, said in full.
-func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+func (cc *childCalls) forkFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
 	fo := run.Spec.ForkOf
 	src := &arv1.AgentRun{}
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: fo.Run}, src)
+	err := cc.reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: fo.Run}, src)
 	switch {
 	case apierrors.IsNotFound(err):
 		f.Setup = &runstate.SetupBlock{
@@ -54,7 +54,7 @@ func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, 
 		f.BlueprintError = "spec.forkOf: a run cannot fork itself"
 		return nil
 	}
-	entries, err := r.journals.Entries(ctx, store.RefOf(src))
+	entries, err := cc.journals.Entries(ctx, store.RefOf(src))
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		f.BlueprintError = fmt.Sprintf("spec.forkOf: the journal of %s cannot be read: %v", src.Name, err)
@@ -62,7 +62,7 @@ func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, 
 	case err != nil:
 		return fmt.Errorf("reading the journal of the fork's source %s/%s: %w", run.Namespace, src.Name, err)
 	}
-	n, msg, err := r.forkCut(ctx, src, entries, fo)
+	n, msg, err := cc.forkCut(ctx, src, entries, fo)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (r *AgentRunReconciler) forkFacts(ctx context.Context, run *arv1.AgentRun, 
 
 // forkCut is how many of the source's entries the fork inherits, or
 // why it cannot be cut there.
-func (r *AgentRunReconciler) forkCut(ctx context.Context, src *arv1.AgentRun, entries []journal.Entry, fo *arv1.ForkSource) (int, string, error) {
+func (cc *childCalls) forkCut(ctx context.Context, src *arv1.AgentRun, entries []journal.Entry, fo *arv1.ForkSource) (int, string, error) {
 	if fo.Entry != nil {
 		if n := *fo.Entry; n > int64(len(entries)) {
 			return 0, fmt.Sprintf("entry %d is out of range: the journal of %s holds %d entries", n, src.Name, len(entries)), nil
@@ -96,7 +96,7 @@ func (r *AgentRunReconciler) forkCut(ctx context.Context, src *arv1.AgentRun, en
 	if name == "" {
 		return 0, fmt.Sprintf("%s has not started, so it has no stage %q to fork from", src.Name, fo.Stage), nil
 	}
-	bp, perr, err := r.snapshotBlueprint(ctx, src.Namespace, name)
+	bp, perr, err := cc.blueprints.snapshot(ctx, src.Namespace, name)
 	if err != nil {
 		return 0, "", err
 	}
@@ -132,7 +132,7 @@ func forkLandsIn(bp *blueprint.Blueprint, inherited []journal.Entry, stage strin
 // spawnOrigin records where a new run came from, as it spawns: a fork
 // journals what it inherits (bound to the fork's own snapshot, which its
 // first entry names), a rerun is named by its label.
-func (r *AgentRunReconciler) spawnOrigin(ctx context.Context, s *scope) error {
+func (cc *childCalls) spawnOrigin(ctx context.Context, s *scope) error {
 	run, f := s.run, s.facts
 	if name := cmp.Or(run.Annotations[arv1.LabelRerunOf], run.Labels[arv1.LabelRerunOf]); name != "" && run.Status.Origin == nil {
 		run.Status.Origin = &arv1.Origin{Kind: arv1.OriginRerun, Run: name, UID: run.Annotations[arv1.AnnotationRerunOfUID]}
@@ -146,5 +146,5 @@ func (r *AgentRunReconciler) spawnOrigin(ctx context.Context, s *scope) error {
 		return nil
 	}
 	f.fork.entries[0].Snapshot = f.snapshot
-	return r.journals.Append(ctx, run, f.fork.entries...)
+	return cc.journals.Append(ctx, run, f.fork.entries...)
 }

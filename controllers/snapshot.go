@@ -12,6 +12,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/snapshotgc"
 )
 
@@ -26,15 +27,27 @@ const (
 // every run of the same blueprint text shares one.
 func snapshotName(hash string) string { return snapshotPrefix + hash[:20] }
 
-// snapshotBlueprint returns the parsed snapshot. perr is a snapshot that
-// is missing or does not parse: the run cannot go on from it.
-func (r *AgentRunReconciler) snapshotBlueprint(ctx context.Context, ns, name string) (bp *blueprint.Blueprint, perr, err error) {
+// blueprints reads the blueprints runs start from and run: the snapshots
+// (parsed once, kept by name) and the source ConfigMaps (parsed once per
+// version), and writes a run's snapshot when it spawns.
+type blueprints struct {
+	// client creates snapshots.
+	client client.Client
+	// reader reads a snapshot the cache does not hold.
+	reader client.Reader
+	refs   *caches.Refs
+	parsed *blueprintCache
+}
+
+// snapshot returns the parsed snapshot. perr is a snapshot that is
+// missing or does not parse: the run cannot go on from it.
+func (b *blueprints) snapshot(ctx context.Context, ns, name string) (bp *blueprint.Blueprint, perr, err error) {
 	key := ns + "/" + name
-	if bp, ok := r.blueprints.Get(key); ok {
+	if bp, ok := b.parsed.Get(key); ok {
 		return bp, nil, nil
 	}
 	cm := &corev1.ConfigMap{}
-	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+	if err := b.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("the snapshot ConfigMap is missing"), nil
 		}
@@ -44,17 +57,38 @@ func (r *AgentRunReconciler) snapshotBlueprint(ctx context.Context, ns, name str
 	if perr != nil {
 		return nil, perr, nil
 	}
-	r.blueprints.Put(key, bp)
+	b.parsed.Put(key, bp)
 	return bp, nil, nil
+}
+
+// parsedSource is a blueprint ConfigMap as parsed at one resourceVersion.
+type parsedSource struct {
+	bp       *blueprint.Blueprint
+	err      error
+	snapshot string
+}
+
+// parseSource parses a blueprint ConfigMap once per version: every run
+// of it starting meanwhile shares the parse.
+func (b *blueprints) parseSource(ns, name, rv string, data map[string]string) parsedSource {
+	if p, ok := b.refs.Parsed("ConfigMap", ns, name, rv); ok {
+		if src, ok := p.(parsedSource); ok {
+			return src
+		}
+	}
+	bp, err := blueprint.Parse(data)
+	src := parsedSource{bp: bp, err: err, snapshot: snapshotName(blueprint.Hash(data))}
+	b.refs.Remember("ConfigMap", ns, name, rv, src)
+	return src
 }
 
 // ensureSnapshot makes sure the run's blueprint snapshot exists: an
 // immutable ConfigMap named by its content, shared by every run of the
 // same blueprint text, so later edits of the source cannot change a run in
 // flight and a thousand runs of one blueprint cost one object.
-func (r *AgentRunReconciler) ensureSnapshot(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+func (b *blueprints) ensureSnapshot(ctx context.Context, run *arv1.AgentRun, f *facts) error {
 	key := run.Namespace + "/" + f.snapshot
-	if _, ok := r.blueprints.Get(key); ok {
+	if _, ok := b.parsed.Get(key); ok {
 		return nil
 	}
 	cm := &corev1.ConfigMap{
@@ -66,10 +100,10 @@ func (r *AgentRunReconciler) ensureSnapshot(ctx context.Context, run *arv1.Agent
 		Immutable: ptr.To(true),
 		Data:      f.spawnFiles,
 	}
-	if err := r.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := b.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("snapshotting the blueprint: %w", err)
 	}
 	// The name is the content's hash: an existing snapshot holds this text.
-	r.blueprints.Put(key, f.spawnParsed)
+	b.parsed.Put(key, f.spawnParsed)
 	return nil
 }
