@@ -52,7 +52,7 @@ type actOutcome struct {
 // derives and decides once more.
 func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 	f, a := s.facts, s.action
-	if err := r.recordAnswers(ctx, f.answerUpdates); err != nil {
+	if err := recordAnswers(ctx, r.client, r.clock, f.answerUpdates); err != nil {
 		return false, err
 	}
 	f.answerUpdates = nil

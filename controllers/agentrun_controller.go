@@ -199,7 +199,6 @@ type AgentRunReconciler struct {
 	watchCaps   bool
 	sweep       snapshotgc.Sweep
 	namespaces  []string
-	retentionOf Retention
 	onReconcile func(types.NamespacedName)
 	onWake      func(*arv1.AgentRun, []string)
 	wakes       <-chan event.GenericEvent
@@ -239,8 +238,9 @@ type AgentRunReconciler struct {
 	policies *toolPolicies
 	// store says whether the runs' store can be used now.
 	store *storeHealth
-	// archive archives finished runs (archive.go).
-	archive *archiver
+	// finish settles, archives and deletes finished runs and stops
+	// deleted ones (finished.go).
+	finisher *finisher
 }
 
 // NewAgentRunReconciler builds the reconciler and its step runtime from
@@ -267,7 +267,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
-		retentionOf: d.Retention, sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
+		sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
 	switch {
 	case d.StatusInterval == 0:
@@ -310,9 +310,13 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.childCalls = &childCalls{client: d.Client, reader: d.APIReader, journals: r.journals, blueprints: r.blueprints}
 	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.first, runs: r.runs, jobs: r}
 	r.store = newStoreHealth(r.journals.Check, r.wake)
-	r.archive = &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention}
 	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
+	r.finisher = &finisher{
+		client: d.Client, reader: d.APIReader, clock: d.Clock, journals: r.journals, runs: r.runs, children: r.children, queue: r.queue,
+		archive:   &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention},
+		retention: d.Retention, pool: d.Pool, runState: r.runState, deliveries: r.steps.Deliveries, deliver: r.deliverCallback,
+	}
 	r.policies = newToolPolicies(d.Client, d.Namespaces)
 	r.wakes, r.woken = d.Pool.Events(), newWakeTimes()
 	if d.WakeThrough != nil {
@@ -351,11 +355,11 @@ func (r *AgentRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	case !r.drives(run):
 		return ctrl.Result{}, nil // another replica's shard now
 	case !run.DeletionTimestamp.IsZero():
-		return ctrl.Result{}, r.reconcileDelete(ctx, run)
+		return ctrl.Result{}, r.finisher.deleted(ctx, run)
 	case run.Status.Phase.IsTerminal():
 		// Terminal is final: a spec edit after the end is observed, never
 		// acted on (a fixed blueprint cannot be resumed into).
-		return r.reconcileFinished(ctx, run)
+		return r.finisher.finished(ctx, run)
 	}
 	if r.sharded() {
 		// The journal writes this reconcile makes carry the shard's hold.
@@ -393,7 +397,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 	if err := mgr.Add(r.store); err != nil {
 		return err
 	}
-	if w := r.archive.sweeper(r.clock.Now); w != nil {
+	if w := r.finisher.archive.sweeper(r.clock.Now); w != nil {
 		if err := mgr.Add(w); err != nil {
 			return err
 		}
@@ -511,7 +515,7 @@ func (r *AgentRunReconciler) forgetGone(ctx context.Context, key types.Namespace
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the children of deleted run %s: %w", key, err)
 	}
-	if err := r.deleteObjectsOf(ctx, key.Namespace, uid); err != nil {
+	if err := deleteObjectsOf(ctx, r.client, key.Namespace, uid); err != nil {
 		r.runs.GoneAgain(key, uid)
 		return fmt.Errorf("deleting the journal of deleted run %s: %w", key, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,15 +88,15 @@ type answerUpdate struct {
 // recordAnswers writes each answer's fate. Done after the journal entry, so
 // a crash in between finds the answer applied in the journal and records
 // it then: an answer is applied exactly once.
-func (r *AgentRunReconciler) recordAnswers(ctx context.Context, updates []answerUpdate) error {
+func recordAnswers(ctx context.Context, c client.Client, clk clock.PassiveClock, updates []answerUpdate) error {
 	for _, u := range updates {
 		a := u.answer.DeepCopy()
 		a.Status.State, a.Status.Message = u.state, u.message
 		if u.state == arv1.AnswerApplied {
-			now := metav1.NewTime(r.clock.Now())
+			now := metav1.NewTime(clk.Now())
 			a.Status.AppliedAt = &now
 		}
-		if err := r.client.Status().Update(ctx, a); client.IgnoreNotFound(err) != nil {
+		if err := c.Status().Update(ctx, a); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("recording answer %s: %w", a.Name, err)
 		}
 	}
@@ -111,11 +112,11 @@ func runForAnswer(_ context.Context, o client.Object) []ctrl.Request {
 	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Run}}}
 }
 
-// settleAnswersOfFinishedRun records the fate of answers a finished run
+// settleAnswers records the fate of answers a finished run
 // never got to record: ones its journal applied (the last reconcile ended
 // before writing it) are Applied, any other is Rejected, so no answer is
 // left without a state. It reports whether every answer is settled.
-func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run *arv1.AgentRun) (bool, error) {
+func (r *finisher) settleAnswers(ctx context.Context, run *arv1.AgentRun) (bool, error) {
 	var list arv1.AgentRunAnswerList
 	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
 		return false, fmt.Errorf("listing answers: %w", err)
@@ -142,5 +143,5 @@ func (r *AgentRunReconciler) settleAnswersOfFinishedRun(ctx context.Context, run
 			updates = append(updates, answerUpdate{a, arv1.AnswerRejected, fmt.Sprintf("The run has finished (%s)", run.Status.Phase)})
 		}
 	}
-	return true, r.recordAnswers(ctx, updates)
+	return true, recordAnswers(ctx, r.client, r.clock, updates)
 }

@@ -37,19 +37,6 @@ func (r *AgentRunReconciler) deliverCallback(ctx context.Context, run *arv1.Agen
 	r.pool.Submit(r.stepOf(run, steps.CallbackSeq, ""), r.step(ctx, run, func(ctx context.Context) { r.steps.RunDelivery(ctx, d) }))
 }
 
-// recordDelivery puts a finished delivery's report in the run's status.
-// It returns a function that puts the report back, for when the status
-// write fails: the delivery is then recorded later, never sent again.
-func (r *AgentRunReconciler) recordDelivery(run *arv1.AgentRun) (undo func()) {
-	rep, ok := r.steps.Deliveries.Take(run.UID)
-	if !ok {
-		return func() {}
-	}
-	cb := rep.Callback
-	run.Status.Callback, run.Status.SetupRefs = &cb, rep.SetupRefs
-	return func() { r.steps.Deliveries.Restore(run.UID, rep) }
-}
-
 // callbackBody is the delivery's JSON: the run's identity, its status in
 // the wire shape every surface uses, its output descriptor and usage.
 func callbackBody(run *arv1.AgentRun, now time.Time) ([]byte, error) {

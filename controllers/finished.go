@@ -11,13 +11,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/children"
+	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/queue"
 	"github.com/agentrun-dev/agentrun-operator/internal/caches"
+	"github.com/agentrun-dev/agentrun-operator/internal/executor"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
+	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
 )
 
 // Retention is how long finished runs are kept when their spec does not
@@ -76,13 +83,41 @@ func (rt Retention) requeue(run *arv1.AgentRun, now time.Time, res ctrl.Result) 
 	return res
 }
 
-// reconcileFinished settles what a finished run still owes: the fate of
-// answers it never got to record, its webhook, the generation it saw, and
-// its deletion once its retention has passed.
-func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.AgentRun) (ctrl.Result, error) {
+// finisher is the path of a run that has finished or is being deleted:
+// it settles what a finished run still owes (the fate of its answers, its
+// webhook, the generation it saw, its archive) and deletes it with all it
+// owns once its retention has passed; for a run being deleted it stops its
+// work and drops the finalizer older versions added.
+type finisher struct {
+	client client.Client
+	// reader reads a finished run's full record (the cache keeps a stub).
+	reader   client.Reader
+	clock    clock.PassiveClock
+	journals *router.Router
+	runs     *caches.Runs
+	children *children.Children
+	queue    *queue.Queue
+	// archive archives finished runs (archive.go); retention says when
+	// they are deleted.
+	archive   *archiver
+	retention Retention
+	// pool runs the runs' steps, cancelled when a run goes; runState is
+	// what this process keeps of each run (registry.go).
+	pool     *executor.Pool
+	runState *perrun.Registry
+	// deliveries hold the webhook deliveries' reports; deliver sends a
+	// delivery that is due (callback.go).
+	deliveries *steps.Deliveries
+	deliver    func(context.Context, *arv1.AgentRun)
+}
+
+// finished settles what a finished run still owes: the fate of answers it
+// never got to record, its webhook, the generation it saw, and its
+// deletion once its retention has passed.
+func (r *finisher) finished(ctx context.Context, run *arv1.AgentRun) (ctrl.Result, error) {
 	r.journals.Forget(run.UID) // a finished run is never folded again
 	before := run.DeepCopy()
-	settled, err := r.settleAnswersOfFinishedRun(ctx, run)
+	settled, err := r.settleAnswers(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -114,13 +149,13 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 		}
 		return ctrl.Result{}, err
 	}
-	r.deliverCallback(ctx, run)
+	r.deliver(ctx, run)
 	if !r.archive.archived(run) {
 		return ctrl.Result{RequeueAfter: archiveRetry}, nil // kept until archived
 	}
 	now := r.clock.Now()
-	res := r.retentionOf.requeue(run, now, ctrl.Result{})
-	if ttl, ok := r.retentionOf.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
+	res := r.retention.requeue(run, now, ctrl.Result{})
+	if ttl, ok := r.retention.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
 		return ctrl.Result{}, r.deleteTree(ctx, run)
 	}
 	return res, nil
@@ -134,7 +169,7 @@ func (r *AgentRunReconciler) reconcileFinished(ctx context.Context, run *arv1.Ag
 // (kube-controller-manager's --kube-api-qps, 20 requests/s by default, and
 // several requests per object it deletes): retention would go at its
 // pace. Deleted leaves first, nothing is left for the collector to do.
-func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
+func (r *finisher) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
 	children, err := r.children.List(ctx, run)
 	if err != nil {
 		return err
@@ -144,7 +179,7 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 			return err
 		}
 	}
-	if err := r.deleteObjectsOf(ctx, run.Namespace, run.UID); err != nil {
+	if err := deleteObjectsOf(ctx, r.client, run.Namespace, run.UID); err != nil {
 		return fmt.Errorf("deleting the objects of run %s: %w", run.Name, err)
 	}
 	err = r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
@@ -152,32 +187,45 @@ func (r *AgentRunReconciler) deleteTree(ctx context.Context, run *arv1.AgentRun)
 		return fmt.Errorf("deleting run %s: %w", run.Name, err)
 	}
 	r.pool.Cancel(run.UID)
-	r.forget(run.UID)
+	r.runState.Forget(run.UID)
 	return nil
 }
 
 // deleteObjectsOf deletes the ConfigMaps a run owns (its journal chunks,
 // which hold its output). The garbage collector would too, once the run is
 // gone, in its own time (see deleteTree and forgetGone).
-func (r *AgentRunReconciler) deleteObjectsOf(ctx context.Context, ns string, uid types.UID) error {
-	return r.client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns),
+func deleteObjectsOf(ctx context.Context, c client.Client, ns string, uid types.UID) error {
+	return c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns),
 		client.MatchingLabels{configmaps.LabelRunUID: string(uid)})
 }
 
-// reconcileDelete stops the work of a run being deleted whose deletion
+// deleted stops the work of a run being deleted whose deletion
 // waits: on the finalizer older versions added, removed here, or on the
 // garbage collector (kubectl delete --cascade=foreground). Runs are no
 // longer given a finalizer (it cost a write per run). Its children go when
 // it is gone (forgetGone), or before, by the collector, in a foreground
 // deletion.
-func (r *AgentRunReconciler) reconcileDelete(ctx context.Context, run *arv1.AgentRun) error {
+func (r *finisher) deleted(ctx context.Context, run *arv1.AgentRun) error {
 	r.pool.Cancel(run.UID)
 	r.queue.End(ctx, run)
-	r.forget(run.UID)
+	r.runState.Forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
 		return nil
 	}
 	orig := run.DeepCopy()
 	controllerutil.RemoveFinalizer(run, arv1.Finalizer)
 	return client.IgnoreNotFound(r.client.Patch(ctx, run, client.MergeFrom(orig)))
+}
+
+// recordDelivery puts a finished delivery's report in the run's status.
+// It returns a function that puts the report back, for when the status
+// write fails: the delivery is then recorded later, never sent again.
+func (r *finisher) recordDelivery(run *arv1.AgentRun) (undo func()) {
+	rep, ok := r.deliveries.Take(run.UID)
+	if !ok {
+		return func() {}
+	}
+	cb := rep.Callback
+	run.Status.Callback, run.Status.SetupRefs = &cb, rep.SetupRefs
+	return func() { r.deliveries.Restore(run.UID, rep) }
 }

@@ -19,7 +19,7 @@ import (
 // them at once. It is called wherever a run stops being driven here:
 //
 //   - it finished (finish, once its terminal status is written);
-//   - it was deleted (forgetGone, reconcileDelete, deleteFinished);
+//   - it was deleted (forgetGone, and the finisher: deleted, deleteTree);
 //   - it went to a shard another replica drives (forgetGone when the
 //     informer saw it leave, dropShard when this replica's Lease ended,
 //     and a reconcile that saw the Lease end while it ran);

@@ -200,7 +200,7 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err error) bool {
 	s.run.Status.JournalStore = r.journals.Where(s.run)
 	if err == nil {
-		r.archive.end(ctx, s)
+		r.finisher.archive.end(ctx, s)
 	}
 	waits := r.statusWaits(s, err)
 	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
@@ -250,7 +250,7 @@ func (r *AgentRunReconciler) wakeup(ctx context.Context, s *scope) ctrl.Result {
 		res.Priority = ptr.To(queuedPriority)
 	}
 	if s.run.Status.Phase.IsTerminal() {
-		return r.retentionOf.requeue(s.run, s.now, res)
+		return r.finisher.retention.requeue(s.run, s.now, res)
 	}
 	w := wakeSources(&s.run.Status, s.out, len(s.tickets) > 0 || r.pool.RunInFlight(s.run.UID))
 	if len(w) == 0 {
