@@ -116,9 +116,9 @@ func runForAnswer(_ context.Context, o client.Object) []ctrl.Request {
 // never got to record: ones its journal applied (the last reconcile ended
 // before writing it) are Applied, any other is Rejected, so no answer is
 // left without a state. It reports whether every answer is settled.
-func (r *finisher) settleAnswers(ctx context.Context, run *arv1.AgentRun) (bool, error) {
+func (fin *finisher) settleAnswers(ctx context.Context, run *arv1.AgentRun) (bool, error) {
 	var list arv1.AgentRunAnswerList
-	if err := r.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
+	if err := fin.client.List(ctx, &list, client.InNamespace(run.Namespace), client.MatchingFields{IndexAnswerRun: run.Name}); err != nil {
 		return false, fmt.Errorf("listing answers: %w", err)
 	}
 	var open []*arv1.AgentRunAnswer
@@ -130,7 +130,7 @@ func (r *finisher) settleAnswers(ctx context.Context, run *arv1.AgentRun) (bool,
 	if len(open) == 0 {
 		return true, nil
 	}
-	entries, err := r.journals.Entries(ctx, store.RefOf(run))
+	entries, err := fin.journals.Entries(ctx, store.RefOf(run))
 	if err != nil {
 		return false, err
 	}
@@ -143,5 +143,5 @@ func (r *finisher) settleAnswers(ctx context.Context, run *arv1.AgentRun) (bool,
 			updates = append(updates, answerUpdate{a, arv1.AnswerRejected, fmt.Sprintf("The run has finished (%s)", run.Status.Phase)})
 		}
 	}
-	return true, recordAnswers(ctx, r.client, r.clock, updates)
+	return true, recordAnswers(ctx, fin.client, fin.clock, updates)
 }

@@ -114,49 +114,49 @@ type finisher struct {
 // finished settles what a finished run still owes: the fate of answers it
 // never got to record, its webhook, the generation it saw, and its
 // deletion once its retention has passed.
-func (r *finisher) finished(ctx context.Context, run *arv1.AgentRun) (ctrl.Result, error) {
-	r.journals.Forget(run.UID) // a finished run is never folded again
+func (fin *finisher) finished(ctx context.Context, run *arv1.AgentRun) (ctrl.Result, error) {
+	fin.journals.Forget(run.UID) // a finished run is never folded again
 	before := run.DeepCopy()
-	settled, err := r.settleAnswers(ctx, run)
+	settled, err := fin.settleAnswers(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if run.Status.ObservedGeneration != run.Generation {
 		// Its spec was edited after the end: observed, never acted on. The
 		// cache keeps only a stub of a finished run; stamp the full record.
-		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(run), run); err != nil {
+		if err := fin.reader.Get(ctx, client.ObjectKeyFromObject(run), run); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		before = run.DeepCopy()
 		run.Status.ObservedGeneration = run.Generation
 		setConditions(run, conditionInputs{})
 	}
-	if !r.archive.archived(run) {
+	if !fin.archive.archived(run) {
 		// A replica that died between the run's end and giving back its
 		// quota holds left them: given back before the archive (once).
-		r.queue.End(ctx, run)
-		stored, archived, err := r.archive.finished(ctx, run)
+		fin.queue.End(ctx, run)
+		stored, archived, err := fin.archive.finished(ctx, run)
 		if err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		before, run = stored, archived
 	}
-	undo := r.recordDelivery(run)
-	if _, err := r.runs.PatchStatus(ctx, before, run); err != nil {
+	undo := fin.recordDelivery(run)
+	if _, err := fin.runs.PatchStatus(ctx, before, run); err != nil {
 		undo()
 		if errors.Is(err, caches.ErrStatusConflict) {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		return ctrl.Result{}, err
 	}
-	r.deliver(ctx, run)
-	if !r.archive.archived(run) {
+	fin.deliver(ctx, run)
+	if !fin.archive.archived(run) {
 		return ctrl.Result{RequeueAfter: archiveRetry}, nil // kept until archived
 	}
-	now := r.clock.Now()
-	res := r.retention.requeue(run, now, ctrl.Result{})
-	if ttl, ok := r.retention.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
-		return ctrl.Result{}, r.deleteTree(ctx, run)
+	now := fin.clock.Now()
+	res := fin.retention.requeue(run, now, ctrl.Result{})
+	if ttl, ok := fin.retention.ttlOf(run); ok && settled && !callbackDue(run) && run.Status.FinishedAt != nil && !now.Before(run.Status.FinishedAt.Add(ttl)) {
+		return ctrl.Result{}, fin.deleteTree(ctx, run)
 	}
 	return res, nil
 }
@@ -169,25 +169,25 @@ func (r *finisher) finished(ctx context.Context, run *arv1.AgentRun) (ctrl.Resul
 // (kube-controller-manager's --kube-api-qps, 20 requests/s by default, and
 // several requests per object it deletes): retention would go at its
 // pace. Deleted leaves first, nothing is left for the collector to do.
-func (r *finisher) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
-	children, err := r.children.List(ctx, run)
+func (fin *finisher) deleteTree(ctx context.Context, run *arv1.AgentRun) error {
+	children, err := fin.children.List(ctx, run)
 	if err != nil {
 		return err
 	}
 	for i := range children {
-		if err := r.deleteTree(ctx, &children[i]); err != nil {
+		if err := fin.deleteTree(ctx, &children[i]); err != nil {
 			return err
 		}
 	}
-	if err := deleteObjectsOf(ctx, r.client, run.Namespace, run.UID); err != nil {
+	if err := deleteObjectsOf(ctx, fin.client, run.Namespace, run.UID); err != nil {
 		return fmt.Errorf("deleting the objects of run %s: %w", run.Name, err)
 	}
-	err = r.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	err = fin.client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting run %s: %w", run.Name, err)
 	}
-	r.pool.Cancel(run.UID)
-	r.runState.Forget(run.UID)
+	fin.pool.Cancel(run.UID)
+	fin.runState.Forget(run.UID)
 	return nil
 }
 
@@ -205,27 +205,27 @@ func deleteObjectsOf(ctx context.Context, c client.Client, ns string, uid types.
 // longer given a finalizer (it cost a write per run). Its children go when
 // it is gone (forgetGone), or before, by the collector, in a foreground
 // deletion.
-func (r *finisher) deleted(ctx context.Context, run *arv1.AgentRun) error {
-	r.pool.Cancel(run.UID)
-	r.queue.End(ctx, run)
-	r.runState.Forget(run.UID)
+func (fin *finisher) deleted(ctx context.Context, run *arv1.AgentRun) error {
+	fin.pool.Cancel(run.UID)
+	fin.queue.End(ctx, run)
+	fin.runState.Forget(run.UID)
 	if !controllerutil.ContainsFinalizer(run, arv1.Finalizer) {
 		return nil
 	}
 	orig := run.DeepCopy()
 	controllerutil.RemoveFinalizer(run, arv1.Finalizer)
-	return client.IgnoreNotFound(r.client.Patch(ctx, run, client.MergeFrom(orig)))
+	return client.IgnoreNotFound(fin.client.Patch(ctx, run, client.MergeFrom(orig)))
 }
 
 // recordDelivery puts a finished delivery's report in the run's status.
 // It returns a function that puts the report back, for when the status
 // write fails: the delivery is then recorded later, never sent again.
-func (r *finisher) recordDelivery(run *arv1.AgentRun) (undo func()) {
-	rep, ok := r.deliveries.Take(run.UID)
+func (fin *finisher) recordDelivery(run *arv1.AgentRun) (undo func()) {
+	rep, ok := fin.deliveries.Take(run.UID)
 	if !ok {
 		return func() {}
 	}
 	cb := rep.Callback
 	run.Status.Callback, run.Status.SetupRefs = &cb, rep.SetupRefs
-	return func() { r.deliveries.Restore(run.UID, rep) }
+	return func() { fin.deliveries.Restore(run.UID, rep) }
 }
