@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"golang.org/x/sync/singleflight"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -355,6 +357,9 @@ type blueprintCache struct {
 	mu    sync.Mutex
 	m     map[string]*blueprint.Blueprint
 	order []string
+	// flight shares one read or create of a snapshot among the runs that
+	// need it at once (snapshot.go).
+	flight singleflight.Group
 }
 
 const blueprintCacheSize = 256

@@ -33,6 +33,26 @@ func (r *AgentRunReconciler) snapshotBlueprint(ctx context.Context, ns, name str
 	if bp, ok := r.blueprints.Get(key); ok {
 		return bp, nil, nil
 	}
+	// One read for the runs of a burst that start from it at once.
+	v, err, _ := r.blueprints.flight.Do("read "+key, func() (any, error) {
+		bp, perr, err := r.readSnapshot(ctx, ns, name)
+		return parsedSnapshot{bp, perr}, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	p := v.(parsedSnapshot)
+	return p.bp, p.perr, nil
+}
+
+type parsedSnapshot struct {
+	bp   *blueprint.Blueprint
+	perr error
+}
+
+// readSnapshot reads and parses a snapshot, and keeps what parses.
+func (r *AgentRunReconciler) readSnapshot(ctx context.Context, ns, name string) (bp *blueprint.Blueprint, perr, err error) {
+	key := ns + "/" + name
 	cm := &corev1.ConfigMap{}
 	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -66,10 +86,14 @@ func (r *AgentRunReconciler) ensureSnapshot(ctx context.Context, run *arv1.Agent
 		Immutable: ptr.To(true),
 		Data:      f.spawnFiles,
 	}
-	if err := r.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("snapshotting the blueprint: %w", err)
-	}
-	// The name is the content's hash: an existing snapshot holds this text.
-	r.blueprints.Put(key, f.spawnParsed)
-	return nil
+	// One create for the runs of a burst that start from it at once.
+	_, err, _ := r.blueprints.flight.Do("create "+key, func() (any, error) {
+		if err := r.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("snapshotting the blueprint: %w", err)
+		}
+		// The name is the content's hash: an existing snapshot holds this text.
+		r.blueprints.Put(key, f.spawnParsed)
+		return nil, nil
+	})
+	return err
 }
