@@ -534,3 +534,37 @@ func planOver(t *testing.T, was, again journal.Entry) []store.Planned {
 	}
 	return plan
 }
+
+// TestQuotaIntentReissuedTwiceCountsEachLostDispatch: an intent issued
+// again twice (its run's shard changed hands twice with the call in
+// flight; Lost 1, then 2) counts each lost dispatch once at its worst
+// case, as the journal does, also when a quota refused a reissue in
+// between (its lost dispatch is counted then, and the reissue that fits
+// counts it no second time).
+func TestQuotaIntentReissuedTwiceCountsEachLostDispatch(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		run := newRun()
+		q := dayQuota("ClusterAgentRunQuota/team", 2000)
+		reissue := func(s *sqlstore.Store, lost int, minute time.Duration, limit int64) error {
+			e := intent(0, lost)
+			e.At = at.Add(minute * time.Minute)
+			return s.Append(charged(ctx, 0, 600, dayQuota(q.Key, limit)), run, e)
+		}
+		must(t, open(t, dsn).Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		must(t, reissue(open(t, dsn), 1, 1, 2000))
+		third := open(t, dsn)
+		if err := reissue(third, 2, 2, 1000); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("the second reissue with no room: %v", err)
+		}
+		must(t, reissue(third, 2, 3, 2000))
+		must(t, third.Append(charged(ctx, 0, 600, q), run, costAnswer(1, 0, 100)))
+		u := use(t, third, q.Key, q.Period)
+		if lost := journaledLost(t, dsn, run); lost != u.UnpricedCalls || lost != 2 {
+			t.Errorf("the journal counts %d lost calls, the ledger %d; want 2", lost, u.UnpricedCalls)
+		}
+		if u.Cost != 2*600+100 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Errorf("the ledger: %+v; want two worst cases of 600 and the answer's 100, nothing reserved", u)
+		}
+	})
+}
