@@ -23,6 +23,6 @@ func MigrateTo(ctx context.Context, s *Store, version int64) error {
 
 // LostAfterRefusal settles, as an append whose reissue a quota refused
 // does, the dispatches plan's reissues replace.
-func LostAfterRefusal(s *Store, ctx context.Context, run *arv1.AgentRun, plan []store.Planned) {
+func LostAfterRefusal(ctx context.Context, s *Store, run *arv1.AgentRun, plan []store.Planned) {
 	s.lostAfterRefusal(ctx, run.UID, plan)
 }

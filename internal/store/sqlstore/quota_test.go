@@ -505,7 +505,7 @@ func TestQuotaLostAfterRefusalSettlesOnlyTheDispatchItReplaces(t *testing.T) {
 		newerAgain := intent(0, 1)
 		newerAgain.At = at.Add(2 * time.Minute)
 		must(t, newer.Append(charged(ctx, 0, 600, q), run, newerAgain))
-		sqlstore.LostAfterRefusal(late, ctx, run, plan)
+		sqlstore.LostAfterRefusal(ctx, late, run, plan)
 		if u := use(t, newer, q.Key, q.Period); u.UnpricedCalls != 1 || u.Cost != 600 || u.ReservedCost != 600 || u.InFlight != 1 {
 			t.Fatalf("after the late settlement: %+v; want the dead replica's dispatch counted once, the newer call still reserved", u)
 		}
