@@ -325,7 +325,7 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 				fresh = append(fresh, p)
 				continue
 			}
-			res, err := tx.ExecContext(ctx, s.q("UPDATE journal_entries SET entry = $1 WHERE run_uid = $2 AND seq = $3 AND entry = $4"), p.Text, string(run.UID), p.Entry.Seq, p.Replaces)
+			res, err := tx.ExecContext(ctx, s.q("UPDATE journal_entries SET entry = $1 WHERE run_uid = $2 AND seq = $3 AND entry = $4"+unanswered), p.Text, string(run.UID), p.Entry.Seq, p.Replaces)
 			if err != nil {
 				return err
 			}
@@ -351,6 +351,16 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 		return nil
 	})
 }
+
+// unanswered, appended to a statement's WHERE on journal_entries with
+// the run's uid as $2 and an entry's seq as $3, keeps it to that entry
+// while it is still the journal's last: an intent issued again only
+// replaces one nothing has answered. A replica whose view of the journal
+// is behind (it read it while the call was in flight elsewhere, and that
+// answer committed before its fence did; or its own append committed but
+// answered with an error) would otherwise count a lost dispatch whose
+// reservation the answer settled, and make the call a second time.
+const unanswered = " AND NOT EXISTS (SELECT 1 FROM journal_entries later WHERE later.run_uid = $2 AND later.seq > $3)"
 
 // plain says whether an append is only new rows: PostgreSQL, a run
 // already registered, no fence to check, no entry issued again, no quota
