@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +13,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/runstate"
@@ -75,7 +77,7 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 			return false, err
 		}
 		if e.Kind == journal.ToolPolicyDecided {
-			r.policyDecided(s.run, e.Tool, e.Policy)
+			r.tools.policyDecided(s.run, e.Tool, e.Policy)
 		}
 		return true, nil
 	}
@@ -89,9 +91,17 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 	}
 	switch a.Kind {
 	case runstate.ActToolCall:
-		return r.callTool(ctx, s)
+		// The agent tools are the children's (agentCall), write_region is
+		// journaled at once; an MCP tool is the tool settler's.
+		switch h := f.State.HeadCall(); {
+		case slices.Contains(builtin.AgentTools, h.Name):
+			return true, r.childCalls.agentCall(ctx, s)
+		case h.Name == builtin.WriteRegion:
+			return true, r.record(ctx, s, writeRegionEntries(s.run, f, h.Index, h.Arguments)...)
+		}
+		return r.tools.callTool(s)
 	case runstate.ActWaitCatalog:
-		r.listTools(s)
+		r.tools.listTools(s)
 	case runstate.ActDeliverResults:
 		return true, r.childCalls.deliverResults(ctx, s)
 	case runstate.ActSpawn:
@@ -109,7 +119,7 @@ func (r *AgentRunReconciler) act(ctx context.Context, s *scope) (bool, error) {
 	case runstate.ActDispatch:
 		return false, r.dispatch(ctx, s)
 	}
-	r.listTools(s) // refresh stale listings in the background
+	r.tools.listTools(s) // refresh stale listings in the background
 	return false, r.finalOutput(ctx, s)
 }
 

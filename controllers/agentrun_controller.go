@@ -175,9 +175,7 @@ type AgentRunReconciler struct {
 	pool       *executor.Pool
 	steps      *steps.Runtime
 	journals   *router.Router
-	catalog    *toolcatalog.Catalog
 	breakers   *circuit.Breakers
-	providers  map[string]providers.Provider
 	runs       *caches.Runs
 	refs       *caches.Refs
 	blueprints *blueprints
@@ -234,8 +232,8 @@ type AgentRunReconciler struct {
 	// runState is every holder of per-run state above, for one forget
 	// (registry.go).
 	runState *perrun.Registry
-	// policies are the tool policies evaluated before each tool call.
-	policies *toolPolicies
+	// tools settles the runs' tool calls (tools.go).
+	tools *toolSettler
 	// store says whether the runs' store can be used now.
 	store *storeHealth
 	// finish settles, archives and deletes finished runs and stops
@@ -263,8 +261,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	}
 	r := &AgentRunReconciler{
 		client: d.Client, reader: d.APIReader, recorder: d.Recorder, clock: d.Clock, pool: d.Pool,
-		journals: d.store(), catalog: toolcatalog.New(0, d.ToolListingRetry), breakers: d.Breakers,
-		providers: d.Providers, refs: caches.NewRefs(d.Client, d.APIReader),
+		journals: d.store(), breakers: d.Breakers, refs: caches.NewRefs(d.Client, d.APIReader),
 		identity: d.Identity, runsReader: d.Client, shards: d.Sharding, restConfig: d.RestConfig,
 		unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
@@ -297,8 +294,9 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		MaxActiveRuns: d.MaxActiveRuns, MaxActiveRunsPerNamespace: d.MaxActiveRunsPerNamespace, Priorities: d.Priorities, Wake: r.wake,
 	})
 	r.watchCaps, r.namespaces = d.NamespaceCaps, d.Namespaces
+	catalog := toolcatalog.New(0, d.ToolListingRetry)
 	rt, err := steps.New(steps.Options{
-		Journal: r.journals, Catalog: r.catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
+		Journal: r.journals, Catalog: catalog, Breakers: d.Breakers, Providers: d.Providers, HTTP: d.HTTP,
 		Reader: d.APIReader, Wake: r.wake, Clock: d.Clock, Log: ctrl.Log, CallbackPolicy: d.CallbackPolicy, StepTimeout: d.StepTimeout,
 		Tracer: d.Tracer, Limiter: d.Limiter,
 	})
@@ -317,7 +315,10 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		archive:   &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention},
 		retention: d.Retention, pool: d.Pool, runState: r.runState, deliveries: r.steps.Deliveries, deliver: r.deliverCallback,
 	}
-	r.policies = newToolPolicies(d.Client, d.Namespaces)
+	r.tools = &toolSettler{
+		catalog: catalog, policies: newToolPolicies(d.Client, d.Namespaces), refs: r.refs, recorder: d.Recorder,
+		pool: d.Pool, steps: rt, unstarted: r.unstarted, providers: d.Providers, runs: r,
+	}
 	r.wakes, r.woken = d.Pool.Events(), newWakeTimes()
 	if d.WakeThrough != nil {
 		r.wakes = d.WakeThrough(r.wakes)

@@ -78,11 +78,6 @@ func messageOrder(a, b string) bool {
 	return as < bs || as == bs && ai < bi
 }
 
-// agentCall is childCalls.agentCall, for callTool (toolcalls.go).
-func (r *AgentRunReconciler) agentCall(ctx context.Context, s *scope) error {
-	return r.childCalls.agentCall(ctx, s)
-}
-
 // agentCall carries out an agent tool the decision let through (its name
 // resolved among the run's children) and journals the result.
 func (cc *childCalls) agentCall(ctx context.Context, s *scope) error {

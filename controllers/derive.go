@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"golang.org/x/sync/singleflight"
 	"time"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -106,10 +108,10 @@ func (r *AgentRunReconciler) deriveWith(ctx context.Context, run *arv1.AgentRun,
 			f.RateLimited = r.rateHolds.shown(run.UID)
 		}
 	}
-	if err := r.toolFacts(ctx, run, f, inFlight); err != nil {
+	if err := r.tools.toolFacts(ctx, run, f, inFlight); err != nil {
 		return nil, err
 	}
-	if err := r.policyFacts(ctx, run, f); err != nil {
+	if err := r.tools.policyFacts(ctx, run, f); err != nil {
 		return nil, err
 	}
 	// After the tool facts: which question the run asks depends on them.
@@ -222,12 +224,12 @@ func (r *AgentRunReconciler) providerFacts(ctx context.Context, run *arv1.AgentR
 	}
 	f.Setup, f.SetupRetryAt, f.resolved = block, retryAt, res
 	if block == nil {
-		if err := r.requiredTools(ctx, run, f, stage); err != nil {
+		if err := r.tools.requiredTools(ctx, run, f, stage); err != nil {
 			return err
 		}
 	}
 	if res != nil && f.Setup == nil {
-		r.offerFacts(ctx, run, f, stage)
+		r.tools.offerFacts(ctx, run, f, stage)
 	}
 	return nil
 }
@@ -334,6 +336,9 @@ type blueprintCache struct {
 	mu    sync.Mutex
 	m     map[string]*blueprint.Blueprint
 	order []string
+	// flight shares one read or create of a snapshot among the runs that
+	// need it at once (snapshot.go).
+	flight singleflight.Group
 }
 
 const blueprintCacheSize = 256

@@ -34,5 +34,5 @@ func (r *AgentRunReconciler) InformerHandlers() []InformerHandler {
 	for _, kind := range r.queue.QuotaKinds() {
 		hs = append(hs, InformerHandler{Object: kind, Handler: r.queue.QuotaHandler()})
 	}
-	return append(hs, r.policies.handlers()...)
+	return append(hs, r.tools.policies.handlers()...)
 }

@@ -8,6 +8,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/blueprint"
+	"github.com/agentrun-dev/agentrun-operator/internal/caches"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/providerconfig"
 	"github.com/agentrun-dev/agentrun-operator/internal/providers"
@@ -161,7 +162,7 @@ func (r *AgentRunReconciler) credentials(ctx context.Context, run *arv1.AgentRun
 	}
 	sref := p.APIKeySecret
 	out.credential.Secret, out.credential.Key = sref.Name, sref.Key
-	key, rv, block, err := r.secretValue(ctx, secretCredential{
+	key, rv, block, err := secretValue(ctx, r.refs, secretCredential{
 		ns: ns, name: sref.Name, key: sref.Key, placeholder: "api key",
 		holds: fmt.Sprintf("provider %q's API key", p.Name), owner: fmt.Sprintf("provider %q", p.Name),
 	})
@@ -188,9 +189,9 @@ type secretCredential struct {
 // secretValue reads a credential: its trimmed value and the Secret's
 // resourceVersion, or the NeedsSetup blocker a missing Secret or an empty
 // key is, with the kubectl line that fixes it.
-func (r *AgentRunReconciler) secretValue(ctx context.Context, c secretCredential) (string, string, *runstate.SetupBlock, error) {
+func secretValue(ctx context.Context, secrets *caches.Refs, c secretCredential) (string, string, *runstate.SetupBlock, error) {
 	refs := []string{"Secret/" + c.name}
-	data, rv, found, err := r.refs.Secret(ctx, c.ns, c.name)
+	data, rv, found, err := secrets.Secret(ctx, c.ns, c.name)
 	switch {
 	case err != nil:
 		return "", "", nil, fmt.Errorf("reading Secret %s/%s: %w", c.ns, c.name, err)

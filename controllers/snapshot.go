@@ -46,6 +46,26 @@ func (b *blueprints) snapshot(ctx context.Context, ns, name string) (bp *bluepri
 	if bp, ok := b.parsed.Get(key); ok {
 		return bp, nil, nil
 	}
+	// One read for the runs of a burst that start from it at once.
+	v, err, _ := b.parsed.flight.Do("read "+key, func() (any, error) {
+		bp, perr, err := b.readSnapshot(ctx, ns, name)
+		return parsedSnapshot{bp, perr}, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	p := v.(parsedSnapshot)
+	return p.bp, p.perr, nil
+}
+
+type parsedSnapshot struct {
+	bp   *blueprint.Blueprint
+	perr error
+}
+
+// readSnapshot reads and parses a snapshot, and keeps what parses.
+func (b *blueprints) readSnapshot(ctx context.Context, ns, name string) (bp *blueprint.Blueprint, perr, err error) {
+	key := ns + "/" + name
 	cm := &corev1.ConfigMap{}
 	if err := b.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -100,10 +120,14 @@ func (b *blueprints) ensureSnapshot(ctx context.Context, run *arv1.AgentRun, f *
 		Immutable: ptr.To(true),
 		Data:      f.spawnFiles,
 	}
-	if err := b.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("snapshotting the blueprint: %w", err)
-	}
-	// The name is the content's hash: an existing snapshot holds this text.
-	b.parsed.Put(key, f.spawnParsed)
-	return nil
+	// One create for the runs of a burst that start from it at once.
+	_, err, _ := b.parsed.flight.Do("create "+key, func() (any, error) {
+		if err := b.client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("snapshotting the blueprint: %w", err)
+		}
+		// The name is the content's hash: an existing snapshot holds this text.
+		b.parsed.Put(key, f.spawnParsed)
+		return nil, nil
+	})
+	return err
 }

@@ -43,14 +43,14 @@ type serverConn struct {
 // blueprint's override, else the server's annotations, else write), and
 // whether its server can be used now (its token Secret, its listing). It
 // only reads the tool catalog; a server not listed yet is listed by a step.
-func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts, inFlight bool) error {
+func (ts *toolSettler) toolFacts(ctx context.Context, run *arv1.AgentRun, f *facts, inFlight bool) error {
 	h := f.State.HeadCall()
 	if h == nil {
 		return nil
 	}
 	if in := h.Intent; in != nil {
 		f.InFlight = inFlight
-		f.IntentUnstarted = r.unstarted.has(stepKey(run, in.Seq))
+		f.IntentUnstarted = ts.unstarted.has(stepKey(run, in.Seq))
 		if (in.Effect == blueprint.EffectWrite && !f.IntentUnstarted) || f.InFlight {
 			return nil // a dangling write waits for a person; nothing to resolve
 		}
@@ -60,7 +60,7 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 		return nil
 	}
 	if a, ok := f.Blueprint.A2AAgent(h.Name); ok {
-		r.a2aToolFacts(run, f, a)
+		ts.a2aToolFacts(run, f, a)
 		return nil
 	}
 	srv, ok := f.Blueprint.ServerIn(f.State.Stage, h.Name)
@@ -74,12 +74,12 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 	if override != "" {
 		fact.Effect = override
 	}
-	conn, block, err := r.toolServer(ctx, run, srv)
+	conn, block, err := ts.toolServer(ctx, run, srv)
 	if err != nil || block != nil {
 		fact.Setup = block
 		return err
 	}
-	e := r.lookupTools(run, f, conn)
+	e := ts.lookupTools(run, f, conn)
 	switch {
 	case e.Pending():
 		fact.Pending = true
@@ -109,9 +109,9 @@ func (r *AgentRunReconciler) toolFacts(ctx context.Context, run *arv1.AgentRun, 
 // listed is queued for a listing step, and the run is registered to be
 // woken by it before the entry is read again, so a listing finishing in
 // between is never missed.
-func (r *AgentRunReconciler) lookupTools(run *arv1.AgentRun, f *facts, conn serverConn) toolcatalog.Entry {
+func (ts *toolSettler) lookupTools(run *arv1.AgentRun, f *facts, conn serverConn) toolcatalog.Entry {
 	key := toolcatalog.KeyIn(run.Namespace, conn.server)
-	e := r.catalog.Lookup(key, f.Now)
+	e := ts.catalog.Lookup(key, f.Now)
 	if !e.NeedsListing() && e.State != toolcatalog.Listing {
 		return e
 	}
@@ -119,8 +119,8 @@ func (r *AgentRunReconciler) lookupTools(run *arv1.AgentRun, f *facts, conn serv
 		f.listings = append(f.listings, conn)
 	}
 	if e.State != toolcatalog.Stale {
-		r.catalog.Wait(key, types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
-		e = r.catalog.Lookup(key, f.Now)
+		ts.catalog.Wait(key, types.NamespacedName{Namespace: run.Namespace, Name: run.Name})
+		e = ts.catalog.Lookup(key, f.Now)
 	}
 	return e
 }
@@ -128,23 +128,23 @@ func (r *AgentRunReconciler) lookupTools(run *arv1.AgentRun, f *facts, conn serv
 // listTools starts the listings the facts asked for, each on an executor
 // step in its server's lane (once the status write succeeded). A full
 // pool leaves the listing for when the run is woken with room.
-func (r *AgentRunReconciler) listTools(s *scope) {
+func (ts *toolSettler) listTools(s *scope) {
 	for _, conn := range s.facts.listings {
 		key := toolcatalog.KeyIn(s.run.Namespace, conn.server)
-		if !r.catalog.Begin(key) {
+		if !ts.catalog.Begin(key) {
 			continue // already being listed
 		}
 		step := executor.Step{Key: executor.Key{Run: types.UID("listing:" + string(key))}, Lane: steps.Lane(conn.server), Wake: wakeOf(s.run)}
-		ticket, ok := r.pool.Reserve(step)
+		ticket, ok := ts.pool.Reserve(step)
 		if !ok || ticket == nil {
-			r.catalog.Abort(key)
+			ts.catalog.Abort(key)
 			s.out.backpressure = s.out.backpressure || !ok
-			s.out.serverWait = s.out.serverWait || (!ok && r.pool.LaneFull(step.Lane))
+			s.out.serverWait = s.out.serverWait || (!ok && ts.pool.LaneFull(step.Lane))
 			continue
 		}
 		l := steps.Listing{Namespace: s.run.Namespace, Server: conn.server}
-		s.start(ticket, func(ctx context.Context) { r.steps.RunListing(ctx, l) })
-		s.aborts = append(s.aborts, func() { r.catalog.Abort(key) })
+		s.start(ticket, func(ctx context.Context) { ts.steps.RunListing(ctx, l) })
+		s.aborts = append(s.aborts, func() { ts.catalog.Abort(key) })
 	}
 	s.facts.listings = nil
 	if s.action.Kind == runstate.ActWaitCatalog {
@@ -155,12 +155,12 @@ func (r *AgentRunReconciler) listTools(s *scope) {
 // toolServer reads the server's token Secret, if it has one. A missing
 // Secret or key is a NeedsSetup blocker like any credential, and the run
 // wakes when the Secret appears.
-func (r *AgentRunReconciler) toolServer(ctx context.Context, run *arv1.AgentRun, srv blueprint.MCPServer) (serverConn, *runstate.SetupBlock, error) {
+func (ts *toolSettler) toolServer(ctx context.Context, run *arv1.AgentRun, srv blueprint.MCPServer) (serverConn, *runstate.SetupBlock, error) {
 	conn := serverConn{spec: srv, server: mcptool.Server{Name: srv.Name, URL: srv.URL}}
 	if srv.AuthSecret == "" {
 		return conn, nil, nil
 	}
-	token, _, block, err := r.secretValue(ctx, secretCredential{
+	token, _, block, err := secretValue(ctx, ts.refs, secretCredential{
 		ns: run.Namespace, name: srv.AuthSecret, key: srv.AuthKey, placeholder: "token",
 		holds: fmt.Sprintf("the token of MCP server %q", srv.Name), owner: fmt.Sprintf("MCP server %q", srv.Name),
 	})
@@ -247,20 +247,14 @@ func toolIntent(run *arv1.AgentRun, f *facts) journal.Entry {
 	return intent
 }
 
-// callTool runs the next tool call: the agent tools at once (agentCall), an
-// MCP tool on an executor step in its server's lane. The intent is
-// recorded in the status this reconcile writes, so a write or idempotent
-// call is on record before it starts.
-func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, error) {
+// callTool runs the next MCP tool call on an executor step in its
+// server's lane (the built-in tools that come this way are act's). The
+// intent is recorded in the status this reconcile writes, so a write or
+// idempotent call is on record before it starts.
+func (ts *toolSettler) callTool(s *scope) (bool, error) {
 	f, run := s.facts, s.run
 	st := &f.State
 	h := st.HeadCall()
-	if slices.Contains(builtin.AgentTools, h.Name) {
-		return true, r.agentCall(ctx, s)
-	}
-	if h.Name == builtin.WriteRegion {
-		return true, r.record(ctx, s, writeRegionEntries(run, f, h.Index, h.Arguments)...)
-	}
 	if f.tool == nil {
 		return false, fmt.Errorf("tool %q is due but its server was not resolved", h.Name)
 	}
@@ -270,17 +264,17 @@ func (r *AgentRunReconciler) callTool(ctx context.Context, s *scope) (bool, erro
 		intent.Input = h.Arguments
 	}
 	lane := steps.Lane(f.tool.server)
-	ticket, ok := r.pool.Reserve(r.stepOf(run, intent.Seq, lane))
+	ticket, ok := ts.pool.Reserve(ts.runs.stepOf(run, intent.Seq, lane))
 	if !ok {
 		s.out.backpressure = true
-		s.out.serverWait = s.out.serverWait || r.pool.LaneFull(lane)
+		s.out.serverWait = s.out.serverWait || ts.pool.LaneFull(lane)
 		return false, nil
 	}
 	if !s.action.Reissue {
 		st.Apply(f.Blueprint, intent)
 	}
-	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server, Trace: r.traceParent(s)}
+	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server, Trace: ts.runs.traceParent(s)}
 	s.intents = append(s.intents, stepKey(run, intent.Seq))
-	s.start(ticket, func(ctx context.Context) { r.steps.RunToolCall(ctx, call) })
+	s.start(ticket, func(ctx context.Context) { ts.steps.RunToolCall(ctx, call) })
 	return false, nil
 }

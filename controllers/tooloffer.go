@@ -38,8 +38,8 @@ type skippedServer struct {
 // (ToolsPending); one that cannot be listed offers nothing this turn, so
 // the run is not held up by a tool the model may not need. A scripted
 // stage's calls are in its script, so it is offered nothing.
-func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun, f *facts, stage *blueprint.Stage) {
-	if _, scripted := r.providers[f.resolved.provider.Type]; scripted {
+func (ts *toolSettler) offerFacts(ctx context.Context, run *arv1.AgentRun, f *facts, stage *blueprint.Stage) {
+	if _, scripted := ts.providers[f.resolved.provider.Type]; scripted {
 		return
 	}
 	allowed := func(name string) bool {
@@ -57,7 +57,7 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 		}
 	}
 	for _, srv := range f.Blueprint.MCPServers {
-		conn, block, err := r.toolServer(ctx, run, srv)
+		conn, block, err := ts.toolServer(ctx, run, srv)
 		switch {
 		case err != nil:
 			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: "its token Secret could not be read"})
@@ -66,7 +66,7 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 			o.skipped = append(o.skipped, skippedServer{server: srv.Name, why: block.Remedy})
 			continue
 		}
-		e := r.lookupTools(run, f, conn)
+		e := ts.lookupTools(run, f, conn)
 		switch {
 		case e.Pending():
 			f.ToolsPending = true
@@ -77,7 +77,7 @@ func (r *AgentRunReconciler) offerFacts(ctx context.Context, run *arv1.AgentRun,
 			o.tools = append(o.tools, offerable(f.Blueprint, f.State.Stage, srv, e.Tools, allowed)...)
 		}
 	}
-	r.offerA2A(run, f, o, allowed)
+	ts.offerA2A(run, f, o, allowed)
 	f.offer = o
 }
 

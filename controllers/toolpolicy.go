@@ -81,16 +81,16 @@ func (p *toolPolicies) applying(ctx context.Context, ns string) ([]toolpolicy.Po
 // is about to be settled: its tool is known (a built-in, or listed by its
 // server, which can be used) and no decision is journaled for it yet. A
 // call no rule matches leaves Facts.Policy nil: the blueprint decides.
-func (r *AgentRunReconciler) policyFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
+func (ts *toolSettler) policyFacts(ctx context.Context, run *arv1.AgentRun, f *facts) error {
 	h, t := f.State.HeadCall(), f.Tool
 	if h == nil || h.Intent != nil || h.Policy != nil || t == nil || !t.Known || t.Pending || t.Setup != nil {
 		return nil
 	}
-	ps, err := r.policies.applying(ctx, run.Namespace)
+	ps, err := ts.policies.applying(ctx, run.Namespace)
 	if err != nil || len(ps) == 0 {
 		return err
 	}
-	d := r.policies.eval.Evaluate(ps, toolpolicy.Call{
+	d := ts.policies.eval.Evaluate(ps, toolpolicy.Call{
 		Tool: toolpolicy.Tool{Name: h.Name, Effect: t.Effect, Server: t.Server},
 		Args: json.RawMessage(h.Arguments),
 		Run:  toolpolicy.Run{Namespace: run.Namespace, Labels: run.Labels, Agent: run.Spec.Agent, Stage: f.State.Stage},
@@ -133,7 +133,7 @@ const (
 
 // policyDecided reports a journaled decision: an Event on the run naming
 // the policy and rule, and the metric counting every rule that matched.
-func (r *AgentRunReconciler) policyDecided(run *arv1.AgentRun, tool string, d *journal.PolicyDecision) {
+func (ts *toolSettler) policyDecided(run *arv1.AgentRun, tool string, d *journal.PolicyDecision) {
 	typ, reason, verb := corev1.EventTypeWarning, ReasonToolPolicyDenied, "denied"
 	switch d.Action {
 	case journal.PolicyRequireApproval:
@@ -145,7 +145,7 @@ func (r *AgentRunReconciler) policyDecided(run *arv1.AgentRun, tool string, d *j
 	if d.Message != "" {
 		note += ": " + d.Message
 	}
-	r.recorder.Eventf(run, nil, typ, reason, "ToolPolicy", "%s", clipTo(note, 1024))
+	ts.recorder.Eventf(run, nil, typ, reason, "ToolPolicy", "%s", clipTo(note, 1024))
 	for _, m := range d.Matches {
 		policy := m.Policy
 		if m.PolicyNamespace != "" {

@@ -21,7 +21,7 @@ import (
 // is a NeedsSetup blocker naming the tool and the stage, woken like the
 // server's own (its Secret changing, a retry after a failed listing); a
 // listing under way holds the turn (ToolsPending) until it is known.
-func (r *AgentRunReconciler) requiredTools(ctx context.Context, run *arv1.AgentRun, f *facts, stage *blueprint.Stage) error {
+func (ts *toolSettler) requiredTools(ctx context.Context, run *arv1.AgentRun, f *facts, stage *blueprint.Stage) error {
 	if stage == nil {
 		return nil
 	}
@@ -29,7 +29,7 @@ func (r *AgentRunReconciler) requiredTools(ctx context.Context, run *arv1.AgentR
 		if blueprint.IsBuiltin(tool) {
 			continue
 		}
-		block, pending, err := r.requiredTool(ctx, run, f, stage.Name, tool)
+		block, pending, err := ts.requiredTool(ctx, run, f, stage.Name, tool)
 		if err != nil || pending {
 			f.ToolsPending = f.ToolsPending || pending
 			return err
@@ -49,17 +49,17 @@ func (r *AgentRunReconciler) requiredTools(ctx context.Context, run *arv1.AgentR
 }
 
 // requiredTool says what stands between the run and one required MCP tool.
-func (r *AgentRunReconciler) requiredTool(ctx context.Context, run *arv1.AgentRun, f *facts, stage, tool string) (*runstate.SetupBlock, bool, error) {
+func (ts *toolSettler) requiredTool(ctx context.Context, run *arv1.AgentRun, f *facts, stage, tool string) (*runstate.SetupBlock, bool, error) {
 	srv, ok := f.Blueprint.ServerIn(stage, tool)
 	if !ok {
 		// The parser refuses this; a snapshot from an older parser may not.
 		return &runstate.SetupBlock{Blocker: arv1.BlockerToolServerUnavailable, Remedy: "No MCP server of the blueprint can offer it; add one that does."}, false, nil
 	}
-	conn, block, err := r.toolServer(ctx, run, srv)
+	conn, block, err := ts.toolServer(ctx, run, srv)
 	if err != nil || block != nil {
 		return block, false, err
 	}
-	e := r.lookupTools(run, f, conn)
+	e := ts.lookupTools(run, f, conn)
 	switch {
 	case e.Pending():
 		return nil, true, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,10 @@ type Refs struct {
 
 	mu sync.Mutex
 	m  map[refKey]refData
+	// reads shares one live read of an object among the reconciles that
+	// want it at once: a burst of runs of one blueprint and one provider
+	// would each read the same ConfigMap and Secret.
+	reads singleflight.Group
 }
 
 type refKey struct{ kind, namespace, name string }
@@ -94,7 +99,25 @@ func (c *Refs) get(ctx context.Context, k refKey) (refData, bool, error) {
 	return c.read(ctx, k)
 }
 
+// read reads the object live, once for all who ask at once.
 func (c *Refs) read(ctx context.Context, k refKey) (refData, bool, error) {
+	v, err, _ := c.reads.Do(k.kind+"/"+k.namespace+"/"+k.name, func() (any, error) {
+		d, found, err := c.readLive(ctx, k)
+		return readResult{d, found}, err
+	})
+	if err != nil {
+		return refData{}, false, err
+	}
+	r := v.(readResult)
+	return r.data, r.found, nil
+}
+
+type readResult struct {
+	data  refData
+	found bool
+}
+
+func (c *Refs) readLive(ctx context.Context, k refKey) (refData, bool, error) {
 	key := client.ObjectKey{Namespace: k.namespace, Name: k.name}
 	var d refData
 	var err error

@@ -194,6 +194,28 @@ func (o longRun) backend(b *testing.B, ctx context.Context, r *report, kind stri
 	bare2, _ := bareLatencyCalls(b, ctx, srv, o.n, o.calls)
 	load2 := loadAverage()
 	o.report(r, kind, st, lr, idle, idleMsPerSec, dbIdle, [2]loadtest.BareLatencyResult{bare1, bare2}, [3]string{load0, load1, load2})
+	// The API server's side of the bare client, with the manager stopped
+	// (it would drive the copies).
+	if err := m.Stop(30 * time.Second); err != nil {
+		b.Fatal(err)
+	}
+	floor, err := measureAPIFloor(ctx, c, lr.ns, idleMsPerSec, idle)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.reportFloor(r, kind, lr.res, floor, idleMsPerSec)
+}
+
+// reportFloor sets the operator's kube-apiserver + etcd CPU per run
+// beside the API floor's (apiFloor), both less what they spend idle.
+func (o longRun) reportFloor(r *report, kind string, res *loadtest.BatchResult, floor apiFloor, idleMsPerSec float64) {
+	spent := res.CPU["kube-apiserver"] + res.CPU["etcd"] - time.Duration(idleMsPerSec*res.Window.Seconds()*float64(time.Millisecond))
+	opPerRun := ms(spent.Seconds()) / float64(o.n)
+	floorPerRun := ms(floor.cpuPerRun.Seconds())
+	r.row(kind+": API floor", "a bare client writing what %d of the runs show (their create, 3 status writes with their own status, an Event; manager stopped): %.1f ms of kube-apiserver + etcd CPU a run less idle (%.2f ms/call), %.2f writes/run; the operator %.1f ms a run less idle: %.2fx the floor",
+		floor.runs, floorPerRun, floorPerRun/float64(o.calls), floor.writesPerRun, opPerRun, opPerRun/floorPerRun)
+	r.metric(floorPerRun/float64(o.calls), "apifloor_ms/call_"+kind)
+	r.metric(opPerRun/floorPerRun, "api_vs_floor_"+kind)
 }
 
 // databaseIdle is the database server's own CPU over 5 s with the manager

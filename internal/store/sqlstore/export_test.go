@@ -1,6 +1,11 @@
 package sqlstore
 
-import "context"
+import (
+	"context"
+
+	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
+)
 
 // SetBeforeCommit makes every transaction of s call fn before it commits.
 func SetBeforeCommit(s *Store, fn func()) { s.beforeCommit = fn }
@@ -14,4 +19,10 @@ func MigrateTo(ctx context.Context, s *Store, version int64) error {
 	}
 	_, err = p.UpTo(ctx, version)
 	return err
+}
+
+// LostAfterRefusal settles, as an append whose reissue a quota refused
+// does, the dispatches plan's reissues replace.
+func LostAfterRefusal(ctx context.Context, s *Store, run *arv1.AgentRun, plan []store.Planned) {
+	s.lostAfterRefusal(ctx, run.UID, plan)
 }

@@ -306,6 +306,9 @@ func (s *Store) storedAlready(ctx context.Context, run *arv1.AgentRun, plan []st
 // write stores the planned entries (and the output) in one transaction,
 // fenced by the context's fence.
 func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan []store.Planned, output *string) error {
+	if s.plain(ctx, l, plan, output) {
+		return s.writePlain(ctx, run, l, plan)
+	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := s.fenced(ctx, tx); err != nil {
 			return err
@@ -322,7 +325,7 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 				fresh = append(fresh, p)
 				continue
 			}
-			res, err := tx.ExecContext(ctx, s.q("UPDATE journal_entries SET entry = $1 WHERE run_uid = $2 AND seq = $3 AND entry = $4"), p.Text, string(run.UID), p.Entry.Seq, p.Replaces)
+			res, err := tx.ExecContext(ctx, s.q("UPDATE journal_entries SET entry = $1 WHERE run_uid = $2 AND seq = $3 AND entry = $4"+unanswered), p.Text, string(run.UID), p.Entry.Seq, p.Replaces)
 			if err != nil {
 				return err
 			}
@@ -349,23 +352,79 @@ func (s *Store) write(ctx context.Context, run *arv1.AgentRun, l *runLog, plan [
 	})
 }
 
+// unanswered, appended to a statement's WHERE on journal_entries with
+// the run's uid as $2 and an entry's seq as $3, keeps it to that entry
+// while it is still the journal's last: an intent issued again only
+// replaces one nothing has answered. A replica whose view of the journal
+// is behind (it read it while the call was in flight elsewhere, and that
+// answer committed before its fence did; or its own append committed but
+// answered with an error) would otherwise count a lost dispatch whose
+// reservation the answer settled, and make the call a second time.
+const unanswered = " AND NOT EXISTS (SELECT 1 FROM journal_entries later WHERE later.run_uid = $2 AND later.seq > $3)"
+
+// plain says whether an append is only new rows: PostgreSQL, a run
+// already registered, no fence to check, no entry issued again, no quota
+// to reserve or settle, no output. That is a run's step between two model
+// calls when it is charged to no quota, the append every call makes.
+func (s *Store) plain(ctx context.Context, l *runLog, plan []store.Planned, output *string) bool {
+	if s.dialect.name != KindPostgres || !l.registered || output != nil || l.mayHoldReservations || s.beforeCommit != nil {
+		return false
+	}
+	if _, fenced := store.FenceFrom(ctx); fenced {
+		return false
+	}
+	for _, p := range plan {
+		if p.Replaces != "" || store.ChargeFor(ctx, p.Entry.Seq) != nil || store.ChargeFor(ctx, p.Entry.Call) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// writePlain stores a plain append (plain) as one statement, atomic on
+// its own: the entries, and the ledger rows of the calls they complete in
+// a data-modifying WITH. One round trip, where a transaction takes four
+// (BEGIN, entries, ledger, COMMIT), each a wake-up of the database's
+// backend and of this process.
+func (s *Store) writePlain(ctx context.Context, run *arv1.AgentRun, l *runLog, plan []store.Planned) error {
+	if err := s.ensure(ctx); err != nil {
+		return err
+	}
+	stmt, args := entriesInsert(run.UID, plan, nil)
+	if rows := ledgerRows(run, l, plan); len(rows) > 0 {
+		var ledger string
+		ledger, args = ledgerInsert(rows, args)
+		stmt = "WITH entries AS (" + stmt + ") " + ledger
+	}
+	_, err := s.db.ExecContext(ctx, stmt, args...)
+	return s.classify(err)
+}
+
 // insertEntries inserts rows in one statement.
 func (s *Store) insertEntries(ctx context.Context, tx *sql.Tx, uid types.UID, fresh []store.Planned) error {
 	if len(fresh) == 0 {
 		return nil
 	}
+	stmt, args := entriesInsert(uid, fresh, nil)
+	_, err := tx.ExecContext(ctx, s.q(stmt), args...)
+	return err
+}
+
+// entriesInsert is the statement inserting fresh's rows, its arguments
+// numbered after args'.
+func entriesInsert(uid types.UID, fresh []store.Planned, args []any) (string, []any) {
 	var b strings.Builder
 	b.WriteString("INSERT INTO journal_entries (run_uid, seq, entry) VALUES ")
-	args := []any{string(uid)}
+	args = append(args, string(uid))
+	id := len(args)
 	for i, p := range fresh {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "($1, $%d, $%d)", len(args)+1, len(args)+2)
+		fmt.Fprintf(&b, "($%d, $%d, $%d)", id, len(args)+1, len(args)+2)
 		args = append(args, p.Entry.Seq, p.Text)
 	}
-	_, err := tx.ExecContext(ctx, s.q(b.String()), args...)
-	return err
+	return b.String(), args
 }
 
 // ledger records the model calls the entries complete: one row per
@@ -373,6 +432,19 @@ func (s *Store) insertEntries(ctx context.Context, tx *sql.Tx, uid types.UID, fr
 // append's transaction, so the ledger sums exactly to the journals. The
 // rows enter the daily rollup when the run is archived (costbyday.go).
 func (s *Store) ledger(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, l *runLog, fresh []store.Planned) error {
+	rows := ledgerRows(run, l, fresh)
+	if len(rows) == 0 {
+		return nil
+	}
+	stmt, args := ledgerInsert(rows, nil)
+	_, err := tx.ExecContext(ctx, s.q(stmt), args...)
+	return err
+}
+
+// ledgerRows are the call_ledger rows of the calls fresh completes, each
+// its ten values in ledgerInsert's column order.
+func ledgerRows(run *arv1.AgentRun, l *runLog, fresh []store.Planned) [][]any {
+	var rows [][]any
 	for _, p := range fresh {
 		e := p.Entry
 		if e.Kind != journal.ModelCallCompleted || e.Inherited {
@@ -392,13 +464,31 @@ func (s *Store) ledger(ctx context.Context, tx *sql.Tx, run *arv1.AgentRun, l *r
 		if e.CostNanoUSD != nil {
 			cost = sql.NullInt64{Int64: *e.CostNanoUSD, Valid: true}
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO call_ledger (run_uid, seq, namespace, provider, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd, in_rollup)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0) ON CONFLICT (run_uid, seq) DO NOTHING`),
-			string(run.UID), e.Seq, run.Namespace, provider, model, e.At.UnixMicro(), u.Prompt, u.Completion, u.Prompt+u.Completion, cost); err != nil {
-			return err
-		}
+		rows = append(rows, []any{string(run.UID), e.Seq, run.Namespace, provider, model, e.At.UnixMicro(), u.Prompt, u.Completion, u.Prompt + u.Completion, cost})
 	}
-	return nil
+	return rows
+}
+
+// ledgerInsert is the statement inserting rows into the ledger (a row
+// stored already by an earlier attempt is kept), its arguments numbered
+// after args'.
+func ledgerInsert(rows [][]any, args []any) (string, []any) {
+	var b strings.Builder
+	b.WriteString("INSERT INTO call_ledger (run_uid, seq, namespace, provider, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd, in_rollup) VALUES ")
+	for i, row := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for range row {
+			args = append(args, nil)
+			fmt.Fprintf(&b, "$%d, ", len(args))
+		}
+		copy(args[len(args)-len(row):], row)
+		b.WriteString("0)")
+	}
+	b.WriteString(" ON CONFLICT (run_uid, seq) DO NOTHING")
+	return b.String(), args
 }
 
 // intentOf finds the intent seq in the journal or among the entries being

@@ -277,13 +277,31 @@ func (s *Store) settleLost(ctx context.Context, tx *sql.Tx, uid types.UID, seq i
 // lostAfterRefusal settles, after a quota refused the reissue of an
 // intent (its append rolled back), the dispatch it replaces all the same
 // (replaced): a lost one was lost whether or not the next one fits, and
-// no reservation may stay held while the run waits for room.
+// no reservation may stay held while the run waits for room. It runs in a
+// transaction of its own, fenced as the append was, and only while the
+// journal still holds that dispatch, unanswered: a newer owner of the
+// shard may have issued the intent again meanwhile (settling it and
+// reserving for its own call, in flight), or the call been answered.
 func (s *Store) lostAfterRefusal(ctx context.Context, uid types.UID, plan []store.Planned) {
 	for _, p := range plan {
 		if p.Entry.Kind != journal.ModelCallRequested || p.Replaces == "" || p.Entry.Inherited {
 			continue
 		}
-		err := s.inTx(ctx, func(tx *sql.Tx) error { return s.replaced(ctx, tx, uid, &p) })
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			if err := s.fenced(ctx, tx); err != nil {
+				return err
+			}
+			var one int
+			err := tx.QueryRowContext(ctx, s.q("SELECT 1 FROM journal_entries WHERE run_uid = $2 AND seq = $3 AND entry = $1"+unanswered+s.dialect.lockShared),
+				p.Replaces, string(uid), p.Entry.Seq).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil // replaced or answered meanwhile: settled by whoever did
+			}
+			if err != nil {
+				return err
+			}
+			return s.replaced(ctx, tx, uid, &p)
+		})
 		if err != nil {
 			s.cfg.Log.V(1).Info("Settling a reissued call's earlier reservation failed; the reissue that fits settles it", "seq", p.Entry.Seq, "error", err.Error())
 		}

@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -433,6 +434,137 @@ func TestQuotaLedgerCountsTheLostCallsTheJournalsCount(t *testing.T) {
 		must(t, taker.Append(charged(ctx, 0, 600, tight), d, again(0)))
 		if u := use(t, taker, tight.Key, tight.Period); u.Cost != 300 || u.ReservedCost != 600 || u.InFlight != 1 || u.UnpricedCalls != 0 {
 			t.Errorf("after d's reissue fitted: %+v", u)
+		}
+	})
+}
+
+// TestQuotaReissueOfAnAnsweredIntentIsRefused: a replica that read a run's
+// journal while its call was in flight elsewhere (its old owner, whose
+// answer committed before the new owner's fence did; or an append of its
+// own whose commit answered with an error) sees the intent as pending when
+// it is answered. Its reissue must be refused (ErrSeqTaken: the journal is
+// read afresh) rather than written over the answered intent: that would
+// count a lost dispatch in the journal whose reservation the answer had
+// already settled (the ledger counts none), and make a second call whose
+// answer the journal then refuses, its reservation held until the run
+// ends.
+func TestQuotaReissueOfAnAnsweredIntentIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		old, taker, run := open(t, dsn), open(t, dsn), newRun()
+		q := dayQuota("ClusterAgentRunQuota/team", 1_000_000)
+		must(t, old.Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		if es, err := taker.Load(ctx, run, false); err != nil || len(es) != 1 {
+			t.Fatalf("the taker's read: %v %v", es, err)
+		}
+		must(t, old.Append(charged(ctx, 0, 600, q), run, costAnswer(1, 0, 100)))
+		again := intent(0, 1)
+		again.At = at.Add(time.Minute)
+		if err := taker.Append(charged(ctx, 0, 600, q), run, again); !errors.Is(err, store.ErrSeqTaken) {
+			t.Errorf("the reissue of an answered intent: %v; want ErrSeqTaken", err)
+		}
+		u := use(t, taker, q.Key, q.Period)
+		if lost := journaledLost(t, dsn, run); lost != u.UnpricedCalls || lost != 0 {
+			t.Errorf("the journal counts %d lost calls, the ledger %d; want 0", lost, u.UnpricedCalls)
+		}
+		if u.Cost != 100 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Errorf("the ledger: %+v; want the answer's 100, nothing reserved", u)
+		}
+		// Read afresh, the taker finds the call answered.
+		es, err := taker.Load(ctx, run, false)
+		must(t, err)
+		if len(es) != 2 || es[0].Lost != 0 || es[1].Kind != journal.ModelCallCompleted {
+			t.Errorf("the journal as the taker reads it afresh: %+v", es)
+		}
+	})
+}
+
+// TestQuotaLostAfterRefusalSettlesOnlyTheDispatchItReplaces: a lost call
+// is settled after its reissue was refused (the refused append rolled
+// back) in a transaction of its own; by then a newer owner of the run's
+// shard may have issued the intent again itself (counting that lost
+// dispatch) and reserved for its own call, in flight. The late settlement
+// finds the journal no longer holds the dispatch it replaced, and leaves
+// the newer call's reservation alone: counting it lost too would count one
+// lost dispatch twice, and the newer call's answer would find nothing to
+// settle.
+func TestQuotaLostAfterRefusalSettlesOnlyTheDispatchItReplaces(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		dead, late, newer, run := open(t, dsn), open(t, dsn), open(t, dsn), newRun()
+		q := dayQuota("ClusterAgentRunQuota/team", 1_000_000)
+		first := intent(0, 0)
+		must(t, dead.Append(charged(ctx, 0, 600, q), run, first))
+		// The late replica's reissue (Lost 1) as it planned it, over the
+		// dead replica's intent.
+		again := intent(0, 1)
+		again.At = at.Add(time.Minute)
+		plan := planOver(t, first, again)
+		// The newer owner issues it again first, counting the dead
+		// replica's dispatch lost, and reserves for its own call.
+		newerAgain := intent(0, 1)
+		newerAgain.At = at.Add(2 * time.Minute)
+		must(t, newer.Append(charged(ctx, 0, 600, q), run, newerAgain))
+		sqlstore.LostAfterRefusal(ctx, late, run, plan)
+		if u := use(t, newer, q.Key, q.Period); u.UnpricedCalls != 1 || u.Cost != 600 || u.ReservedCost != 600 || u.InFlight != 1 {
+			t.Fatalf("after the late settlement: %+v; want the dead replica's dispatch counted once, the newer call still reserved", u)
+		}
+		must(t, newer.Append(charged(ctx, 0, 600, q), run, costAnswer(1, 0, 100)))
+		u := use(t, newer, q.Key, q.Period)
+		if lost := journaledLost(t, dsn, run); lost != u.UnpricedCalls || lost != 1 {
+			t.Errorf("the journal counts %d lost calls, the ledger %d; want 1", lost, u.UnpricedCalls)
+		}
+		if u.Cost != 600+100 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Errorf("the ledger: %+v; want the lost call's 600 and the answer's 100, nothing reserved", u)
+		}
+	})
+}
+
+// planOver is what an append of again plans over a journal whose last
+// entry is was (store.Log.Plan): again, replacing was's stored text.
+func planOver(t *testing.T, was, again journal.Entry) []store.Planned {
+	t.Helper()
+	text, err := json.Marshal(was)
+	must(t, err)
+	l := store.Log{Loaded: true, Entries: []journal.Entry{was}, Raw: map[int64]string{was.Seq: string(text)}}
+	plan, err := l.Plan([]journal.Entry{again})
+	must(t, err)
+	if len(plan) != 1 || plan[0].Replaces == "" {
+		t.Fatalf("the plan: %+v", plan)
+	}
+	return plan
+}
+
+// TestQuotaIntentReissuedTwiceCountsEachLostDispatch: an intent issued
+// again twice (its run's shard changed hands twice with the call in
+// flight; Lost 1, then 2) counts each lost dispatch once at its worst
+// case, as the journal does, also when a quota refused a reissue in
+// between (its lost dispatch is counted then, and the reissue that fits
+// counts it no second time).
+func TestQuotaIntentReissuedTwiceCountsEachLostDispatch(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		run := newRun()
+		q := dayQuota("ClusterAgentRunQuota/team", 2000)
+		reissue := func(s *sqlstore.Store, lost int, minute time.Duration, limit int64) error {
+			e := intent(0, lost)
+			e.At = at.Add(minute * time.Minute)
+			return s.Append(charged(ctx, 0, 600, dayQuota(q.Key, limit)), run, e)
+		}
+		must(t, open(t, dsn).Append(charged(ctx, 0, 600, q), run, intent(0, 0)))
+		must(t, reissue(open(t, dsn), 1, 1, 2000))
+		third := open(t, dsn)
+		if err := reissue(third, 2, 2, 1000); !errors.Is(err, store.ErrQuotaExceeded) {
+			t.Fatalf("the second reissue with no room: %v", err)
+		}
+		must(t, reissue(third, 2, 3, 2000))
+		must(t, third.Append(charged(ctx, 0, 600, q), run, costAnswer(1, 0, 100)))
+		u := use(t, third, q.Key, q.Period)
+		if lost := journaledLost(t, dsn, run); lost != u.UnpricedCalls || lost != 2 {
+			t.Errorf("the journal counts %d lost calls, the ledger %d; want 2", lost, u.UnpricedCalls)
+		}
+		if u.Cost != 2*600+100 || u.ReservedCost != 0 || u.InFlight != 0 {
+			t.Errorf("the ledger: %+v; want two worst cases of 600 and the answer's 100, nothing reserved", u)
 		}
 	})
 }

@@ -149,6 +149,35 @@ func TestRetriedAppendAndTakenSeq(t *testing.T) {
 		if n := count(t, a, "SELECT count(*) FROM journal_entries WHERE run_uid = $1", run.UID); n != 2 {
 			t.Fatalf("%d rows stored, want 2", n)
 		}
+		// The same on a run whose journal is registered (a step's append
+		// between two calls, one statement on PostgreSQL): d, e and f read
+		// the two entries, d appends an intent, e's other content under
+		// its seq is refused; f, which never saw e's answer stored,
+		// appends it again and is recognised; the ledger counts it once.
+		d, e, f := open(t, dsn), open(t, dsn), open(t, dsn)
+		for _, s := range []*sqlstore.Store{d, e, f} {
+			_, err := s.Load(ctx, run, false)
+			must(t, err)
+		}
+		must(t, d.Append(ctx, run, intent(2, 0)))
+		if err := e.Append(ctx, run, intent(2, 1)); !errors.Is(err, store.ErrSeqTaken) {
+			t.Fatalf("other content under seq 2 of a registered journal: %v, want ErrSeqTaken", err)
+		}
+		_, err = f.Load(ctx, run, false)
+		must(t, err)
+		_, err = e.Load(ctx, run, false)
+		must(t, err)
+		must(t, e.Append(ctx, run, answer(3, 2, "w", nil)))
+		must(t, f.Append(ctx, run, answer(3, 2, "w", nil)))
+		if err := f.Append(ctx, run, answer(3, 2, "v", nil)); !errors.Is(err, store.ErrSeqTaken) {
+			t.Fatalf("other content under seq 3, known in memory: %v, want ErrSeqTaken", err)
+		}
+		if n := count(t, a, "SELECT count(*) FROM journal_entries WHERE run_uid = $1", run.UID); n != 4 {
+			t.Fatalf("%d rows stored, want 4", n)
+		}
+		if n := count(t, a, "SELECT count(*) FROM call_ledger WHERE run_uid = $1 AND seq = 3", run.UID); n != 1 {
+			t.Fatalf("%d ledger rows for the answer at seq 3, want 1", n)
+		}
 	})
 }
 

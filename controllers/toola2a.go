@@ -28,14 +28,14 @@ func a2aConn(a blueprint.A2AAgent) serverConn {
 // MCP tool: its effect (the blueprint's override, else write), and
 // whether its card could be read (else the setup block, EgressRefused
 // when the egress policy refused it).
-func (r *AgentRunReconciler) a2aToolFacts(run *arv1.AgentRun, f *facts, a blueprint.A2AAgent) {
+func (ts *toolSettler) a2aToolFacts(run *arv1.AgentRun, f *facts, a blueprint.A2AAgent) {
 	fact := &runstate.ToolFact{Known: true, Server: a.Name, Effect: blueprint.EffectWrite}
 	if e := f.Blueprint.Tools[a.Name].Effect; e != "" {
 		fact.Effect = e
 	}
 	f.Tool = fact
 	conn := a2aConn(a)
-	e := r.lookupTools(run, f, conn)
+	e := ts.lookupTools(run, f, conn)
 	switch {
 	case e.Pending():
 		fact.Pending = true
@@ -65,7 +65,7 @@ func a2aBlock(a blueprint.A2AAgent, err error) *runstate.SetupBlock {
 
 // offerA2A adds the blueprint's A2A agents the stage may call to the
 // offer, described by the blueprint or else by the agent's card.
-func (r *AgentRunReconciler) offerA2A(run *arv1.AgentRun, f *facts, o *offer, allowed func(string) bool) {
+func (ts *toolSettler) offerA2A(run *arv1.AgentRun, f *facts, o *offer, allowed func(string) bool) {
 	for _, a := range f.Blueprint.A2AAgents {
 		effect := blueprint.EffectWrite
 		if e := f.Blueprint.Tools[a.Name].Effect; e != "" {
@@ -74,7 +74,7 @@ func (r *AgentRunReconciler) offerA2A(run *arv1.AgentRun, f *facts, o *offer, al
 		if !allowed(a.Name) || f.Blueprint.Permission(f.State.Stage, a.Name, effect) == blueprint.PermDeny {
 			continue
 		}
-		e := r.lookupTools(run, f, a2aConn(a))
+		e := ts.lookupTools(run, f, a2aConn(a))
 		switch {
 		case e.Pending():
 			f.ToolsPending = true
