@@ -188,7 +188,7 @@ func (s *Store) ensureLoaded(ctx context.Context, run *arv1.AgentRun, l *runLog,
 // registers the run, makes them).
 func (s *Store) read(ctx context.Context, ns, name string, uid types.UID) (entries []journal.Entry, raw map[int64]string, out *string, found, reserved bool, err error) {
 	var output sql.NullString
-	err = s.db.QueryRowContext(ctx, s.q("SELECT output, EXISTS (SELECT 1 FROM quota_reservations WHERE run_uid = $1) FROM run_journals WHERE run_uid = $1"), string(uid)).Scan(&output, &reserved)
+	err = s.db.QueryRowContext(ctx, s.q("SELECT output FROM run_journals WHERE run_uid = $1"), string(uid)).Scan(&output)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -227,6 +227,12 @@ func (s *Store) read(ctx context.Context, ns, name string, uid types.UID) (entri
 	}
 	if err := store.Dense(entries, journalName(ns, name)); err != nil {
 		return nil, nil, nil, false, false, err
+	}
+	// After the entries: a reservation committed since they were read
+	// (an older owner's last append) still counts as held.
+	err = s.db.QueryRowContext(ctx, s.q("SELECT EXISTS (SELECT 1 FROM quota_reservations WHERE run_uid = $1)"), string(uid)).Scan(&reserved)
+	if err != nil {
+		return nil, nil, nil, false, false, s.classify(err)
 	}
 	return entries, raw, out, found, reserved, nil
 }
