@@ -30,9 +30,10 @@ import (
 // childCalls is what a run does to the runs tied to it, beyond creating
 // and cascading to its children (children.Children): the agent tools on
 // its children, the drain of their results, and a fork's copy of its
-// source's journal (fork.go). It reads those runs and their journals, and
-// writes only their metadata and spec (messages, spec.cancel): a child's
-// status stays its own reconcile's.
+// source's journal (fork.go). It reads those runs and their journals and
+// journals what it learns in the run's own; of a child it writes only
+// metadata and spec (messages, spec.cancel): a child's status stays its
+// own reconcile's.
 type childCalls struct {
 	// client patches children.
 	client client.Client
