@@ -13,6 +13,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/store"
 )
 
 // Sharding is how this replica shares the runs with others: the number of
@@ -76,6 +77,13 @@ func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) {
 		return
 	}
 	r.shardCaches.Hold(ctx, shard, c)
+	if f, ok := store.FenceFrom(ctx); ok {
+		// Before any of the shard's runs is driven here: an older holder's
+		// appends are refused from now on (store.Fencer).
+		if err := r.journals.RaiseFence(ctx, f); err != nil {
+			log.Info("Recording this hold's fence in the store failed; the first append of the shard's runs records it", "error", err.Error())
+		}
+	}
 	r.seedShard(ctx, c)
 	r.labels.Kick()
 	<-ctx.Done()

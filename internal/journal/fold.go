@@ -337,6 +337,16 @@ func (st *State) endVisit() {
 	}
 }
 
+// countLost adds (sign 1) or takes back (-1) the lost dispatches an
+// intent counts.
+func (st *State) countLost(e *Entry, sign int64) {
+	if e.Inherited {
+		st.Inherited.LostCalls += sign * int64(e.Lost)
+	} else {
+		st.LostCalls += sign * int64(e.Lost)
+	}
+}
+
 func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	if e.Seq >= st.NextSeq {
 		st.NextSeq = e.Seq + 1
@@ -355,13 +365,14 @@ func (st *State) applyEntry(bp *blueprint.Blueprint, e *Entry) {
 	case RunAbandoned:
 		st.abandon(e)
 	case ModelCallRequested:
+		if p := st.Pending; p != nil && p.Seq == e.Seq {
+			// Issued again under the pending intent's seq, which it
+			// replaces: its Lost counts the earlier dispatches lost too.
+			st.countLost(p, -1)
+		}
 		c := *e
 		st.Pending = &c
-		if e.Inherited {
-			st.Inherited.LostCalls += int64(e.Lost)
-		} else {
-			st.LostCalls += int64(e.Lost)
-		}
+		st.countLost(e, 1)
 	case ModelCallCompleted:
 		st.modelCallCompleted(bp, e)
 	case ModelCallFailed:

@@ -686,6 +686,32 @@ func TestFoldIgnoresMismatchedCompletion(t *testing.T) {
 	assertState(t, st, State{NextSeq: 1, Stage: "plan"})
 }
 
+// TestReissueCountsLostOnce: an intent issued again under its seq
+// replaces the pending one, whose Lost its own includes: applied after a
+// fold, the state counts what a fold of the journal holding only the
+// latest would.
+func TestReissueCountsLostOnce(t *testing.T) {
+	bp := mustParse(t, threeStage)
+	lost := func(seq int64, n int) Entry { e := req(seq, "plan", 0); e.Lost = n; return e }
+	st := Fold(bp, []Entry{lost(0, 0)})
+	st.Apply(bp, lost(0, 1))
+	st.Apply(bp, lost(0, 2))
+	if st.LostCalls != 2 {
+		t.Errorf("after two reissues LostCalls = %d, want 2", st.LostCalls)
+	}
+	if want := Fold(bp, []Entry{lost(0, 2)}); want.LostCalls != st.LostCalls || st.Pending == nil || st.Pending.Lost != 2 {
+		t.Errorf("applied: LostCalls %d (pending %+v); folded: %d", st.LostCalls, st.Pending, want.LostCalls)
+	}
+	// The next call's intent is another seq: counted on top.
+	st.Apply(bp, done(1, 0, Response{Next: "build"}))
+	next := req(2, "build", 0)
+	next.Lost = 1
+	st.Apply(bp, next)
+	if st.LostCalls != 3 {
+		t.Errorf("after a lost dispatch of the next call LostCalls = %d, want 3", st.LostCalls)
+	}
+}
+
 func TestFoldDuplicateEntries(t *testing.T) {
 	bp := mustParse(t, threeStage)
 	once := []Entry{

@@ -225,6 +225,16 @@ func (f Fence) Older(o Fence) bool {
 	return f.Created < o.Created || (f.Created == o.Created && f.Transitions < o.Transitions)
 }
 
+// Fencer is a store that records a hold's fence as its Lease's newest
+// (a database). A replica records it when it takes a shard, before it
+// drives any of the shard's runs, so from then on no append of an older
+// hold can commit, not only from the new holder's first append (between
+// the two, an older holder still alive could answer a call the new one
+// had already read as pending and issue again).
+type Fencer interface {
+	RaiseFence(ctx context.Context, f Fence) error
+}
+
 type fenceKey struct{}
 
 // WithFence is ctx carrying f: appends made with it are fenced by f.

@@ -125,6 +125,15 @@ func driven(run *arv1.AgentRun) bool {
 	return st.BlueprintSnapshot != "" || st.PendingCall != nil || st.Phase.IsTerminal() || st.Usage.ModelCalls > 0
 }
 
+// RaiseFence records f in the configured store when it keeps fences
+// (store.Fencer); the ConfigMaps' resourceVersions fence without it.
+func (r *Router) RaiseFence(ctx context.Context, f store.Fence) error {
+	if fr, ok := r.primary.(store.Fencer); ok {
+		return r.note(fr.RaiseFence(ctx, f))
+	}
+	return nil
+}
+
 // Load returns the run's entries from its store.
 func (r *Router) Load(ctx context.Context, run *arv1.AgentRun, empty bool) ([]journal.Entry, error) {
 	b, err := r.route(ctx, run, empty)

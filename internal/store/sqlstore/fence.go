@@ -36,6 +36,19 @@ func (s *Store) fenced(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
+// RaiseFence records f as its Lease's newest fence (store.Fencer),
+// waiting for the appends of older holds in flight.
+func (s *Store) RaiseFence(ctx context.Context, f store.Fence) error {
+	ctx, done, err := s.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return s.classify(s.raise(ctx, f))
+}
+
+var _ store.Fencer = (*Store)(nil)
+
 // raise records f as its Lease's newest fence, once per hold per process:
 // an update only when the stored one is older.
 func (s *Store) raise(ctx context.Context, f store.Fence) error {

@@ -461,6 +461,29 @@ func TestFenceWaitsForAppendsInFlight(t *testing.T) {
 	})
 }
 
+// TestRaisedFenceRefusesOlderHolds: a replica that takes a shard records
+// its fence before it appends anything (RaiseFence), and from then on an
+// older holder's append is ErrFenced, while the new holder's go through.
+func TestRaisedFenceRefusesOlderHolds(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		oldF := store.Fence{Lease: "system/agentrun-shard-2", Created: 100, Transitions: 1}
+		newF := store.Fence{Lease: "system/agentrun-shard-2", Created: 100, Transitions: 2}
+		old, taker, run := open(t, dsn), open(t, dsn), newRun()
+		must(t, old.Append(store.WithFence(ctx, oldF), run, intent(0, 0)))
+		must(t, taker.RaiseFence(ctx, newF))
+		if err := old.Append(store.WithFence(ctx, oldF), run, answer(1, 0, "late", nil)); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("the older hold's append after the newer hold was raised: %v, want ErrFenced", err)
+		}
+		must(t, taker.Append(store.WithFence(ctx, newF), run, answer(1, 0, "taker", nil)))
+		// Raising an older fence again changes nothing.
+		must(t, open(t, dsn).RaiseFence(ctx, oldF))
+		if err := old.Append(store.WithFence(ctx, oldF), newRun(), intent(0, 0)); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("after an older fence was raised again: %v, want ErrFenced", err)
+		}
+	})
+}
+
 // TestBusyPoolIsNotAnOutage: more appends at once than the pool has
 // connections, each transaction held 300 ms, queue for longer than the
 // operation bound (1 s) while the database answers every one: none may
