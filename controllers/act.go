@@ -44,7 +44,7 @@ type actOutcome struct {
 	// waiting on it (queue.HoldStart).
 	quotaWait *arv1.WaitingOn
 	// journaledIntents counts the intents this reconcile put into the
-	// journal, not only into status (see intentMayWait).
+	// journal, not only into status (see statusPacer.mayWait).
 	journaledIntents int
 }
 
@@ -254,7 +254,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	// first too, so it reserves its worst case against the run's quotas
 	// before the call is made.
 	inJournal := journaled || (a.Reissue && r.journals.Database())
-	if inJournal || (!a.Reissue && f.statusIntent == nil && (r.journals.Database() || r.intentMayWait(s))) {
+	if inJournal || (!a.Reissue && f.statusIntent == nil && (r.journals.Database() || r.pace.mayWait(s))) {
 		call.JournalIntent = true
 		r.unjournaled.Put(run.UID, intent)
 		s.aborts = append(s.aborts, func() { r.unjournaled.Take(run.UID) })

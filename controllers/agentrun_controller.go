@@ -213,10 +213,8 @@ type AgentRunReconciler struct {
 	mapper      meta.RESTMapper
 	ctrl        controller.Controller
 	tracer      *tracing.Tracer
-	// statusInterval and statusWrites: see Deps.StatusInterval; the time of
-	// each driven run's last status write.
-	statusInterval time.Duration
-	statusWrites   *perrun.Box[time.Time]
+	// pace says when a run's status is written (statuswait.go).
+	pace *statusPacer
 	// unjournaled holds each run's model-call intent that its step has yet
 	// to journal (see dispatch).
 	unjournaled *perrun.Box[journal.Entry]
@@ -224,11 +222,6 @@ type AgentRunReconciler struct {
 	// rateHolds are the limits holding runs' calls in flight.
 	limiter   *ratelimit.Limiter
 	rateHolds *rateHolds
-	// statusTimers wake runs whose steps moved them on when their status
-	// is due.
-	statusTimers *statusTimers
-	// first defers new runs' first status writes (see firststatus.go).
-	first *firstStatus
 	// runState is every holder of per-run state above, for one forget
 	// (registry.go).
 	runState *perrun.Registry
@@ -266,15 +259,15 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
+	var interval time.Duration
 	switch {
 	case d.StatusInterval == 0:
-		r.statusInterval = DefaultStatusInterval
+		interval = DefaultStatusInterval
 	case d.StatusInterval > 0:
-		r.statusInterval = d.StatusInterval
+		interval = d.StatusInterval
 	}
-	r.statusWrites, r.unjournaled, r.rateHolds = perrun.New[time.Time](), perrun.New[journal.Entry](), newRateHolds()
-	r.statusTimers, r.limiter = newStatusTimers(), d.Limiter
-	r.first = newFirstStatus(r.statusInterval > 0 && !r.sharded())
+	r.unjournaled, r.rateHolds, r.limiter = perrun.New[journal.Entry](), newRateHolds(), d.Limiter
+	r.pace = newStatusPacer(interval, interval > 0 && !r.sharded(), r.wake)
 	shardCaches := shards.CacheConfig{Rest: d.RestConfig, Namespaces: caches.Namespaces(d.Namespaces), Transform: FinishedRunTransform(), Index: SetupRunIndexes}
 	if r.sharded() {
 		r.shareLimits(0) // no shard held yet: the least share
@@ -306,7 +299,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.steps = rt
 	r.children = children.New(d.Client, r.runsReader, r.journals, d.Tracer)
 	r.childCalls = &childCalls{client: d.Client, reader: d.APIReader, journals: r.journals, blueprints: r.blueprints}
-	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.first, runs: r.runs, jobs: r}
+	r.driver = &driver{clock: d.Clock, identity: d.Identity, first: r.pace.first, runs: r.runs, jobs: r}
 	r.store = newStoreHealth(r.journals.Check, r.wake)
 	r.journals.OnUnavailable(r.store.failed)
 	r.runState = r.registerRunState()
@@ -412,7 +405,7 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 		o.NeedLeaderElection = ptr.To(false)
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
-		For(&arv1.AgentRun{}, builder.WithPredicates(r.first.births(), predicate.Or(
+		For(&arv1.AgentRun{}, builder.WithPredicates(r.pace.first.births(), predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
 			predicate.LabelChangedPredicate{},

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/builtin"
 	"github.com/agentrun-dev/agentrun-operator/internal/steps"
 )
@@ -66,30 +64,9 @@ func (r *AgentRunReconciler) continued(s *scope, next *steps.Continuation) {
 		for _, fn := range effects {
 			fn()
 		}
-		r.statusDue(run, s.now)
+		r.pace.due(run, s.now)
 	}
 	next.NotMade = func() { r.unstarted.mark(k) }
-}
-
-// statusDue sees that a run whose steps move it on has its status written
-// once the status interval is up: the reconcile it wakes then finds the
-// call in flight, starts nothing, and writes the progress. One timer per
-// run at most.
-func (r *AgentRunReconciler) statusDue(run *arv1.AgentRun, now time.Time) {
-	key := client.ObjectKeyFromObject(run)
-	left := time.Duration(0) // no interval, or never written: due now
-	if at, ok := r.statusWrites.Get(run.UID); ok && r.statusInterval > 0 {
-		interval := r.statusInterval
-		if r.first.held.Has(run.UID) {
-			interval = r.firstWait() // its first write: a second at most
-		}
-		left = at.Add(interval).Sub(now)
-	}
-	if left <= 0 {
-		r.wake(key)
-		return
-	}
-	r.statusTimers.arm(run.UID, left, func() { r.wake(key) })
 }
 
 // statusTimers holds at most one pending status-due wake per run.

@@ -202,7 +202,7 @@ func (r *AgentRunReconciler) beforeWrite(ctx context.Context, s *scope, err erro
 	if err == nil {
 		r.finisher.archive.end(ctx, s)
 	}
-	waits := r.statusWaits(s, err)
+	waits := r.pace.waits(s, err)
 	if !waits && err == nil && s.out.journaledIntents == len(s.intents) {
 		r.startSteps(ctx, s)
 	}
@@ -234,10 +234,7 @@ func (r *AgentRunReconciler) writeStatus(ctx context.Context, s *scope, waits bo
 		return err
 	}
 	if written {
-		r.first.written(s.run.UID)
-		if !s.run.Status.Phase.IsTerminal() {
-			r.statusWrites.Put(s.run.UID, s.now)
-		}
+		r.pace.written(s.run, s.now)
 	}
 	return nil
 }

@@ -4,7 +4,10 @@ import (
 	"reflect"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/perrun"
 )
 
 // A running run's status is the cost of every step: each write makes the
@@ -17,47 +20,68 @@ import (
 // once: a phase, a wait, a condition, an error, a signal edge, the end; a
 // new run's first write (it leaves Queued) within a second.
 
-// intentMayWait says, at dispatch, that this reconcile's status write may
+// statusPacer decides when a run's status is written: at once for
+// what people act on, on the interval for a running run's progress, within
+// a second for a new run's first write (firststatus.go); and it wakes a
+// run whose steps moved it on when its write is due.
+type statusPacer struct {
+	// interval is Deps.StatusInterval (0: every change at once).
+	interval time.Duration
+	// writes is the time of each driven run's last status write.
+	writes *perrun.Box[time.Time]
+	// timers wake runs whose steps moved them on when their status is due.
+	timers *statusTimers
+	// first defers new runs' first status writes.
+	first *firstStatus
+	// wake queues a run's reconcile.
+	wake func(...types.NamespacedName)
+}
+
+func newStatusPacer(interval time.Duration, firstDeferred bool, wake func(...types.NamespacedName)) *statusPacer {
+	return &statusPacer{interval: interval, writes: perrun.New[time.Time](), timers: newStatusTimers(), first: newFirstStatus(firstDeferred), wake: wake}
+}
+
+// mayWait says, at dispatch, that this reconcile's status write may
 // wait: the stored status records the run's snapshot and shows it running,
 // unparked, and this process wrote it less than the interval ago.
-func (r *AgentRunReconciler) intentMayWait(s *scope) bool {
-	if r.statusInterval <= 0 {
+func (p *statusPacer) mayWait(s *scope) bool {
+	if p.interval <= 0 {
 		return false
 	}
 	b := &s.before.Status
-	at, ok := r.statusWrites.Get(s.run.UID)
+	at, ok := p.writes.Get(s.run.UID)
 	if statusNeverWritten(b) {
 		// A new run: its first write may wait, a second at most
 		// (firststatus.go).
-		return r.first.on && (!ok || s.now.Sub(at) < r.firstWait())
+		return p.first.on && (!ok || s.now.Sub(at) < p.firstWait())
 	}
 	if b.BlueprintSnapshot == "" || b.Phase != arv1.PhaseRunning || b.WaitingOn != nil {
 		return false
 	}
-	return ok && s.now.Sub(at) < r.statusInterval
+	return ok && s.now.Sub(at) < p.interval
 }
 
 // statusWaits says the status this reconcile projected may stay unwritten
 // until the interval is up (the run is looked at again then, unless
 // something sooner writes it): every intent it records is journaled, and
 // it differs from the stored status only by a running run's progress.
-func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
-	if err != nil || s.out.queued || s.out.journaledIntents != len(s.intents) || !r.intentMayWait(s) {
+func (p *statusPacer) waits(s *scope, err error) bool {
+	if err != nil || s.out.queued || s.out.journaledIntents != len(s.intents) || !p.mayWait(s) {
 		return false
 	}
-	if !r.first.progressOnly(&s.before.Status, &s.run.Status) {
+	if !p.first.progressOnly(&s.before.Status, &s.run.Status) {
 		return false
 	}
-	at, ok := r.statusWrites.Get(s.run.UID)
+	at, ok := p.writes.Get(s.run.UID)
 	if !ok {
 		// A new run's first status waits from now.
 		at = s.now
-		r.statusWrites.Put(s.run.UID, at)
+		p.writes.Put(s.run.UID, at)
 	}
-	r.first.hold(s.run.UID, &s.before.Status, &s.run.Status)
-	interval := r.statusInterval
+	p.first.hold(s.run.UID, &s.before.Status, &s.run.Status)
+	interval := p.interval
 	if statusNeverWritten(&s.before.Status) {
-		interval = r.firstWait()
+		interval = p.firstWait()
 	}
 	if left := at.Add(interval).Sub(s.now); s.out.requeueAfter == 0 || left < s.out.requeueAfter {
 		s.out.requeueAfter = max(left, time.Millisecond)
@@ -66,8 +90,37 @@ func (r *AgentRunReconciler) statusWaits(s *scope, err error) bool {
 }
 
 // firstWait is how long a new run's first status write may wait.
-func (r *AgentRunReconciler) firstWait() time.Duration {
-	return min(r.statusInterval, phaseShownWithin)
+func (p *statusPacer) firstWait() time.Duration {
+	return min(p.interval, phaseShownWithin)
+}
+
+// written notes that the run's status was just written.
+func (p *statusPacer) written(run *arv1.AgentRun, now time.Time) {
+	p.first.written(run.UID)
+	if !run.Status.Phase.IsTerminal() {
+		p.writes.Put(run.UID, now)
+	}
+}
+
+// due sees that a run whose steps move it on has its status written
+// once the status interval is up: the reconcile it wakes then finds the
+// call in flight, starts nothing, and writes the progress. One timer per
+// run at most.
+func (p *statusPacer) due(run *arv1.AgentRun, now time.Time) {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
+	left := time.Duration(0) // no interval, or never written: due now
+	if at, ok := p.writes.Get(run.UID); ok && p.interval > 0 {
+		interval := p.interval
+		if p.first.held.Has(run.UID) {
+			interval = p.firstWait() // its first write: a second at most
+		}
+		left = at.Add(interval).Sub(now)
+	}
+	if left <= 0 {
+		p.wake(key)
+		return
+	}
+	p.timers.arm(run.UID, left, func() { p.wake(key) })
 }
 
 // onlyProgress: both statuses show the run running, unparked and without
