@@ -150,6 +150,18 @@ type Deps struct {
 
 // store is the store of the runs' journals: Store, or the API server's
 // ConfigMaps.
+// statusInterval is Deps.StatusInterval with its default (0 when
+// negative: every change written at once).
+func (d *Deps) statusInterval() time.Duration {
+	switch {
+	case d.StatusInterval == 0:
+		return DefaultStatusInterval
+	case d.StatusInterval > 0:
+		return d.StatusInterval
+	}
+	return 0
+}
+
 func (d *Deps) store() *router.Router {
 	if d.Store != nil {
 		return d.Store
@@ -259,13 +271,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 		unstarted: newUnstartedIntents(), failures: newFailures(), pressure: newPressure(),
 		sweep: d.Sweep, onReconcile: d.OnReconcile, onWake: d.OnWake, tracer: d.Tracer,
 	}
-	var interval time.Duration
-	switch {
-	case d.StatusInterval == 0:
-		interval = DefaultStatusInterval
-	case d.StatusInterval > 0:
-		interval = d.StatusInterval
-	}
+	interval := d.statusInterval()
 	r.unjournaled, r.rateHolds, r.limiter = perrun.New[journal.Entry](), newRateHolds(), d.Limiter
 	r.pace = newStatusPacer(interval, interval > 0 && !r.sharded(), r.wake)
 	shardCaches := shards.CacheConfig{Rest: d.RestConfig, Namespaces: caches.Namespaces(d.Namespaces), Transform: FinishedRunTransform(), Index: SetupRunIndexes}
