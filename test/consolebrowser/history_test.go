@@ -196,8 +196,19 @@ func filter(t *testing.T, ctx context.Context, inputs map[string]string) {
 		}
 	}
 	steps = append(steps, chromedp.Click(chromedp.CSS(`#h-show`)))
+	// Show renders the page afresh: mark this one, and wait for the new
+	// one, so the next filter types into its inputs (a filter whose list
+	// equals the one before would otherwise find the old page's list and
+	// go on while the page is replaced under it).
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("history").dataset.stale = "1"`)); err != nil {
+		t.Fatalf("marking the history page shown: %v", err)
+	}
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		t.Fatalf("filtering the history by %v: %v", inputs, err)
+	}
+	fresh := `(() => { const h = document.getElementById("history"); return !!h && !h.dataset.stale; })()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fresh, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the history page filtered by %v never showed: %v", inputs, err)
 	}
 }
 
