@@ -4,7 +4,8 @@
 // statements serves both; where they differ (row locks, placeholders,
 // error codes) a dialect says how.
 //
-// The guarantees are the ConfigMap store's: an append is one transaction;
+// The guarantees are the ConfigMap store's: an append is atomic (one
+// transaction, or on PostgreSQL one statement when it only adds rows);
 // a retried append whose earlier attempt was stored is recognised; an
 // entry whose seq is taken is ErrSeqTaken; an append whose shard fence is
 // older than the newest seen is ErrFenced, decided in the append's own
