@@ -28,6 +28,8 @@ var (
 	dsnMu  sync.Mutex
 	dsns   = map[string]string{}
 	reader = map[string]*sqlstore.Store{}
+	// sqliteDirs are the suite's SQLite directories, removed when it ends.
+	sqliteDirs []string
 )
 
 // suitePostgres is the suite's PostgreSQL server, started on first use.
@@ -40,10 +42,16 @@ func suitePostgres(t testing.TB) *postgres.Server {
 	return pgSrv
 }
 
-// stopSuitePostgres stops the server if one was started.
-func stopSuitePostgres() {
+// stopSuiteStores stops the PostgreSQL server if one was started and
+// removes the SQLite files, so a suite leaves nothing in the temp dir.
+func stopSuiteStores() {
 	if pgSrv != nil {
 		_ = pgSrv.Stop()
+	}
+	dsnMu.Lock()
+	defer dsnMu.Unlock()
+	for _, dir := range sqliteDirs {
+		_ = os.RemoveAll(dir)
 	}
 }
 
@@ -80,6 +88,7 @@ func storeDSNFor(t testing.TB, kind string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		sqliteDirs = append(sqliteDirs, dir)
 		dsn = "sqlite:" + filepath.Join(dir, "agentrun.db")
 	default:
 		t.Fatalf("AGENTRUN_TEST_STORE=%q: want postgres, sqlite or nothing", kind)

@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	stopSuitePostgres()
+	stopSuiteStores()
 	if code != 0 && os.Getenv("DUMP_LOGS") != "" {
 		fmt.Fprintln(os.Stderr, logSink.String())
 	}

@@ -93,11 +93,11 @@ func seedArchive(ctx context.Context) (benchArchive, error) {
 			CASE WHEN k = 0 AND right(run_uid, 1) = '0' THEN NULL ELSE 5000 END
 		FROM archived_runs, generate_series(0, 2) k`,
 		// The ledger's daily rollup, as the store keeps it (and as
-		// migration 00007 fills it from an existing ledger).
-		`INSERT INTO call_ledger_daily (day, namespace, agent, model, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls)
-		SELECT (at / 86400000000) * 86400000000, namespace, agent, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(total_tokens),
+		// migration 00009 fills it from an existing ledger).
+		`INSERT INTO call_ledger_daily (day, namespace, agent, model, slot, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls)
+		SELECT (at / 86400000000) * 86400000000, namespace, agent, model, substr(run_uid, 1, 1), COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(total_tokens),
 			COALESCE(SUM(cost_nano_usd), 0), SUM(CASE WHEN cost_nano_usd IS NULL THEN 1 ELSE 0 END)
-		FROM call_ledger GROUP BY 1, 2, 3, 4`,
+		FROM call_ledger GROUP BY 1, 2, 3, 4, 5`,
 		// A steady archive is vacuumed: autovacuum would otherwise run
 		// on the fresh rows during the measurements.
 		`VACUUM ANALYZE`,

@@ -387,7 +387,8 @@ func (m *Manager) PprofURL() string {
 
 // profile writes a CPU profile of the manager over d (default 10s),
 // starting after, to path, and its goroutines at the span's middle to
-// path + ".goroutines.txt". Failures are only logged: profiles are
+// path + ".goroutines.txt", and an execution trace of the span to
+// path + ".trace". Failures are only logged: profiles are
 // diagnostics, not results.
 func (m *Manager) profile(ctx context.Context, path string, after, d time.Duration) {
 	root := m.PprofURL()
@@ -403,6 +404,12 @@ func (m *Manager) profile(ctx context.Context, path string, after, d time.Durati
 		time.Sleep(d / 2)
 		if err := fetchTo(ctx, root+"/goroutine?debug=1", path+".goroutines.txt", time.Minute); err != nil {
 			fmt.Fprintf(os.Stderr, "dumping the manager's goroutines: %v\n", err)
+		}
+	}()
+	go func() {
+		// Where its goroutines wait (go tool trace -pprof=net|sync|sched).
+		if err := fetchTo(ctx, fmt.Sprintf("%s/trace?seconds=%d", root, int(d.Seconds())), path+".trace", d+time.Minute); err != nil {
+			fmt.Fprintf(os.Stderr, "tracing the manager: %v\n", err)
 		}
 	}()
 	if err := fetchTo(ctx, fmt.Sprintf("%s/profile?seconds=%d", root, int(d.Seconds())), path, d+time.Minute); err != nil {

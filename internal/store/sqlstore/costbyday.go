@@ -11,10 +11,16 @@ import (
 // the groups it returns, not the calls it sums. A run's calls enter it in
 // the run's archive transaction (in_rollup 1) and leave it in the
 // transaction that deletes them, by the statements here and nowhere else.
-// Calls of runs in flight (in_rollup 0) are read from the ledger.
+// Calls of runs in flight (in_rollup 0) are read from the ledger. Each
+// group is split in slots (ledgerSlot, migration 00009) so runs archived
+// at once do not all wait on one row's lock.
 
 // ledgerDay is a ledger row's UTC day (its start, Unix microseconds).
 var ledgerDay = fmt.Sprintf("(at / %d) * %d", microsPerDay, microsPerDay)
+
+// ledgerSlot is a ledger row's slot in its rollup group: the first
+// character of its run's UID, so a run's calls always share a slot.
+const ledgerSlot = "substr(run_uid, 1, 1)"
 
 // rollLedger adds the ledger rows where selects to their days' groups
 // (sign 1) or takes them away (sign -1), with agentExpr as their agent (a
@@ -22,17 +28,17 @@ var ledgerDay = fmt.Sprintf("(at / %d) * %d", microsPerDay, microsPerDay)
 func (s *Store) rollLedger(ctx context.Context, tx *sql.Tx, sign int, agentExpr, where string, args ...any) error {
 	// ORDER BY: concurrent transactions lock the groups' rows in the
 	// same order, so they wait for each other rather than deadlock.
-	stmt := fmt.Sprintf(`INSERT INTO call_ledger_daily (day, namespace, agent, model, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls)
-		SELECT %[1]s, namespace, %[2]s, model, %[3]d * COUNT(*), %[3]d * SUM(prompt_tokens), %[3]d * SUM(completion_tokens), %[3]d * SUM(total_tokens),
+	stmt := fmt.Sprintf(`INSERT INTO call_ledger_daily (day, namespace, agent, model, slot, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls)
+		SELECT %[1]s, namespace, %[2]s, model, %[5]s, %[3]d * COUNT(*), %[3]d * SUM(prompt_tokens), %[3]d * SUM(completion_tokens), %[3]d * SUM(total_tokens),
 			%[3]d * COALESCE(SUM(cost_nano_usd), 0), %[3]d * SUM(CASE WHEN cost_nano_usd IS NULL THEN 1 ELSE 0 END)
 		FROM call_ledger WHERE %[4]s
-		GROUP BY %[1]s, namespace, %[2]s, model ORDER BY 1, 2, 3, 4
-		ON CONFLICT (day, namespace, agent, model) DO UPDATE SET calls = call_ledger_daily.calls + excluded.calls,
+		GROUP BY %[1]s, namespace, %[2]s, model, %[5]s ORDER BY 1, 2, 3, 4, 5
+		ON CONFLICT (day, namespace, agent, model, slot) DO UPDATE SET calls = call_ledger_daily.calls + excluded.calls,
 			prompt_tokens = call_ledger_daily.prompt_tokens + excluded.prompt_tokens,
 			completion_tokens = call_ledger_daily.completion_tokens + excluded.completion_tokens,
 			total_tokens = call_ledger_daily.total_tokens + excluded.total_tokens,
 			priced_nano_usd = call_ledger_daily.priced_nano_usd + excluded.priced_nano_usd,
-			unpriced_calls = call_ledger_daily.unpriced_calls + excluded.unpriced_calls`, ledgerDay, agentExpr, sign, where)
+			unpriced_calls = call_ledger_daily.unpriced_calls + excluded.unpriced_calls`, ledgerDay, agentExpr, sign, where, ledgerSlot)
 	_, err := tx.ExecContext(ctx, s.q(stmt), args...)
 	return err
 }
@@ -44,8 +50,8 @@ func (s *Store) unrollLedger(ctx context.Context, tx *sql.Tx, where string, args
 	if err := s.rollLedger(ctx, tx, -1, "agent", where, args...); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, s.q(fmt.Sprintf(`DELETE FROM call_ledger_daily WHERE calls = 0 AND (day, namespace, agent, model) IN
-		(SELECT %s, namespace, agent, model FROM call_ledger WHERE %s)`, ledgerDay, where)), args...)
+	_, err := tx.ExecContext(ctx, s.q(fmt.Sprintf(`DELETE FROM call_ledger_daily WHERE calls = 0 AND (day, namespace, agent, model, slot) IN
+		(SELECT %s, namespace, agent, model, %s FROM call_ledger WHERE %s)`, ledgerDay, ledgerSlot, where)), args...)
 	return err
 }
 

@@ -20,6 +20,7 @@ import (
 // ledgerRow is one call_ledger row as the tests sum it.
 type ledgerRow struct {
 	ns, agent, model       string
+	slot                   string // the rollup's slot: its run UID's first character
 	at, prompt, completion int64
 	total                  int64
 	cost                   *int64
@@ -28,7 +29,7 @@ type ledgerRow struct {
 
 func ledgerRows(t *testing.T, s *sqlstore.Store) []ledgerRow {
 	t.Helper()
-	rows, err := s.DB().Query("SELECT namespace, agent, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd, in_rollup FROM call_ledger")
+	rows, err := s.DB().Query("SELECT run_uid, namespace, agent, model, at, prompt_tokens, completion_tokens, total_tokens, cost_nano_usd, in_rollup FROM call_ledger")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,9 +37,11 @@ func ledgerRows(t *testing.T, s *sqlstore.Store) []ledgerRow {
 	var out []ledgerRow
 	for rows.Next() {
 		var r ledgerRow
-		if err := rows.Scan(&r.ns, &r.agent, &r.model, &r.at, &r.prompt, &r.completion, &r.total, &r.cost, &r.inRollup); err != nil {
+		var uid string
+		if err := rows.Scan(&uid, &r.ns, &r.agent, &r.model, &r.at, &r.prompt, &r.completion, &r.total, &r.cost, &r.inRollup); err != nil {
 			t.Fatal(err)
 		}
+		r.slot = uid[:1]
 		out = append(out, r)
 	}
 	must(t, rows.Err())
@@ -79,44 +82,91 @@ func sumLedger(rows []ledgerRow, from, to int64) []sqlstore.CostRow {
 	return out
 }
 
-// rollup reads call_ledger_daily, every row, in sumLedger's order.
+// rollup reads call_ledger_daily, every row, its slots summed, in
+// sumLedger's order.
 func rollup(t *testing.T, s *sqlstore.Store) []sqlstore.CostRow {
 	t.Helper()
-	rows, err := s.DB().Query(`SELECT namespace, agent, model, day, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls
+	var all []sqlstore.CostRow
+	for _, rows := range rollupSlots(t, s) {
+		all = append(all, rows...)
+	}
+	return sumRows(all)
+}
+
+// rollupSlots reads call_ledger_daily by slot, each in sumLedger's order.
+func rollupSlots(t *testing.T, s *sqlstore.Store) map[string][]sqlstore.CostRow {
+	t.Helper()
+	rows, err := s.DB().Query(`SELECT slot, namespace, agent, model, day, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls
 		FROM call_ledger_daily`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = rows.Close() }()
-	byKey := map[string]sqlstore.CostRow{}
+	bySlot := map[string][]sqlstore.CostRow{}
 	for rows.Next() {
+		var slot string
 		var r sqlstore.CostRow
-		if err := rows.Scan(&r.Namespace, &r.Agent, &r.Model, &r.Day, &r.Calls, &r.PromptTokens, &r.CompletionTokens, &r.TotalTokens, &r.PricedNanoUSD, &r.UnpricedCalls); err != nil {
+		if err := rows.Scan(&slot, &r.Namespace, &r.Agent, &r.Model, &r.Day, &r.Calls, &r.PromptTokens, &r.CompletionTokens, &r.TotalTokens, &r.PricedNanoUSD, &r.UnpricedCalls); err != nil {
 			t.Fatal(err)
 		}
-		byKey[fmt.Sprintf("%s/%s/%s/%d", r.Namespace, r.Agent, r.Model, r.Day)] = r
+		bySlot[slot] = append(bySlot[slot], r)
 	}
 	must(t, rows.Err())
+	for slot, rs := range bySlot {
+		if sorted := sumRows(rs); len(sorted) != len(rs) {
+			t.Fatalf("slot %q holds a group twice: %+v", slot, rs)
+		} else {
+			bySlot[slot] = sorted
+		}
+	}
+	return bySlot
+}
+
+// sumRows sums rows of the same group, in sumLedger's order.
+func sumRows(rows []sqlstore.CostRow) []sqlstore.CostRow {
+	byKey := map[string]*sqlstore.CostRow{}
+	for _, r := range rows {
+		k := fmt.Sprintf("%s/%s/%s/%d", r.Namespace, r.Agent, r.Model, r.Day)
+		g := byKey[k]
+		if g == nil {
+			g = &sqlstore.CostRow{Namespace: r.Namespace, Agent: r.Agent, Model: r.Model, Day: r.Day}
+			byKey[k] = g
+		}
+		g.Calls += r.Calls
+		g.PromptTokens += r.PromptTokens
+		g.CompletionTokens += r.CompletionTokens
+		g.TotalTokens += r.TotalTokens
+		g.PricedNanoUSD += r.PricedNanoUSD
+		g.UnpricedCalls += r.UnpricedCalls
+	}
 	var out []sqlstore.CostRow
 	for _, k := range slices.Sorted(maps.Keys(byKey)) {
-		out = append(out, byKey[k])
+		out = append(out, *byKey[k])
 	}
 	return out
 }
 
-// rollupMatchesLedger: call_ledger_daily holds exactly the sums of the
-// ledger's rows marked in it, no group with no call left.
+// rollupMatchesLedger: each slot of call_ledger_daily holds exactly the
+// sums of the ledger's rows marked in it whose run falls in that slot, no
+// group with no call left.
 func rollupMatchesLedger(t *testing.T, s *sqlstore.Store, when string) {
 	t.Helper()
-	var rolled []ledgerRow
+	rolled := map[string][]ledgerRow{}
 	for _, r := range ledgerRows(t, s) {
 		if r.inRollup {
-			rolled = append(rolled, r)
+			rolled[r.slot] = append(rolled[r.slot], r)
 		}
 	}
-	want := sumLedger(rolled, 0, 1<<62)
-	if got := rollup(t, s); !slices.Equal(got, want) {
-		t.Fatalf("%s: the daily rollup\n%+v\ndiffers from the ledger's sums\n%+v", when, got, want)
+	got := rollupSlots(t, s)
+	for _, slot := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := rolled[slot]; !ok {
+			t.Fatalf("%s: slot %q of the daily rollup holds %+v, and no rolled-up call of the ledger is in it", when, slot, got[slot])
+		}
+	}
+	for slot, rows := range rolled {
+		if want := sumLedger(rows, 0, 1<<62); !slices.Equal(got[slot], want) {
+			t.Fatalf("%s: slot %q of the daily rollup\n%+v\ndiffers from the ledger's sums\n%+v", when, slot, got[slot], want)
+		}
 	}
 }
 

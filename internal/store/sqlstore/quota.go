@@ -420,6 +420,9 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 		return nil, err
 	}
 	defer done()
+	if held, err := s.holdsAny(ctx, uid); err != nil || !held {
+		return nil, err
+	}
 	var freed []string
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		active, err := s.activeHolds(ctx, tx, uid)
@@ -468,6 +471,19 @@ func (s *Store) EndRun(ctx context.Context, uid types.UID) ([]string, error) {
 		return nil, err
 	}
 	return freed, nil
+}
+
+// holdsAny says whether the run holds an activeRuns slot or a
+// reservation: one read, so that the end of a run charged to no quota
+// (most runs) costs no transaction. A run that ended takes nothing more.
+func (s *Store) holdsAny(ctx context.Context, uid types.UID) (bool, error) {
+	if err := s.ensure(ctx); err != nil {
+		return false, err
+	}
+	var held bool
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT EXISTS (SELECT 1 FROM quota_holds WHERE run_uid = $1) OR EXISTS (SELECT 1 FROM quota_reservations WHERE run_uid = $1)`),
+		string(uid)).Scan(&held)
+	return held, s.classify(err)
 }
 
 // activeHolds are the quotas whose activeRuns slot the run holds, with
