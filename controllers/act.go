@@ -221,7 +221,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	if a.Reissue {
 		intent = *st.Pending
 		intent.At = f.Now
-		if r.mayHaveBeenSent(run, f, intent.Seq) {
+		if r.mayHaveBeenSent(run, f, *st.Pending) {
 			intent.Lost++
 		}
 	}
@@ -261,7 +261,7 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 		s.out.journaledIntents++
 	}
 	f.State.Apply(f.Blueprint, intent)
-	s.intents = append(s.intents, stepKey(run, intent.Seq))
+	s.intents = append(s.intents, issuedIntent{key: stepKey(run, intent.Seq), lost: intent.Lost})
 	s.start(ticket, func(ctx context.Context) {
 		r.steps.RunModelCall(ctx, call)
 		if call.JournalIntent {
@@ -273,20 +273,21 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// mayHaveBeenSent says whether the pending model call seq, about to be
-// issued again, may have reached its provider, so that its dispatch counts
-// as lost (status.usage.lostCalls; the store's ledger counts it by the
-// same Lost). Not when this manager knows it never started it, nor when
+// mayHaveBeenSent says whether the pending model call, about to be issued
+// again, may have reached its provider, so that its dispatch counts as
+// lost (status.usage.lostCalls; the store's ledger counts it by the same
+// Lost). Not when this manager issued that very intent (its Lost) and
+// never started it, nor when
 // only status holds the intent and the run's journal is in a database:
 // there every model call's intent is journaled before the call is made
 // (dispatch, the step's continuations), so status named an intent whose
 // step had not journaled it yet, and a replica that died then (or whose
 // write failed) never sent it.
-func (r *AgentRunReconciler) mayHaveBeenSent(run *arv1.AgentRun, f *facts, seq int64) bool {
-	if r.unstarted.has(stepKey(run, seq)) {
+func (r *AgentRunReconciler) mayHaveBeenSent(run *arv1.AgentRun, f *facts, pending journal.Entry) bool {
+	if r.unstarted.issuedUnstarted(stepKey(run, pending.Seq), pending.Lost) {
 		return false
 	}
-	onlyInStatus := f.statusIntent != nil && f.statusIntent.Seq == seq
+	onlyInStatus := f.statusIntent != nil && f.statusIntent.Seq == pending.Seq
 	return !onlyInStatus || r.journals.Where(run) != arv1.JournalDatabase
 }
 

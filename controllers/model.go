@@ -222,8 +222,8 @@ func (r *AgentRunReconciler) quotaCharge(ctx context.Context, s *scope, call *st
 	}
 	var refused func()
 	if fresh {
-		k := stepKey(s.run, call.Intent.Seq)
-		refused = func() { r.unstarted.mark(k) }
+		k, lost := stepKey(s.run, call.Intent.Seq), call.Intent.Lost
+		refused = func() { r.unstarted.mark(k, lost) }
 	}
 	return r.queue.Charge(ctx, s.run, call, res.provider, res.model, s.now, refused)
 }

@@ -59,14 +59,14 @@ func (r *AgentRunReconciler) nextToolCall(s *scope) *steps.Continuation {
 // status interval; a call not made is marked so its reissue counts no
 // lost call.
 func (r *AgentRunReconciler) continued(s *scope, next *steps.Continuation) {
-	run, effects, k := s.run, s.effects, stepKey(s.run, next.Intent().Seq)
+	run, effects, k, lost := s.run, s.effects, stepKey(s.run, next.Intent().Seq), next.Intent().Lost
 	next.Journaled = func() {
 		for _, fn := range effects {
 			fn()
 		}
 		r.pace.due(run, s.now)
 	}
-	next.NotMade = func() { r.unstarted.mark(k) }
+	next.NotMade = func() { r.unstarted.mark(k, lost) }
 }
 
 // statusTimers holds at most one pending status-due wake per run.

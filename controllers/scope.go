@@ -46,9 +46,8 @@ type scope struct {
 	// tickets are executor slots reserved for steps the status write
 	// records; they start once it succeeded and are released if it failed.
 	tickets []startable
-	// intents are the executor keys of the calls whose intents this
-	// status write records.
-	intents []executor.Key
+	// intents are the calls whose intents this status write records.
+	intents []issuedIntent
 	// effects run after the status write succeeded (events, webhooks);
 	// aborts undo what was begun for it if the write failed.
 	effects []func()
@@ -191,6 +190,13 @@ func (r *AgentRunReconciler) finish(ctx context.Context, s *scope, err error) (c
 	}
 	r.deliverCallback(ctx, s.run)
 	return r.wakeup(ctx, s), nil
+}
+
+// issuedIntent is an intent this reconcile issued: its step's key and
+// the Lost it was issued with (unstartedIntents).
+type issuedIntent struct {
+	key  executor.Key
+	lost int
 }
 
 // beforeWrite completes the record before its write (where the journal

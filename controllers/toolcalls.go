@@ -274,7 +274,7 @@ func (ts *toolSettler) callTool(s *scope) (bool, error) {
 		st.Apply(f.Blueprint, intent)
 	}
 	call := steps.ToolCall{Run: steps.RunRef(run), Intent: intent, Server: f.tool.server, Trace: ts.runs.traceParent(s)}
-	s.intents = append(s.intents, stepKey(run, intent.Seq))
+	s.intents = append(s.intents, issuedIntent{key: stepKey(run, intent.Seq), lost: intent.Lost})
 	s.start(ticket, func(ctx context.Context) { ts.steps.RunToolCall(ctx, call) })
 	return false, nil
 }

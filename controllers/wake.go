@@ -90,46 +90,60 @@ func wakeSources(st *arv1.AgentRunStatus, out actOutcome, stepRunning bool) []st
 	return w
 }
 
-// unstartedIntents remembers intents whose status write failed, so they
-// were never started: such an intent, if stored after all (an ambiguous
-// write), is safe to start later whatever its effect, and a model call of
-// it is not counted as lost.
+// unstartedIntents remembers intents this manager issued and never
+// started (their status write failed, the quota refused them, a step's
+// next call was not made), each with the Lost it was issued with: such an
+// intent, if stored after all (an ambiguous write), is safe to start later
+// whatever its effect, and a model call of it is not counted as lost. Only
+// that very intent: if the pending intent's Lost differs, what is pending
+// is an earlier issue (a dead replica's, say) that may have been sent.
 type unstartedIntents struct {
 	mu sync.Mutex
-	m  map[executor.Key]bool
+	m  map[executor.Key]int
 }
 
 func newUnstartedIntents() *unstartedIntents {
-	return &unstartedIntents{m: map[executor.Key]bool{}}
+	return &unstartedIntents{m: map[executor.Key]int{}}
 }
 
 func (u *unstartedIntents) markAll(s *scope) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, k := range s.intents {
-		u.m[k] = true
+	for _, in := range s.intents {
+		u.m[in.key] = in.lost
 	}
 }
 
 func (u *unstartedIntents) clearAll(s *scope) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, k := range s.intents {
-		delete(u.m, k)
+	for _, in := range s.intents {
+		delete(u.m, in.key)
 	}
 }
 
-// mark records one intent that was journaled but never started.
-func (u *unstartedIntents) mark(k executor.Key) {
+// mark records one intent, issued with lost, that was never started.
+func (u *unstartedIntents) mark(k executor.Key, lost int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.m[k] = true
+	u.m[k] = lost
 }
 
+// has says an intent of step k was issued here and never started.
 func (u *unstartedIntents) has(k executor.Key) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.m[k]
+	_, ok := u.m[k]
+	return ok
+}
+
+// issuedUnstarted says the intent of step k pending with lost is one
+// this manager issued and never started.
+func (u *unstartedIntents) issuedUnstarted(k executor.Key, lost int) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	marked, ok := u.m[k]
+	return ok && marked == lost
 }
 
 // Forget drops the run's unstarted intents.

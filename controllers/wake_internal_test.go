@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 )
 
 // TestEveryParkHasAWakeSource: each wait a run can park on names what
@@ -102,5 +103,46 @@ func TestWakeTimesKeepTheFirstWake(t *testing.T) {
 	}
 	if _, ok := w.take(key); ok || len(w.m) != 0 {
 		t.Fatalf("%d woken runs kept after their reconcile took them", len(w.m))
+	}
+}
+
+// TestReissueCountsADispatchItDidNotIssue: a pending model-call intent
+// counts as possibly sent (its reissue raises Lost, as the store's ledger
+// does) unless it is the very intent this manager issued and never
+// started. A reissue whose status write failed before its own intent was
+// stored leaves the earlier intent pending (a dead replica's, which may
+// have reached the provider): that one still counts.
+func TestReissueCountsADispatchItDidNotIssue(t *testing.T) {
+	r := &AgentRunReconciler{unstarted: newUnstartedIntents()}
+	run := &arv1.AgentRun{}
+	run.UID = "u"
+	f := &facts{}
+	pending := func(lost int) journal.Entry {
+		return journal.Entry{Seq: 4, Kind: journal.ModelCallRequested, Lost: lost}
+	}
+	if !r.mayHaveBeenSent(run, f, pending(0)) {
+		t.Fatal("an intent nobody here issued: want it counted as possibly sent")
+	}
+	// The reissue counted the dead replica's dispatch lost (Lost 1); its
+	// reconcile failed before the step started.
+	s := &scope{intents: []issuedIntent{{key: stepKey(run, 4), lost: 1}}}
+	r.unstarted.markAll(s)
+	if !r.mayHaveBeenSent(run, f, pending(0)) {
+		t.Error("the reissue's own intent was never stored (Lost 0 pending, the dead replica's): want its dispatch counted as possibly sent")
+	}
+	if r.mayHaveBeenSent(run, f, pending(1)) {
+		t.Error("the reissue's own intent, stored (Lost 1) and never started: want it not counted again")
+	}
+	if !r.unstarted.has(stepKey(run, 4)) {
+		t.Error("has: want the never-started intent known (tool calls read it)")
+	}
+	r.unstarted.clearAll(s)
+	if !r.mayHaveBeenSent(run, f, pending(1)) {
+		t.Error("after its step started: want it counted as possibly sent")
+	}
+	// A fresh intent the quota refused (mark) is never counted.
+	r.unstarted.mark(stepKey(run, 4), 0)
+	if r.mayHaveBeenSent(run, f, pending(0)) {
+		t.Error("a refused fresh intent, pending: want it not counted as sent")
 	}
 }
