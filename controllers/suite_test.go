@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,6 +169,9 @@ type managerOpts struct {
 	clock               clock.PassiveClock
 	quotaPolicy         string
 	quotaStatusInterval time.Duration
+	// wrap, when set, wraps the manager's API server transport (faults
+	// injected into its writes, faults_test.go).
+	wrap func(http.RoundTripper) http.RoundTripper
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -202,7 +207,12 @@ func startManager(t *testing.T, o managerOpts) *harness {
 	default:
 		opts.Store.DSN = o.store
 	}
-	mgr, err := manager.New(env.Config, opts)
+	cfg := env.Config
+	if o.wrap != nil {
+		cfg = rest.CopyConfig(env.Config)
+		cfg.Wrap(o.wrap)
+	}
+	mgr, err := manager.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
