@@ -35,11 +35,7 @@ import (
 func TestLostCallLedgerMatchesJournalWhenReissueStatusWriteFails(t *testing.T) {
 	ctx := context.Background()
 	dsn := storeDSNFor(t, "postgres")
-	ledger, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ledger.Close() })
+	ledger := storeReader(t, dsn)
 	h1 := startManager(t, managerOpts{store: dsn, quotaPolicy: quotaPolicy, identity: "first"})
 	waitPolicyDatabase(t, true)
 	ns := newNamespace(t)

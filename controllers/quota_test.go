@@ -21,7 +21,6 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/quota"
-	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv"
 )
 
@@ -376,11 +375,7 @@ func TestQuotaRunningTotalNeedsARaise(t *testing.T) {
 func TestQuotaIntentOnlyInStatusIsNotLost(t *testing.T) {
 	ctx := context.Background()
 	dsn := storeDSNFor(t, "postgres")
-	ledger, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ledger.Close() })
+	ledger := storeReader(t, dsn)
 	if err := ledger.Check(ctx); err != nil { // migrated before its table is locked
 		t.Fatal(err)
 	}
