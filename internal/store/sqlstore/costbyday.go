@@ -61,11 +61,19 @@ func (s *Store) unrollLedger(ctx context.Context, tx *sql.Tx, where string, args
 // archive of a different spec) move.
 func (s *Store) rollUpRun(ctx context.Context, tx *sql.Tx, uid, agent string) error {
 	const elsewhere = "run_uid = $1 AND in_rollup = 1 AND agent <> $2"
-	if err := s.unrollLedger(ctx, tx, elsewhere, uid, agent); err != nil {
+	// One read instead of three statements for the usual archive, the
+	// run's first.
+	var moved bool
+	if err := tx.QueryRowContext(ctx, s.q("SELECT EXISTS (SELECT 1 FROM call_ledger WHERE "+elsewhere+")"), uid, agent).Scan(&moved); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE call_ledger SET in_rollup = 0 WHERE "+elsewhere), uid, agent); err != nil {
-		return err
+	if moved {
+		if err := s.unrollLedger(ctx, tx, elsewhere, uid, agent); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q("UPDATE call_ledger SET in_rollup = 0 WHERE "+elsewhere), uid, agent); err != nil {
+			return err
+		}
 	}
 	const pending = "run_uid = $1 AND in_rollup = 0"
 	if err := s.rollLedger(ctx, tx, 1, "CAST($2 AS text)", pending, uid, agent); err != nil {

@@ -245,6 +245,22 @@ func TestCostByDayFollowsTheLedger(t *testing.T) {
 				t.Fatalf("after the archive: a group of agent %q: %+v", r.Agent, r)
 			}
 		}
+		// Archived again with another agent (its spec was edited after
+		// the end, say): its calls move to that agent's groups, and back.
+		for _, agent := range []string{"reviewer", "researcher"} {
+			live.Spec.Agent = agent
+			must(t, s.Archive(ctx, &store.Record{Run: live}))
+			rollupMatchesLedger(t, s, "after an archive under agent "+agent)
+			got := rollup(t, s)
+			if len(got) != 5 {
+				t.Fatalf("after an archive under agent %s: %+v, want 5 groups", agent, got)
+			}
+			for _, r := range got {
+				if r.Agent != agent {
+					t.Fatalf("after an archive under agent %s: a group of agent %q: %+v", agent, r.Agent, r)
+				}
+			}
+		}
 		reportsMatchLedger("one run archived, one in flight")
 
 		imported := newRun()
