@@ -277,12 +277,11 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 // again, may have reached its provider, so that its dispatch counts as
 // lost (status.usage.lostCalls; the store's ledger counts it by the same
 // Lost). Not when this manager issued that very intent (its Lost) and
-// never started it, nor when
-// only status holds the intent and the run's journal is in a database:
-// there every model call's intent is journaled before the call is made
-// (dispatch, the step's continuations), so status named an intent whose
-// step had not journaled it yet, and a replica that died then (or whose
-// write failed) never sent it.
+// never started it, nor when only status holds the intent and the run's
+// journal is in a database: there every model call's intent is journaled
+// before the call is made (dispatch, the step's continuations), so status
+// named an intent whose step had not journaled it yet, and a replica that
+// died then (or whose write failed) never sent it.
 func (r *AgentRunReconciler) mayHaveBeenSent(run *arv1.AgentRun, f *facts, pending journal.Entry) bool {
 	if r.unstarted.issuedUnstarted(stepKey(run, pending.Seq), pending.Lost) {
 		return false

@@ -25,10 +25,12 @@ import (
 // (lostAfterRefusal). The run parks until the quota is raised; the
 // reconcile that then issues the intent again writes status (the run
 // waited on the quota, so the write cannot wait) and that write fails
-// (503s injected into the API server's answers): the case where the
-// manager could take the reissued seq for one it never started
-// (unstartedIntents) and issue it once more without counting the
-// dispatch lost, which the ledger has counted. The run completes with
+// (503s injected into the API server's answers). Were the reissued seq
+// taken for one never started (unstartedIntents), it would be issued once
+// more without counting the dispatch the ledger counted lost. On a
+// database store the reissue's step starts before that status write, so
+// this passes without unstartedIntents' Lost too: it guards the sequence
+// (TestReissueCountsADispatchItDidNotIssue tests the mechanism). The run completes with
 // one lost call in status.usage.lostCalls and in its journal's last
 // intent, and the ledger counts exactly that many lost (unpriced) calls,
 // the answered call's cost on top, with nothing left reserved.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,12 +81,7 @@ func TestShardTakerRecordsItsFenceBeforeAppending(t *testing.T) {
 	if err := st.Check(ctx); err != nil { // migrated: the audit's triggers go on its tables
 		t.Fatal(err)
 	}
-	pc, err := pgx.ParseConfig(pdb.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDB(*pc)
-	t.Cleanup(func() { _ = db.Close() })
+	db := st.DB()
 	if _, err := db.ExecContext(ctx, fenceAudit); err != nil {
 		t.Fatal(err)
 	}

@@ -63,11 +63,11 @@ func (s *Store) rollUpRun(ctx context.Context, tx *sql.Tx, uid, agent string) er
 	const elsewhere = "run_uid = $1 AND in_rollup = 1 AND agent <> $2"
 	// One read instead of three statements for the usual archive, the
 	// run's first.
-	var moved bool
-	if err := tx.QueryRowContext(ctx, s.q("SELECT EXISTS (SELECT 1 FROM call_ledger WHERE "+elsewhere+")"), uid, agent).Scan(&moved); err != nil {
+	var toMove bool
+	if err := tx.QueryRowContext(ctx, s.q("SELECT EXISTS (SELECT 1 FROM call_ledger WHERE "+elsewhere+")"), uid, agent).Scan(&toMove); err != nil {
 		return err
 	}
-	if moved {
+	if toMove {
 		if err := s.unrollLedger(ctx, tx, elsewhere, uid, agent); err != nil {
 			return err
 		}

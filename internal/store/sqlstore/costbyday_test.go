@@ -53,33 +53,21 @@ const day = int64(24 * time.Hour / time.Microsecond)
 // sumLedger is the cost report of [from, to) by namespace, agent, model
 // and day, summed here from the ledger's rows one by one.
 func sumLedger(rows []ledgerRow, from, to int64) []sqlstore.CostRow {
-	groups := map[string]*sqlstore.CostRow{}
+	var calls []sqlstore.CostRow
 	for _, r := range rows {
 		if r.at < from || r.at >= to {
 			continue
 		}
-		d := r.at / day * day
-		k := fmt.Sprintf("%s/%s/%s/%d", r.ns, r.agent, r.model, d)
-		g := groups[k]
-		if g == nil {
-			g = &sqlstore.CostRow{Namespace: r.ns, Agent: r.agent, Model: r.model, Day: d}
-			groups[k] = g
-		}
-		g.Calls++
-		g.PromptTokens += r.prompt
-		g.CompletionTokens += r.completion
-		g.TotalTokens += r.total
+		c := sqlstore.CostRow{Namespace: r.ns, Agent: r.agent, Model: r.model, Day: r.at / day * day, Calls: 1,
+			PromptTokens: r.prompt, CompletionTokens: r.completion, TotalTokens: r.total}
 		if r.cost == nil {
-			g.UnpricedCalls++
+			c.UnpricedCalls = 1
 		} else {
-			g.PricedNanoUSD += *r.cost
+			c.PricedNanoUSD = *r.cost
 		}
+		calls = append(calls, c)
 	}
-	var out []sqlstore.CostRow
-	for _, k := range slices.Sorted(maps.Keys(groups)) {
-		out = append(out, *groups[k])
-	}
-	return out
+	return sumRows(calls)
 }
 
 // rollup reads call_ledger_daily, every row, its slots summed, in
