@@ -133,6 +133,8 @@ type BatchResult struct {
 	CPU       CPUSample
 	CPUToLast CPUSample
 	Requests  Requests
+	// ServerTimes is how long the API server took to answer them.
+	ServerTimes ServerTimes
 	// Size is the first run's size once it reached Until.
 	Size RunSize
 }
@@ -293,6 +295,10 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 			time.Sleep(b.ProfileAfter)
 			c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
 		}()
+		go func() {
+			time.Sleep(b.ProfileAfter)
+			c.traceAPIServer(context.WithoutCancel(ctx), b.ProfileTo+".trace", b.ProfileFor)
+		}()
 	}
 	if b.ManagerProfileTo != "" && b.Manager != nil {
 		go b.Manager.profile(context.WithoutCancel(ctx), b.ManagerProfileTo, b.ProfileAfter, b.ProfileFor)
@@ -357,6 +363,7 @@ type batchMarks struct {
 	rev               int64
 	cpu               CPUSample
 	req               Requests
+	times             ServerTimes
 }
 
 // markBatch reads the manager's histograms and the API server's request
@@ -374,10 +381,11 @@ func (c *Cluster) markBatch(ctx context.Context, b Batch) (batchMarks, error) {
 	// Before the first create, not after: scraping the API server's
 	// /metrics takes it about 0.1 s and some CPU, which are the harness's,
 	// not the batch's.
-	var err error
-	if m.req, err = c.APIRequests(ctx); err != nil {
+	sc, err := c.APIServerMetrics(ctx)
+	if err != nil {
 		return m, err
 	}
+	m.req, m.times = RequestsOf(sc), ServerTimesOf(sc)
 	m.rev, err = c.Revision(ctx)
 	return m, err
 }
@@ -435,11 +443,12 @@ func (c *Cluster) measureBatch(ctx context.Context, b Batch, res *BatchResult, m
 	}
 	res.Writes, res.Window = rev1-marks.rev, time.Since(res.FirstCreate)
 	res.CPU = b.cpuNow().Sub(marks.cpu)
-	req1, err := c.APIRequests(ctx)
+	sc, err := c.APIServerMetrics(ctx)
 	if err != nil {
 		return err
 	}
-	res.Requests = req1.Sub(marks.req)
+	res.Requests = RequestsOf(sc).Sub(marks.req)
+	res.ServerTimes = ServerTimesOf(sc).Sub(marks.times)
 	if b.Manager != nil {
 		sc, err := b.Manager.Scrape(ctx)
 		if err != nil {
@@ -581,6 +590,23 @@ func (r *BatchResult) WritesPerRunLessNoise(idleRate float64) float64 {
 
 // LeftPerRun is Left[kind] / N.
 func (r *BatchResult) LeftPerRun(kind string) float64 { return float64(r.Left[kind]) / float64(r.N) }
+
+// traceAPIServer writes an execution trace of the API server over d to
+// path (go tool trace): where its requests wait, beside what its CPU
+// profile says they compute. A failure is only logged.
+func (c *Cluster) traceAPIServer(ctx context.Context, path string, d time.Duration) {
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/trace").
+		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tracing the API server: %v\n", err)
+	}
+}
 
 // profileAPIServer writes a CPU profile of the API server over d to path;
 // a failure is only logged: the profile is a diagnostic, not a result.

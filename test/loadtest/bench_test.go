@@ -250,6 +250,7 @@ func describeBatch(r *report, label string, res *loadtest.BatchResult, idle floa
 	r.row(label+": reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms, mean %.1fms", h.Count, h.Count/float64(res.N), ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Sum/math.Max(h.Count, 1)))
 	r.row(label+": CPU", "%s", res.CPU.PerRun(res.N))
 	r.row(label+": API requests", "%s per run", res.Requests.PerRun(res.N))
+	r.row(label+": API server time", "%s", res.ServerTimes.Summary(float64(res.N)/2))
 	r.row(label+": manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 	r.row(label+": one run's JSON", "%d bytes, %d without managedFields", res.Size.JSON, res.Size.WithoutManagedFields)
 }

@@ -217,6 +217,23 @@ func (st LatencyStats) Chain(created, reached map[string]time.Time) (lead, gaps,
 	return lead, gaps, tail
 }
 
+// GapsBySecond sums the gaps between one call's answer and the next call
+// (as Chain counts them) by the second of the batch, counted from t0, in
+// which each gap began: when the manager made runs wait.
+func (st LatencyStats) GapsBySecond(t0 time.Time) []time.Duration {
+	var out []time.Duration
+	for _, calls := range st.Runs {
+		for k := 1; k < len(calls); k++ {
+			sec := max(int(calls[k-1].End.Sub(t0)/time.Second), 0)
+			for len(out) <= sec {
+				out = append(out, 0)
+			}
+			out[sec] += calls[k].Start.Sub(calls[k-1].End)
+		}
+	}
+	return out
+}
+
 // BusiestSecond is the most accepted calls that started within any one
 // second (a sliding window over Starts).
 func (st LatencyStats) BusiestSecond() int {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -389,7 +390,8 @@ func TestProcCPUGrowsWithWork(t *testing.T) {
 }
 
 // TestAPIRequestsCountWrites: a ConfigMap create shows up in the API
-// server's request counters as one POST configmaps.
+// server's request counters as one POST configmaps, and in its request
+// times as one more POST configmaps answered.
 func TestAPIRequestsCountWrites(t *testing.T) {
 	c := sharedCluster(t)
 	ctx := context.Background()
@@ -397,7 +399,7 @@ func TestAPIRequestsCountWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r0, err := c.APIRequests(ctx)
+	sc0, err := c.APIServerMetrics(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,16 +408,72 @@ func TestAPIRequestsCountWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r1, err := c.APIRequests(ctx)
+	sc1, err := c.APIServerMetrics(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := r1.Sub(r0)
+	d := loadtest.RequestsOf(sc1).Sub(loadtest.RequestsOf(sc0))
 	if d["POST configmaps"] != 3 {
 		t.Errorf("POST configmaps moved by %v, want 3 (all: %v)", d["POST configmaps"], d)
 	}
 	if s := d.PerRun(3); !strings.Contains(s, "POST configmaps 1.00") {
 		t.Errorf("per run: %q, want POST configmaps 1.00", s)
+	}
+	times := loadtest.ServerTimesOf(sc1).Sub(loadtest.ServerTimesOf(sc0))
+	if got := times.Request["POST configmaps"]; got.Count != 3 || got.Sum <= 0 {
+		t.Errorf("POST configmaps answered %v times in %vs, want 3 in more than 0 (all: %v)", got.Count, got.Sum, times.Request)
+	}
+	if s := times.Summary(3); !strings.Contains(s, "POST configmaps ") {
+		t.Errorf("summary %q does not name POST configmaps", s)
+	}
+}
+
+// TestServerTimesSub: request times are summed over the histogram's
+// series by request, and what a second scrape adds is what Sub keeps.
+func TestServerTimesSub(t *testing.T) {
+	scrape := func(sum, count float64) loadtest.Scrape {
+		t.Helper()
+		sc, err := loadtest.ParseMetrics(fmt.Appendf(nil, `apiserver_request_duration_seconds_sum{verb="PUT",resource="agentruns",subresource="status",scope="resource"} %g
+apiserver_request_duration_seconds_count{verb="PUT",resource="agentruns",subresource="status",scope="resource"} %g
+apiserver_request_duration_seconds_sum{verb="PUT",resource="agentruns",subresource="status",scope="namespace"} 1
+apiserver_request_duration_seconds_count{verb="PUT",resource="agentruns",subresource="status",scope="namespace"} 10
+apiserver_flowcontrol_request_wait_duration_seconds_sum{priority_level="workload-low",flow_schema="service-accounts",execute="true"} %g
+apiserver_flowcontrol_request_wait_duration_seconds_count{priority_level="workload-low",flow_schema="service-accounts",execute="true"} %g
+`, sum, count, sum/10, count))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	before, after := loadtest.ServerTimesOf(scrape(2, 20)), loadtest.ServerTimesOf(scrape(5, 30))
+	if got := before.Request["PUT agentruns/status"]; got.Sum != 3 || got.Count != 30 {
+		t.Errorf("before: %+v, want both series summed (3 s over 30)", got)
+	}
+	d := after.Sub(before)
+	if got := d.Request["PUT agentruns/status"]; got.Sum != 3 || got.Count != 10 || got.Mean() != 0.3 {
+		t.Errorf("added: %+v (mean %v), want 3 s over 10 (0.3)", got, got.Mean())
+	}
+	if got := d.QueueWait["workload-low"]; got.Count != 10 {
+		t.Errorf("queue wait added: %+v, want 10 requests", got)
+	}
+	if s := d.Summary(1); !strings.Contains(s, "PUT agentruns/status 300.0ms") || !strings.Contains(s, "workload-low 30.0ms over 10") {
+		t.Errorf("summary %q", s)
+	}
+}
+
+// TestGapsBySecond: each gap between an answer and the next call counts
+// in the second its answer came, whichever run it belongs to.
+func TestGapsBySecond(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	st := loadtest.LatencyStats{Runs: map[string][]loadtest.CallSpan{
+		"a": {{Start: at(10), End: at(500)}, {Start: at(530), End: at(1200)}, {Start: at(1300), End: at(1800)}},
+		"b": {{Start: at(20), End: at(900)}, {Start: at(940), End: at(2100)}, {Start: at(2150), End: at(2600)}},
+	}}
+	got := st.GapsBySecond(t0)
+	want := []time.Duration{70 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("gaps by second %v, want %v", got, want)
 	}
 }
 

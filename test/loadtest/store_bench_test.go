@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -256,6 +257,7 @@ func (o longRun) report(r *report, kind string, st storeSetup, lr *latencyRun, i
 		ms(durQuantile(lead, 0.5).Seconds()), ms(durQuantile(lead, 0.99).Seconds()), ms(durQuantile(gaps, 0.5).Seconds()), ms(durQuantile(gaps, 0.99).Seconds()),
 		ms(durMean(gaps).Seconds()), len(gaps), durMean(gaps).Seconds()*float64(o.calls-1),
 		ms(durQuantile(tail, 0.5).Seconds()), ms(durQuantile(tail, 0.99).Seconds()))
+	r.row(kind+": gaps by second", "%s", gapSeconds(lr.server.GapsBySecond(res.FirstCreate), o.n))
 	r.row(kind+": reconciles", "%.0f (%.1f/run), p50 %.1fms p99 %.1fms; waited in the queue p50 %.1fms p99 %.1fms; %.0f woken by the manager waited p50 %.1fms p99 %.1fms",
 		res.Reconcile.Count, res.Reconcile.Count/float64(o.n), ms(res.Reconcile.Quantile(0.5)), ms(res.Reconcile.Quantile(0.99)),
 		ms(res.QueueWait.Quantile(0.5)), ms(res.QueueWait.Quantile(0.99)), res.WakeWait.Count, ms(res.WakeWait.Quantile(0.5)), ms(res.WakeWait.Quantile(0.99)))
@@ -277,6 +279,7 @@ func (o longRun) report(r *report, kind string, st storeSetup, lr *latencyRun, i
 	r.row(kind+": manager CPU", "%.2f ms/call", manager)
 	r.row(kind+": CPU", "%s", res.CPU.PerRun(res.N))
 	r.row(kind+": API requests", "%s per run", res.Requests.PerRun(res.N))
+	r.row(kind+": API server time", "%s", res.ServerTimes.Summary(float64(res.N)/2))
 	r.row(kind+": left per run", "ConfigMaps %.2f, Events %.2f", res.LeftPerRun(loadtest.KindConfigMaps), res.LeftPerRun(loadtest.KindEvents))
 	r.row(kind+": manager memory", "VmRSS %.0f MiB, VmHWM %.0f MiB", loadtest.MiB(res.Memory.RSS), loadtest.MiB(res.Memory.HWM))
 	r.row(kind+": ratio", "%.3f (mean bare wall %.2fs / operator wall %.2fs)", ratio, bareWall, opWall)
@@ -329,4 +332,20 @@ func BenchmarkLatency1000Kubectl(b *testing.B) {
 		store = storePostgres
 	}
 	latencyScenario(b, latencyOptions{n: 1000, timeout: 30 * time.Minute, store: store, kubectlStreams: 8, targets: true})
+}
+
+// gapSeconds shows, for each second of the batch, the gaps between an
+// answer and the next call that began in it, per run (ms), the seconds
+// with the most first: where a run's gap time is spent.
+func gapSeconds(by []time.Duration, n int) string {
+	idx := make([]int, len(by))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return by[idx[a]] > by[idx[b]] })
+	var parts []string
+	for _, i := range idx[:min(len(idx), 6)] {
+		parts = append(parts, fmt.Sprintf("second %d: %.0fms", i, ms(by[i].Seconds())/float64(n)))
+	}
+	return strings.Join(parts, ", ") + " a run"
 }

@@ -56,6 +56,7 @@ func BenchmarkWriteCosts(b *testing.B) {
 			b.Fatal(err)
 		}
 		status := finishedStatus(b, ctx, c)
+		status30 := withStages(status, 30)
 		ns, err := c.NewNamespace(ctx, "writecost")
 		if err != nil {
 			b.Fatal(err)
@@ -139,6 +140,17 @@ func BenchmarkWriteCosts(b *testing.B) {
 				st["iteration"] = int64(i + 2)
 				return patchStatus(ctx, runs, fmt.Sprintf("r-%05d", i), st)
 			}},
+			{"AgentRun status patch, that status with 30 stages (the LongRun chain's)", "agentrun_status_30stages", 0, func(ctx context.Context, i int) error {
+				st := runtime.DeepCopyJSON(status30)
+				st["iteration"] = int64(i + 4)
+				return patchStatus(ctx, runs, fmt.Sprintf("r-%05d", i), st)
+			}},
+			{"AgentRun status patch, that status with no stages list", "agentrun_status_nostages", 0, func(ctx context.Context, i int) error {
+				st := runtime.DeepCopyJSON(status30)
+				st["stages"] = nil // a merge patch's null removes the list
+				st["iteration"] = int64(i + 5)
+				return patchStatus(ctx, runs, fmt.Sprintf("r-%05d", i), st)
+			}},
 			{"AgentRun status patch, 2 fields of that status", "agentrun_status_small", 0, func(ctx context.Context, i int) error {
 				return patchStatus(ctx, runs, fmt.Sprintf("r-%05d", i), map[string]any{"iteration": i + 3, "stage": "review 3/3"})
 			}},
@@ -215,6 +227,24 @@ func finishedStatus(b *testing.B, ctx context.Context, c *loadtest.Cluster) map[
 		b.Fatalf("the sample run's status is %v, want a Complete run's", u.Object["status"])
 	}
 	return st
+}
+
+// withStages is st with its stages list grown to n entries, each a copy
+// of its first (renamed), as a finished n-stage chain's status holds.
+func withStages(st map[string]any, n int) map[string]any {
+	out := runtime.DeepCopyJSON(st)
+	stages, _ := out["stages"].([]any)
+	if len(stages) == 0 {
+		return out
+	}
+	grown := make([]any, n)
+	for i := range grown {
+		e := runtime.DeepCopyJSONValue(stages[0]).(map[string]any)
+		e["name"] = fmt.Sprintf("s%d", i+1)
+		grown[i] = e
+	}
+	out["stages"], out["numStages"] = grown, int64(n)
+	return out
 }
 
 func perOp(d time.Duration, n int) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
