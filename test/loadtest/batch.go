@@ -291,14 +291,12 @@ func (c *Cluster) RunBatch(ctx context.Context, b Batch) (*BatchResult, error) {
 	if b.ProfileTo != "" {
 		// Not cancelled with the batch: a profile longer than the batch
 		// still arrives.
-		go func() {
-			time.Sleep(b.ProfileAfter)
-			c.profileAPIServer(context.WithoutCancel(ctx), b.ProfileTo, b.ProfileFor)
-		}()
-		go func() {
-			time.Sleep(b.ProfileAfter)
-			c.traceAPIServer(context.WithoutCancel(ctx), b.ProfileTo+".trace", b.ProfileFor)
-		}()
+		for kind, path := range map[string]string{"profile": b.ProfileTo, "trace": b.ProfileTo + ".trace"} {
+			go func() {
+				time.Sleep(b.ProfileAfter)
+				c.profileAPIServer(context.WithoutCancel(ctx), kind, path, b.ProfileFor)
+			}()
+		}
 	}
 	if b.ManagerProfileTo != "" && b.Manager != nil {
 		go b.Manager.profile(context.WithoutCancel(ctx), b.ManagerProfileTo, b.ProfileAfter, b.ProfileFor)
@@ -591,35 +589,20 @@ func (r *BatchResult) WritesPerRunLessNoise(idleRate float64) float64 {
 // LeftPerRun is Left[kind] / N.
 func (r *BatchResult) LeftPerRun(kind string) float64 { return float64(r.Left[kind]) / float64(r.N) }
 
-// traceAPIServer writes an execution trace of the API server over d to
-// path (go tool trace): where its requests wait, beside what its CPU
-// profile says they compute. A failure is only logged.
-func (c *Cluster) traceAPIServer(ctx context.Context, path string, d time.Duration) {
+// profileAPIServer writes the API server's pprof endpoint kind
+// ("profile": CPU; "trace": an execution trace, where its requests wait)
+// over d to path. A failure is only logged: a profile is a diagnostic,
+// not a result.
+func (c *Cluster) profileAPIServer(ctx context.Context, kind, path string, d time.Duration) {
 	if d <= 0 {
 		d = 10 * time.Second
 	}
-	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/trace").
+	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/"+kind).
 		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
 	if err == nil {
 		err = os.WriteFile(path, body, 0o644)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tracing the API server: %v\n", err)
-	}
-}
-
-// profileAPIServer writes a CPU profile of the API server over d to path;
-// a failure is only logged: the profile is a diagnostic, not a result.
-func (c *Cluster) profileAPIServer(ctx context.Context, path string, d time.Duration) {
-	if d <= 0 {
-		d = 10 * time.Second
-	}
-	body, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
-	if err == nil {
-		err = os.WriteFile(path, body, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "profiling the API server: %v\n", err)
+		fmt.Fprintf(os.Stderr, "the API server's %s: %v\n", kind, err)
 	}
 }

@@ -191,7 +191,8 @@ func batch(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.M
 // profileAPIServer asks for a CPU profile of the API server over the batch
 // when LOADTEST_APISERVER_PROFILE_DIR names a directory (the cluster must
 // serve /debug/pprof: AGENTRUN_TESTENV_PROFILING=1), written there as
-// NAME.pprof; LOADTEST_APISERVER_PROFILE_FOR sets its length and
+// NAME.pprof, with an execution trace of the same span in NAME.pprof.trace;
+// LOADTEST_APISERVER_PROFILE_FOR sets its length and
 // LOADTEST_APISERVER_PROFILE_AFTER its start after the batch's first create.
 // A manager serving pprof (--pprof-bind-address in LOADTEST_MANAGER_FLAGS)
 // is profiled over the same span too, into NAME-manager.pprof, with its
