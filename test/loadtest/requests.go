@@ -127,6 +127,8 @@ func (t ServerTimes) Summary(minCount float64) string {
 	return out
 }
 
+// slowestFirst is m's keys with at least minCount requests, the slowest
+// on the mean first.
 func slowestFirst(m map[string]SumCount, minCount float64) []string {
 	var keys []string
 	for k, v := range m {
