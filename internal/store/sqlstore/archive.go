@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -55,6 +56,11 @@ func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
 		return err
 	}
 	run := rec.Run
+	if rec.Entries == nil && s.dialect.name == KindPostgres && s.beforeCommit == nil {
+		if first, err := s.firstArchive(ctx, run, vals); err != nil || first {
+			return err
+		}
+	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		if rec.Entries != nil {
 			if err := s.importJournal(ctx, tx, rec); err != nil {
@@ -76,6 +82,56 @@ func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
 		}
 		return s.indexForHistory(ctx, tx, run)
 	})
+}
+
+// firstArchive stores a run's first archive on PostgreSQL as one
+// statement, atomic on its own: the record, its labels, and its calls
+// moved into the daily rollup under its agent, in a data-modifying WITH.
+// One round trip where the transaction takes eight (BEGIN, the record,
+// the labels' delete and insert, the rollup's read, upsert and move,
+// COMMIT), each a wake-up of the database's backend and of this process,
+// at the moment a burst of runs ends together; and the rollup's row locks
+// are held only until the statement ends. It stores nothing and answers
+// false when the run has a record already (an archive again, which
+// replaces, and may move calls rolled up under another agent): the
+// transaction does that. Without a record no call of the run is in the
+// rollup (the rollup takes a run's calls with its record, and they leave
+// together).
+func (s *Store) firstArchive(ctx context.Context, run *arv1.AgentRun, vals []any) (bool, error) {
+	if err := s.ready(ctx); err != nil {
+		return false, err
+	}
+	args := append([]any(nil), vals...)
+	ph := make([]string, len(archiveColumns))
+	for i := range archiveColumns {
+		ph[i] = fmt.Sprintf("$%d", i+1)
+	}
+	// $1 is the run's UID and $4 its agent (archiveColumns).
+	stmt := fmt.Sprintf(`WITH rec AS (INSERT INTO archived_runs (%s) VALUES (%s)
+		ON CONFLICT (run_uid) DO NOTHING RETURNING run_uid)`, strings.Join(archiveColumns, ", "), strings.Join(ph, ", "))
+	if len(run.Labels) > 0 {
+		keys := make([]string, 0, len(run.Labels))
+		for k := range run.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		rows := make([]string, 0, len(keys))
+		for _, k := range keys {
+			rows = append(rows, fmt.Sprintf("($%d, $%d)", len(args)+1, len(args)+2))
+			args = append(args, k, run.Labels[k])
+		}
+		stmt += `, labels AS (INSERT INTO archived_run_labels (run_uid, namespace, label_key, label_value)
+			SELECT rec.run_uid, $2, v.k, v.v FROM rec, (VALUES ` + strings.Join(rows, ", ") + `) AS v(k, v))`
+	}
+	const pending = "run_uid = $1 AND in_rollup = 0 AND EXISTS (SELECT 1 FROM rec)"
+	stmt += ", rolled AS (" + rollLedgerStatement(1, "CAST($4 AS text)", pending) + ")" +
+		", moved AS (UPDATE call_ledger SET agent = $4, in_rollup = 1 WHERE " + pending + ")" +
+		" SELECT COUNT(*) FROM rec"
+	var stored int
+	if err := s.db.QueryRowContext(ctx, stmt, args...).Scan(&stored); err != nil {
+		return false, s.classify(fmt.Errorf("archiving run %s/%s: %w", run.Namespace, run.Name, err))
+	}
+	return stored == 1, nil
 }
 
 // importJournal stores a journal kept elsewhere until now, leaving rows

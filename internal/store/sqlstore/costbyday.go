@@ -26,9 +26,15 @@ const ledgerSlot = "substr(run_uid, 1, 1)"
 // (sign 1) or takes them away (sign -1), with agentExpr as their agent (a
 // column or a placeholder). where's placeholders are args'.
 func (s *Store) rollLedger(ctx context.Context, tx *sql.Tx, sign int, agentExpr, where string, args ...any) error {
+	_, err := tx.ExecContext(ctx, s.q(rollLedgerStatement(sign, agentExpr, where)), args...)
+	return err
+}
+
+// rollLedgerStatement is rollLedger's statement.
+func rollLedgerStatement(sign int, agentExpr, where string) string {
 	// ORDER BY: concurrent transactions lock the groups' rows in the
 	// same order, so they wait for each other rather than deadlock.
-	stmt := fmt.Sprintf(`INSERT INTO call_ledger_daily (day, namespace, agent, model, slot, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls)
+	return fmt.Sprintf(`INSERT INTO call_ledger_daily (day, namespace, agent, model, slot, calls, prompt_tokens, completion_tokens, total_tokens, priced_nano_usd, unpriced_calls)
 		SELECT %[1]s, namespace, %[2]s, model, %[5]s, %[3]d * COUNT(*), %[3]d * SUM(prompt_tokens), %[3]d * SUM(completion_tokens), %[3]d * SUM(total_tokens),
 			%[3]d * COALESCE(SUM(cost_nano_usd), 0), %[3]d * SUM(CASE WHEN cost_nano_usd IS NULL THEN 1 ELSE 0 END)
 		FROM call_ledger WHERE %[4]s
@@ -39,8 +45,6 @@ func (s *Store) rollLedger(ctx context.Context, tx *sql.Tx, sign int, agentExpr,
 			total_tokens = call_ledger_daily.total_tokens + excluded.total_tokens,
 			priced_nano_usd = call_ledger_daily.priced_nano_usd + excluded.priced_nano_usd,
 			unpriced_calls = call_ledger_daily.unpriced_calls + excluded.unpriced_calls`, ledgerDay, agentExpr, sign, where, ledgerSlot)
-	_, err := tx.ExecContext(ctx, s.q(stmt), args...)
-	return err
 }
 
 // unrollLedger takes the ledger rows where selects out of their groups

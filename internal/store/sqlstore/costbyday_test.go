@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -325,4 +326,82 @@ func TestCostByDayMigrationRollsUpTheLedger(t *testing.T) {
 			t.Fatalf("the report after the migration: %+v, want %+v", got, want)
 		}
 	})
+}
+
+// TestFirstArchiveMatchesTheTransaction: on PostgreSQL a run's first
+// archive is one statement. It stores what the transaction stores for a
+// twin run (the record, its labels, its calls moved into the rollup under
+// its agent); for a run archived already it stores nothing, and Archive
+// then replaces the record through the transaction.
+func TestFirstArchiveMatchesTheTransaction(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, backends()[0].dsn(t))
+	d0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	newFinished := func() *arv1.AgentRun {
+		r := newRun()
+		r.Labels = map[string]string{"team": "a", "app": "x"}
+		r.Spec.Agent = "writer"
+		must(t, s.Append(ctx, r, slices.Concat(call(0, d0.Add(time.Hour), "m1", ptr.To[int64](10)), call(2, d0.Add(25*time.Hour), "m2", nil))...))
+		r.Status = arv1.AgentRunStatus{Phase: arv1.PhaseComplete, FinishedAt: ptr.To(metav1.NewTime(d0.Add(26 * time.Hour))),
+			Usage: arv1.Usage{ModelCalls: 2, PromptTokens: 202, CompletionTokens: 14, TotalTokens: 216, CostPricedUSD: "0.00000001", UnpricedCalls: 1}}
+		return r
+	}
+	// stored is what the database holds of a run, its UID and name left
+	// out: its record's columns, its labels, its ledger rows.
+	stored := func(uid string) string {
+		t.Helper()
+		var out []string
+		query := func(q string) {
+			rows, err := s.DB().Query(q, uid)
+			must(t, err)
+			defer func() { _ = rows.Close() }()
+			cols, err := rows.Columns()
+			must(t, err)
+			for rows.Next() {
+				vals := make([]any, len(cols))
+				ptrs := make([]any, len(cols))
+				for i := range vals {
+					ptrs[i] = &vals[i]
+				}
+				must(t, rows.Scan(ptrs...))
+				out = append(out, fmt.Sprint(vals...))
+			}
+			must(t, rows.Err())
+		}
+		query(`SELECT namespace, agent, phase, labels, finished_at, prompt_tokens, completion_tokens, total_tokens, model_calls, lost_calls,
+			cost_nano_usd, priced_nano_usd, unpriced_calls, model FROM archived_runs WHERE run_uid = $1`)
+		query("SELECT namespace, label_key, label_value FROM archived_run_labels WHERE run_uid = $1 ORDER BY label_key")
+		query("SELECT namespace, agent, model, at, cost_nano_usd, in_rollup FROM call_ledger WHERE run_uid = $1 ORDER BY at")
+		return strings.Join(out, "\n")
+	}
+
+	one, twin := newFinished(), newFinished()
+	first, err := sqlstore.FirstArchive(ctx, s, &store.Record{Run: one})
+	must(t, err)
+	if !first {
+		t.Fatal("the first archive of a run with no record was not stored by the one statement")
+	}
+	sqlstore.SetBeforeCommit(s, func() {}) // the twin through the transaction
+	must(t, s.Archive(ctx, &store.Record{Run: twin}))
+	sqlstore.SetBeforeCommit(s, nil)
+	if got, want := stored(string(one.UID)), stored(string(twin.UID)); got != want || !strings.Contains(got, "writer") {
+		t.Fatalf("the one statement stored\n%s\nthe transaction\n%s", got, want)
+	}
+	rollupMatchesLedger(t, s, "after the one statement and the transaction")
+	if got := rollup(t, s); len(got) != 2 {
+		t.Fatalf("the rollup: %+v, want 2 groups (m1 and m2 of agent writer, both runs in each)", got)
+	}
+
+	before := stored(string(one.UID))
+	one.Spec.Agent, one.Labels = "reviewer", map[string]string{"team": "b"}
+	first, err = sqlstore.FirstArchive(ctx, s, &store.Record{Run: one})
+	must(t, err)
+	if first || stored(string(one.UID)) != before {
+		t.Fatalf("a run archived already was stored again by the one statement (%v):\n%s", first, stored(string(one.UID)))
+	}
+	must(t, s.Archive(ctx, &store.Record{Run: one}))
+	if got := stored(string(one.UID)); !strings.Contains(got, "reviewer") || strings.Contains(got, "writer") || strings.Contains(got, "app") {
+		t.Fatalf("archived again under agent reviewer and new labels, the run holds\n%s", got)
+	}
+	rollupMatchesLedger(t, s, "after an archive again")
 }

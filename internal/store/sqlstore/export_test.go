@@ -26,3 +26,13 @@ func MigrateTo(ctx context.Context, s *Store, version int64) error {
 func LostAfterRefusal(ctx context.Context, s *Store, run *arv1.AgentRun, plan []store.Planned) {
 	s.lostAfterRefusal(ctx, run.UID, plan)
 }
+
+// FirstArchive stores rec's run as Archive's one-statement first archive
+// does (PostgreSQL only), reporting whether it stored it.
+func FirstArchive(ctx context.Context, s *Store, rec *store.Record) (bool, error) {
+	vals, err := archiveValues(rec, s.now())
+	if err != nil {
+		return false, err
+	}
+	return s.firstArchive(ctx, rec.Run, vals)
+}

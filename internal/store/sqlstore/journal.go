@@ -602,13 +602,8 @@ func decodeOutput(s string) (string, error) {
 // inTx runs fn in a transaction and commits it; any error rolls back and
 // is classified.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if err := s.ensure(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
-	}
-	if f, ok := store.FenceFrom(ctx); ok {
-		if err := s.raise(ctx, f); err != nil {
-			return s.classify(err)
-		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -625,6 +620,20 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		s.beforeCommit()
 	}
 	return s.classify(tx.Commit())
+}
+
+// ready readies the database for a write: migrated, and the context's
+// shard fence (if any) stored, so a stale holder's later writes fail.
+func (s *Store) ready(ctx context.Context) error {
+	if err := s.ensure(ctx); err != nil {
+		return err
+	}
+	if f, ok := store.FenceFrom(ctx); ok {
+		if err := s.raise(ctx, f); err != nil {
+			return s.classify(err)
+		}
+	}
+	return nil
 }
 
 func (s *Store) now() int64 { return s.cfg.Clock.Now().UnixMicro() }
