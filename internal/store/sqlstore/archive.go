@@ -41,10 +41,11 @@ type SummaryStatus struct {
 	Usage     arv1.Usage   `json:"usage"`
 }
 
-// Archive stores a finished run's record in one transaction, replacing an
-// earlier attempt's: one row per run. A journal the database does not hold
-// yet (rec.Entries: a run begun on ConfigMaps) is stored with it, and its
-// calls go into the ledger.
+// Archive stores a finished run's record atomically, replacing an earlier
+// attempt's: one row per run. A journal the database does not hold yet
+// (rec.Entries: a run begun on ConfigMaps) is stored with it, and its
+// calls go into the ledger. On PostgreSQL a first archive is one
+// statement (firstArchive); anything else is one transaction.
 func (s *Store) Archive(ctx context.Context, rec *store.Record) error {
 	ctx, done, err := s.bound(ctx)
 	if err != nil {
