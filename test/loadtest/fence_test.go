@@ -96,7 +96,11 @@ func TestShardTakerRecordsItsFenceBeforeAppending(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func(id string) *loadtest.Manager {
-		m, err := c.StartManager(ctx, t.TempDir(), append(replicaFlags(leaseNS, id, nShards), "--store="+pdb.DSN)...)
+		// Scoped to the test's namespaces: runs other tests left in the
+		// shared cluster (finished, their journals in ConfigMaps) would
+		// otherwise be labelled, read and archived first, and hold the
+		// replica past the waits below.
+		m, err := c.StartManager(ctx, t.TempDir(), append(replicaFlags(leaseNS, id, nShards), "--store="+pdb.DSN, "--namespaces="+ns+","+leaseNS)...)
 		if err != nil {
 			t.Fatal(err)
 		}
