@@ -6,7 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,13 +112,8 @@ func (s *Store) firstArchive(ctx context.Context, run *arv1.AgentRun, vals []any
 	stmt := fmt.Sprintf(`WITH rec AS (INSERT INTO archived_runs (%s) VALUES (%s)
 		ON CONFLICT (run_uid) DO NOTHING RETURNING run_uid)`, strings.Join(archiveColumns, ", "), strings.Join(ph, ", "))
 	if len(run.Labels) > 0 {
-		keys := make([]string, 0, len(run.Labels))
-		for k := range run.Labels {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		rows := make([]string, 0, len(keys))
-		for _, k := range keys {
+		rows := make([]string, 0, len(run.Labels))
+		for _, k := range slices.Sorted(maps.Keys(run.Labels)) {
 			rows = append(rows, fmt.Sprintf("($%d, $%d)", len(args)+1, len(args)+2))
 			args = append(args, k, run.Labels[k])
 		}

@@ -4,7 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -21,11 +22,7 @@ func (s *Store) indexForHistory(ctx context.Context, tx *sql.Tx, run *arv1.Agent
 		return err
 	}
 	if len(run.Labels) > 0 {
-		keys := make([]string, 0, len(run.Labels))
-		for k := range run.Labels {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(run.Labels))
 		// One statement for every label: a round trip each cost more
 		// than the rows.
 		rows := make([]string, 0, len(keys))
