@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -33,17 +32,13 @@ func BenchmarkArchiveBurst(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = srv.Stop() }()
+	b.Cleanup(func() { _ = srv.Stop() })
 	ctx := context.Background()
 	db, err := srv.CreateDatabase(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := sqlstore.Open(sqlstore.Config{DSN: db.DSN})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
+	s := open(b, db.DSN) // closed before the server stops (cleanups run last first)
 	d0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
 	finished := func() []*arv1.AgentRun {
 		out := make([]*arv1.AgentRun, runs)
@@ -112,9 +107,9 @@ func BenchmarkArchiveBurst(b *testing.B) {
 		return sum / time.Duration(len(ds))
 	}
 	q := func(ds []time.Duration, p float64) time.Duration {
-		s := slices.Clone(ds)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[int(p*float64(len(s)-1))]
+		sorted := slices.Clone(ds)
+		slices.Sort(sorted)
+		return sorted[int(p*float64(len(sorted)-1))]
 	}
 	for _, path := range []string{"transaction", "one statement"} {
 		fmt.Printf("  %-14s walls %v, mean %v; each archive p50 %v p99 %v\n", path, walls[path], mean(walls[path]).Round(time.Millisecond),

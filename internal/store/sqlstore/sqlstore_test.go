@@ -66,7 +66,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, dsn string)) {
 	}
 }
 
-func open(t *testing.T, dsn string) *sqlstore.Store {
+func open(t testing.TB, dsn string) *sqlstore.Store {
 	t.Helper()
 	s, err := sqlstore.Open(sqlstore.Config{DSN: dsn})
 	if err != nil {
