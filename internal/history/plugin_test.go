@@ -205,10 +205,15 @@ func TestPluginReadsRecordsAndDatabaseJournals(t *testing.T) {
 // filters, and cost by each dimension, unknown cost apart.
 func TestPluginHistoryAndCost(t *testing.T) {
 	ns := "plugin-history"
+	// The runs are dated by the suite's clock, which other tests step
+	// forward (past midnight, near the end of a UTC day): the day their
+	// calls fall on is what cost --by day must show.
+	finished := clk.Now().Add(-time.Minute)
 	archiveRun(t, runSpec{ns: ns, name: "ok", agent: "researcher", phase: arv1.PhaseComplete, labels: map[string]string{"team": "x"},
-		model: "m-priced", calls: []*int64{ptr.To[int64](2_500_000)}})
+		model: "m-priced", calls: []*int64{ptr.To[int64](2_500_000)}, finished: finished})
 	archiveRun(t, runSpec{ns: ns, name: "failed", agent: "writer", phase: arv1.PhaseError, labels: map[string]string{"team": "x"},
-		model: "m-unpriced", calls: []*int64{ptr.To[int64](1_000_000), nil}})
+		model: "m-unpriced", calls: []*int64{ptr.To[int64](1_000_000), nil}, finished: finished.Add(-2 * time.Second)})
+	callDay := finished.Add(-time.Second).UTC().Format("2006-01-02")
 	archiveRun(t, runSpec{ns: ns, name: "other-team", agent: "writer", phase: arv1.PhaseError, labels: map[string]string{"team": "y"}})
 	kc, _ := userConfig(t, "frank")
 	bind(t, ns, "frank", "agentrun-history-viewer")
@@ -232,7 +237,7 @@ func TestPluginHistoryAndCost(t *testing.T) {
 		"namespace":   {"NAMESPACE", ns, "unknown (≥$0.0035)"},
 		"agent":       {"AGENT", "researcher", "$0.0025", "writer", "unknown (≥$0.001)"},
 		"model":       {"MODEL", "m-priced", "m-unpriced"},
-		"day":         {"DAY", time.Now().UTC().Format("2006-01-02")},
+		"day":         {"DAY", callDay},
 		"agent,model": {"AGENT", "MODEL", "writer", "m-unpriced"},
 	} {
 		out, _, err := kubectlAgentrun(t, kc, "cost", "-n", ns, "--by", by, "--since", "30d")
