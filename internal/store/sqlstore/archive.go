@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -131,6 +132,10 @@ func (s *Store) firstArchive(ctx context.Context, run *arv1.AgentRun, vals []any
 	return stored == 1, nil
 }
 
+// importRowsPerStatement bounds an import's insert: two parameters a row,
+// under SQLite's 32,766 and PostgreSQL's 65,535.
+const importRowsPerStatement = 1000
+
 // importJournal stores a journal kept elsewhere until now, leaving rows
 // already stored as they are.
 func (s *Store) importJournal(ctx context.Context, tx *sql.Tx, rec *store.Record) error {
@@ -144,9 +149,13 @@ func (s *Store) importJournal(ctx context.Context, tx *sql.Tx, rec *store.Record
 	if err != nil {
 		return err
 	}
-	for _, p := range plan {
-		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO journal_entries (run_uid, seq, entry) VALUES ($1, $2, $3) ON CONFLICT (run_uid, seq) DO NOTHING"),
-			string(run.UID), p.Entry.Seq, p.Text); err != nil {
+	// A few statements for the whole journal, not one an entry: a replica
+	// that starts on a database beside many finished ConfigMap-journal runs
+	// imports each of them, hundreds of entries a run.
+	per := cmp.Or(s.importRows, importRowsPerStatement)
+	for rows := range slices.Chunk(plan, per) {
+		stmt, args := entriesInsert(run.UID, rows, nil)
+		if _, err := tx.ExecContext(ctx, s.q(stmt+" ON CONFLICT (run_uid, seq) DO NOTHING"), args...); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,10 @@ import (
 // SetBeforeCommit makes every transaction of s call fn before it commits.
 func SetBeforeCommit(s *Store, fn func()) { s.beforeCommit = fn }
 
+// SetImportRows sets how many journal rows an import inserts a
+// statement (0: the default).
+func SetImportRows(s *Store, n int) { s.importRows = n }
+
 // MigrateTo brings s's schema up to version and no further (tests of a
 // migration's backfill); the next operation migrates the rest.
 func MigrateTo(ctx context.Context, s *Store, version int64) error {

@@ -59,6 +59,9 @@ type Store struct {
 	// beforeCommit, when set, runs in every transaction before it commits
 	// (tests hold an append there).
 	beforeCommit func()
+	// importRows is how many journal rows an import inserts a statement
+	// (importRowsPerStatement when 0; a benchmark sets 1, the old way).
+	importRows int
 }
 
 // runLog is one run's journal as this process knows it.

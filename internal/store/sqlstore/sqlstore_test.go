@@ -366,6 +366,41 @@ func TestArchive(t *testing.T) {
 	})
 }
 
+// TestArchiveImportsALongJournal: a journal kept on ConfigMaps until its
+// run's archive is imported whole, in as many statements as its length
+// takes, and an archive again that brings more entries adds only those.
+func TestArchiveImportsALongJournal(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s := open(t, dsn)
+		run := newRun()
+		run.Status = arv1.AgentRunStatus{Phase: arv1.PhaseComplete, FinishedAt: ptr.To(metav1.NewTime(at)), Model: "m"}
+		var entries []journal.Entry
+		for call := range int64(1251) { // 2,502 entries: three statements of at most 1,000 rows
+			entries = append(entries, intent(2*call, 0), answer(2*call+1, 2*call, fmt.Sprintf("answer %d", call), ptr.To(call)))
+		}
+		must(t, s.Archive(ctx, &store.Record{Run: run, Entries: entries[:1200]}))
+		if n := count(t, s, "SELECT count(*) FROM journal_entries WHERE run_uid = $1", run.UID); n != 1200 {
+			t.Fatalf("%d journal rows after the first archive, want 1200", n)
+		}
+		must(t, s.Archive(ctx, &store.Record{Run: run, Entries: entries}))
+		got, err := s.Entries(ctx, store.RefOf(run))
+		must(t, err)
+		if len(got) != len(entries) {
+			t.Fatalf("%d entries read back, want %d", len(got), len(entries))
+		}
+		for i, e := range got {
+			if e.Seq != int64(i) || e.Kind != entries[i].Kind || (e.Response != nil) != (entries[i].Response != nil) ||
+				(e.Response != nil && e.Response.Text != entries[i].Response.Text) {
+				t.Fatalf("entry %d read back as %+v, want %+v", i, e, entries[i])
+			}
+		}
+		if n := count(t, s, "SELECT count(*) FROM call_ledger WHERE run_uid = $1", run.UID); n != 1251 {
+			t.Fatalf("%d ledger rows, want one a call (1251)", n)
+		}
+	})
+}
+
 // TestDeletedRunsJournalIsSwept: a run deleted before it was archived
 // leaves its journal; once marked, the sweep removes it after the
 // retention, and an archived run's mark changes nothing.
