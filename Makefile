@@ -91,11 +91,11 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 	$(MAKE) test-stores
 
 # The controllers' tests that prove a run's durability (restart, kill -9,
-# fencing, dangling writes, write counts, and the store's and the archive's
-# own) run once more on each database: PostgreSQL (Debian's postgresql
-# package, started by the tests in a temporary directory; .ci/run installs
-# it) and SQLite. `make test` ran them on ConfigMaps.
-STORE_TESTS ?= Restart|Kill|Dangling|CancelDuringAWrite|WritesPer|ShardHandedOver|SurvivesRestart|StatusWaits|Store|Archive
+# fencing, dangling writes, write counts, status-write faults, and the
+# store's and the archive's own) run once more on each database:
+# PostgreSQL (Debian's postgresql package, started by the tests in a
+# temporary directory; .ci/run installs it) and SQLite. `make test` ran them on ConfigMaps.
+STORE_TESTS ?= Restart|Kill|Dangling|CancelDuringAWrite|WritesPer|ShardHandedOver|SurvivesRestart|StatusWaits|StatusWriteFaults|Store|Archive
 
 .PHONY: test-stores
 test-stores: controlplane ## Re-run the controllers' durability tests on PostgreSQL and on SQLite.

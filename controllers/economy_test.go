@@ -42,6 +42,9 @@ func startManagerWith(t *testing.T, o manager.Options) *providers.Scripted {
 	if o.Scripted == nil {
 		o.Scripted = providers.NewScripted()
 	}
+	if o.Store.DSN == "" {
+		o.Store.DSN = storeDSN(t)
+	}
 	mgr, err := manager.New(env.Config, o)
 	if err != nil {
 		t.Fatal(err)

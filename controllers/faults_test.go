@@ -74,7 +74,9 @@ func TestStatusWriteFaultsShowAndHeal(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(faults.wrap)
 	scripted := providers.NewScripted()
-	mgr, err := manager.New(cfg, manager.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, Scripted: scripted, Egress: loopbackEgress(), EgressOptions: suiteEgressOptions()})
+	o := manager.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, Scripted: scripted, Egress: loopbackEgress(), EgressOptions: suiteEgressOptions()}
+	o.Store.DSN = storeDSN(t)
+	mgr, err := manager.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
