@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
-	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // The history page: archived runs (history.agentrun.dev, docs/history.md)
@@ -77,13 +77,13 @@ func (s *Server) historyRecord(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	page := map[string]any{"record": historyclient.RowOf(rec, time.Now()), "task": rec.Spec.Task, "error": rec.Status.Error,
-		"children": rec.Archive.Children, "transcript": []plugin.TranscriptLine{}}
+		"children": rec.Archive.Children, "transcript": []transcript.Line{}}
 	if t, err := h.Transcript(ctx, ns, name); err != nil {
 		page["transcriptError"] = err.Error()
 	} else {
-		lines := make([]plugin.TranscriptLine, 0, len(t.Lines))
+		lines := make([]transcript.Line, 0, len(t.Lines))
 		for _, l := range t.Lines {
-			lines = append(lines, plugin.TranscriptLine{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
+			lines = append(lines, transcript.Line{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
 		}
 		page["transcript"] = lines
 	}

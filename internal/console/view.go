@@ -13,6 +13,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
@@ -138,25 +139,25 @@ type regionView struct {
 
 // runPage is everything the run page shows.
 type runPage struct {
-	Namespace       string                  `json:"namespace"`
-	Name            string                  `json:"name"`
-	Agent           string                  `json:"agent"`
-	Task            string                  `json:"task"`
-	Title           string                  `json:"title,omitempty"`
-	Phase           string                  `json:"phase"`
-	Error           string                  `json:"error,omitempty"`
-	Paused          bool                    `json:"paused"`
-	Cancelled       bool                    `json:"cancelled"`
-	Terminal        bool                    `json:"terminal"`
-	Stages          []stageView             `json:"stages"`
-	Waiting         *waitView               `json:"waiting,omitempty"`
-	Usage           usageView               `json:"usage"`
-	Transcript      []plugin.TranscriptLine `json:"transcript"`
-	TranscriptError string                  `json:"transcriptError,omitempty"`
-	Regions         []regionView            `json:"regions"`
-	Output          *string                 `json:"output,omitempty"`
-	OutputNote      string                  `json:"outputNote,omitempty"`
-	May             may                     `json:"may"`
+	Namespace       string            `json:"namespace"`
+	Name            string            `json:"name"`
+	Agent           string            `json:"agent"`
+	Task            string            `json:"task"`
+	Title           string            `json:"title,omitempty"`
+	Phase           string            `json:"phase"`
+	Error           string            `json:"error,omitempty"`
+	Paused          bool              `json:"paused"`
+	Cancelled       bool              `json:"cancelled"`
+	Terminal        bool              `json:"terminal"`
+	Stages          []stageView       `json:"stages"`
+	Waiting         *waitView         `json:"waiting,omitempty"`
+	Usage           usageView         `json:"usage"`
+	Transcript      []transcript.Line `json:"transcript"`
+	TranscriptError string            `json:"transcriptError,omitempty"`
+	Regions         []regionView      `json:"regions"`
+	Output          *string           `json:"output,omitempty"`
+	OutputNote      string            `json:"outputNote,omitempty"`
+	May             may               `json:"may"`
 }
 
 // runView reads what the run page shows of run: its status, and its
@@ -190,7 +191,7 @@ func configMapJournal(ctx context.Context, c client.Client, run *arv1.AgentRun, 
 	case len(unreadable) > 0:
 		p.TranscriptError = "some journal entries could not be read"
 	}
-	p.Transcript = plugin.TranscriptLines(entries)
+	p.Transcript = transcript.Lines(entries)
 	p.Regions = regionsOf(journal.Regions(entries))
 	if d := run.Status.FinalOutput; d != nil && d.ObjectName != "" {
 		text, err := plugin.ReadOutput(ctx, c, run)
@@ -210,7 +211,7 @@ func databaseJournal(ctx context.Context, se *session, run *arv1.AgentRun, p *ru
 	if err != nil {
 		p.TranscriptError = err.Error()
 	}
-	p.Transcript = append([]plugin.TranscriptLine{}, lines...)
+	p.Transcript = append([]transcript.Line{}, lines...)
 	if run.Status.FinalOutput == nil {
 		return
 	}

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	hv1 "github.com/agentrun-dev/agentrun-operator/api/history/v1alpha1"
-	"github.com/agentrun-dev/agentrun-operator/internal/plugin"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // transcriptREST serves agentrunrecords/NAME/transcript: the run's
@@ -79,7 +79,7 @@ func (t *transcriptREST) Get(ctx context.Context, name string, _ *metav1.GetOpti
 		TypeMeta:   metav1.TypeMeta{APIVersion: hv1.GroupVersion.String(), Kind: "AgentRunTranscript"},
 		ObjectMeta: subMeta(ctx, name, j),
 	}
-	for _, l := range plugin.TranscriptLines(entries) {
+	for _, l := range transcript.Lines(entries) {
 		out.Lines = append(out.Lines, hv1.TranscriptLine{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
 	}
 	return out, nil

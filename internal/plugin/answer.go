@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // Answer-waiting defaults: the controller takes an answer within a
@@ -324,7 +325,7 @@ func waitText(w *arv1.WaitingOn) string {
 		}
 		return "a question (UserPrompt)"
 	case arv1.WaitSignal:
-		return fmt.Sprintf("a signal (Signal: %s)", oneLine(w.Signal, 80))
+		return fmt.Sprintf("a signal (Signal: %s)", transcript.OneLine(w.Signal, 80))
 	case arv1.WaitNeedsReconciliation:
 		return "a dangling write (NeedsReconciliation: " + writeText(w) + ")"
 	}

@@ -12,6 +12,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
@@ -72,7 +73,7 @@ func describeRun(rec record, run *arv1.AgentRun, now time.Time, own *shards.Owne
 	}
 	rec.line("Agent", "%s", agent)
 	rec.opt("Title", st.Title)
-	rec.line("Task", "%s", oneLine(run.Spec.Task, 200))
+	rec.line("Task", "%s", transcript.OneLine(run.Spec.Task, 200))
 	phase := string(st.Phase)
 	if phase == "" {
 		phase = "(not seen by the controller yet)"
@@ -187,7 +188,7 @@ func describeWait(rec record, run *arv1.AgentRun, wo *arv1.WaitingOn, now time.T
 	rec.sub("Point", wo.Point)
 	// A review's prompt spans lines; one line keeps the table whole
 	// (the field is clipped at 2048 already, so nothing more is cut).
-	rec.sub("Question", oneLine(wo.Question, 2048))
+	rec.sub("Question", transcript.OneLine(wo.Question, 2048))
 	describeWaitDetail(rec, wo, now)
 	if len(run.Status.SetupRefs) > 0 {
 		rec.sub("Waits for", strings.Join(run.Status.SetupRefs, ", "))
@@ -237,7 +238,7 @@ func describePendingCall(rec record, pc *arv1.PendingCall) {
 			key = "none"
 		}
 		fmt.Fprintf(rec.tw, "Pending call:\ttool call #%d %s (effect %s, idempotency key %s) input %s\n",
-			pc.Seq, pc.Tool, pc.Effect, key, oneLine(pc.Input, 200))
+			pc.Seq, pc.Tool, pc.Effect, key, transcript.OneLine(pc.Input, 200))
 	}
 }
 
@@ -250,7 +251,7 @@ func describeOutcome(rec record, st *arv1.AgentRunStatus) {
 	if d == nil {
 		return
 	}
-	parts := []string{fmt.Sprintf("%s, %d bytes", orDash(string(d.Format)), d.Bytes)}
+	parts := []string{fmt.Sprintf("%s, %d bytes", transcript.OrDash(string(d.Format)), d.Bytes)}
 	if d.Truncated {
 		parts = append(parts, "truncated at 256 KiB")
 	}
@@ -282,7 +283,7 @@ func describeConditions(w io.Writer, conditions []metav1.Condition, now time.Tim
 		if !c.LastTransitionTime.IsZero() {
 			age = wirestatus.Duration(int64(now.Sub(c.LastTransitionTime.Time) / time.Second))
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age, oneLine(c.Message, 160))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age, transcript.OneLine(c.Message, 160))
 	}
 	return tw.Flush()
 }
@@ -341,23 +342,6 @@ func budgetsText(b *arv1.Budgets) string {
 }
 
 func stamp(t *metav1.Time) string { return t.UTC().Format(time.RFC3339) }
-
-func orDash(s string) string {
-	if s == "" {
-		return wirestatus.Empty
-	}
-	return s
-}
-
-// oneLine collapses whitespace and cuts s at limit runes, so one value never
-// breaks a listing.
-func oneLine(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > limit {
-		return string(r[:limit-1]) + "…"
-	}
-	return s
-}
 
 // totalTokens is usage.totalTokens, or prompt + completion when the total
 // was not written.

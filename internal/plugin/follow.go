@@ -19,6 +19,7 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // followTranscript is transcript --follow: the journal as stored, then
@@ -178,7 +179,7 @@ func (f *follower) flush() error {
 	slices.SortStableFunc(f.pending, func(a, b journal.Entry) int { return int(a.Seq - b.Seq) })
 	f.all = append(f.all, f.pending...)
 	slices.SortStableFunc(f.all, func(a, b journal.Entry) int { return int(a.Seq - b.Seq) })
-	turns := turnsOf(f.all)
+	turns := transcript.Turns(f.all)
 	tw := newTable(f.w)
 	for _, p := range f.pending {
 		i := slices.IndexFunc(f.all, func(e journal.Entry) bool { return e.Seq == p.Seq && e.At.Equal(p.At) })

@@ -12,6 +12,7 @@ import (
 
 	hv1 "github.com/agentrun-dev/agentrun-operator/api/history/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // history and cost read the history API (docs/history.md) as the user:
@@ -171,7 +172,7 @@ func (a *app) printHistory(rows []historyclient.Row, all, more bool, limit int64
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
-		line := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s", r.Name, orDash(r.Agent), orDash(r.Phase), r.Tokens, r.Cost, r.Duration, r.Finished)
+		line := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s", r.Name, transcript.OrDash(r.Agent), transcript.OrDash(r.Phase), r.Tokens, r.Cost, r.Duration, r.Finished)
 		if all {
 			line = r.Namespace + "\t" + line
 		}
@@ -215,7 +216,7 @@ func (a *app) printCost(report *hv1.AgentRunCostReportList, by []string) error {
 		values := map[string]string{"namespace": g.Namespace, "agent": g.Agent, "model": g.Model, "day": g.Day}
 		cells := make([]string, 0, len(by))
 		for _, d := range by {
-			cells = append(cells, orDash(values[d]))
+			cells = append(cells, transcript.OrDash(values[d]))
 		}
 		cost := "$" + t.CostUSD
 		if t.CostUSD == "unknown" {

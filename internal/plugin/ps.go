@@ -14,6 +14,7 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/priority"
 	"github.com/agentrun-dev/agentrun-operator/internal/runqueue"
 	"github.com/agentrun-dev/agentrun-operator/internal/shards"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
@@ -75,7 +76,7 @@ func (c psColumns) line(run *arv1.AgentRun, r wirestatus.PsRow, name, driver str
 		l = r.Namespace + "\t" + l
 	}
 	if c.wide {
-		l += fmt.Sprintf("\t%s\t%s\t%s\t%s", orDash(run.Spec.Agent), priorityText(&run.Spec), r.State, duration.HumanDuration(now.Sub(r.Created)))
+		l += fmt.Sprintf("\t%s\t%s\t%s\t%s", transcript.OrDash(run.Spec.Agent), priorityText(&run.Spec), r.State, duration.HumanDuration(now.Sub(r.Created)))
 	}
 	return l
 }

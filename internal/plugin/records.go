@@ -16,6 +16,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/history/historyclient"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // Journals the plugin cannot read as ConfigMaps are read through the
@@ -88,7 +89,7 @@ func isMissingAPI(err error) bool {
 // database, or of a record when the run is gone, through the history API
 // with cfg. uid, when set, is the run's: a transcript of another run of
 // the same name (an older record) is no transcript of it yet.
-func JournalTranscript(ctx context.Context, cfg *rest.Config, ns, name string, uid types.UID) ([]TranscriptLine, error) {
+func JournalTranscript(ctx context.Context, cfg *rest.Config, ns, name string, uid types.UID) ([]transcript.Line, error) {
 	h, err := historyclient.New(cfg)
 	if err != nil {
 		return nil, err
@@ -103,9 +104,9 @@ func JournalTranscript(ctx context.Context, cfg *rest.Config, ns, name string, u
 	if uid != "" && t.UID != uid {
 		return nil, nil
 	}
-	out := make([]TranscriptLine, 0, len(t.Lines))
+	out := make([]transcript.Line, 0, len(t.Lines))
 	for _, l := range t.Lines {
-		out = append(out, TranscriptLine{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
+		out = append(out, transcript.Line{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
 	}
 	return out, nil
 }
@@ -183,7 +184,7 @@ func (a *app) goneOutput(ctx context.Context, ns, name string) error {
 }
 
 // writeLines prints transcript lines as RenderTranscript does.
-func writeLines(w io.Writer, lines []TranscriptLine) error {
+func writeLines(w io.Writer, lines []transcript.Line) error {
 	tw := newTable(w)
 	for _, l := range lines {
 		writeLine(tw, l)

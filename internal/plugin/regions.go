@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
+	"github.com/agentrun-dev/agentrun-operator/internal/transcript"
 )
 
 // regionArgs takes a run NAME and, optionally, one REGION.
@@ -59,7 +60,7 @@ func RenderRegions(w io.Writer, held map[string]journal.Region) error {
 	fmt.Fprintln(tw, "REGION\tBYTES\tWRITTEN BY\tSEQ")
 	for _, n := range names {
 		r := held[n]
-		fmt.Fprintf(tw, "%s\t%d\t%s\t#%d\n", n, len(r.Content), orDash(r.By), r.Seq)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t#%d\n", n, len(r.Content), transcript.OrDash(r.By), r.Seq)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
