@@ -236,7 +236,12 @@ func TestLongRunsSurviveKillsAndStoreOutages(t *testing.T) {
 	go waits.follow(ctx, events)
 
 	seat := newManagerSeat(t, ctx, c)
-	seat.Flags = []string{"--store=" + db.DSN}
+	// Its manager watches this test's namespace only: one watching the
+	// shared cluster also archives the finished ConfigMap-journal runs
+	// earlier tests left, and those archives held its reconcilers in the
+	// stopped database, it seems: a run here once showed its wait only
+	// after the outage.
+	seat.Flags = []string{"--store=" + db.DSN, "--namespaces=" + ns}
 	seat.Start()
 	srv.Take() // count from the batch on
 	t0 := time.Now()
