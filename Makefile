@@ -94,7 +94,8 @@ test: manifests generate vet controlplane ## Regenerate, vet, build the control 
 # fencing, dangling writes, write counts, status-write faults, and the
 # store's and the archive's own) run once more on each database:
 # PostgreSQL (Debian's postgresql package, started by the tests in a
-# temporary directory; .ci/run installs it) and SQLite. `make test` ran them on ConfigMaps.
+# temporary directory; .ci/run installs it) and SQLite. `make test` ran
+# them on ConfigMaps.
 STORE_TESTS ?= Restart|Kill|Dangling|CancelDuringAWrite|WritesPer|ShardHandedOver|SurvivesRestart|StatusWaits|StatusWriteFaults|Store|Archive
 
 .PHONY: test-stores
