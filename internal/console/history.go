@@ -83,7 +83,7 @@ func (s *Server) historyRecord(w http.ResponseWriter, r *http.Request, se *sessi
 	} else {
 		lines := make([]transcript.Line, 0, len(t.Lines))
 		for _, l := range t.Lines {
-			lines = append(lines, transcript.Line{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
+			lines = append(lines, transcript.Line(l))
 		}
 		page["transcript"] = lines
 	}

@@ -80,7 +80,7 @@ func (t *transcriptREST) Get(ctx context.Context, name string, _ *metav1.GetOpti
 		ObjectMeta: subMeta(ctx, name, j),
 	}
 	for _, l := range transcript.Lines(entries) {
-		out.Lines = append(out.Lines, hv1.TranscriptLine{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
+		out.Lines = append(out.Lines, hv1.TranscriptLine(l))
 	}
 	return out, nil
 }

@@ -106,7 +106,7 @@ func JournalTranscript(ctx context.Context, cfg *rest.Config, ns, name string, u
 	}
 	out := make([]transcript.Line, 0, len(t.Lines))
 	for _, l := range t.Lines {
-		out = append(out, transcript.Line{Seq: l.Seq, At: l.At, Turn: l.Turn, What: l.What, Detail: l.Detail})
+		out = append(out, transcript.Line(l))
 	}
 	return out, nil
 }

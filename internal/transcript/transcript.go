@@ -17,7 +17,8 @@ import (
 	"github.com/agentrun-dev/agentrun-operator/internal/wirestatus"
 )
 
-// Line is one journal entry in words.
+// Line is one journal entry in words. The history API's TranscriptLine has
+// the same fields, so each converts to the other directly.
 type Line struct {
 	Seq int64 `json:"seq"`
 	// At is RFC 3339 in UTC, "-" when the entry has no time.
