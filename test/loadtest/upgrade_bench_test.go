@@ -51,8 +51,11 @@ func BenchmarkUpgradeBacklog(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = m.Stop(30 * time.Second) }()
+		// The watcher stops with the benchmark, whichever way it ends.
+		wctx, stopWatching := context.WithCancel(ctx)
+		defer stopWatching()
 		archived := make(chan time.Duration, 1)
-		go func() { archived <- waitArchived(ctx, c, done.ns, backlog, started) }()
+		go func() { archived <- waitArchived(wctx, c, done.ns, backlog, started) }()
 
 		during, err := prepareLatency(ctx, c, "during", srv, "")
 		if err != nil {
@@ -93,9 +96,10 @@ func BenchmarkUpgradeBacklog(b *testing.B) {
 }
 
 // waitArchived is how long after start every one of the n runs of ns
-// showed Archived=True, polled every second (a list of the whole backlog); -1 after 15 minutes.
+// showed Archived=True, polled every second (a list of the whole
+// backlog); -1 after 15 minutes, or once ctx ends.
 func waitArchived(ctx context.Context, c *loadtest.Cluster, ns string, n int, start time.Time) time.Duration {
-	for time.Since(start) < 15*time.Minute {
+	for time.Since(start) < 15*time.Minute && ctx.Err() == nil {
 		var runs arv1.AgentRunList
 		if err := c.Client.List(ctx, &runs, client.InNamespace(ns)); err == nil {
 			k := 0
