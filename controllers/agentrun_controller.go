@@ -311,7 +311,7 @@ func NewAgentRunReconciler(d Deps) (*AgentRunReconciler, error) {
 	r.runState = r.registerRunState()
 	r.finisher = &finisher{
 		client: d.Client, reader: d.APIReader, clock: d.Clock, journals: r.journals, runs: r.runs, children: r.children, queue: r.queue,
-		archive:   &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention},
+		archive:   &archiver{journals: r.journals, reader: d.APIReader, children: r.children, retention: d.ArchiveRetention, health: r.store},
 		retention: d.Retention, pool: d.Pool, runState: r.runState, deliveries: r.steps.Deliveries, deliver: r.deliverCallback,
 	}
 	r.tools = &toolSettler{
@@ -402,7 +402,8 @@ func (r *AgentRunReconciler) SetupWithManager(mgr ctrl.Manager, o controller.Opt
 			return err
 		}
 	}
-	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now})
+	metrics.Register(metrics.Sources{Runs: r.runsReader, Pool: r.pool, Circuits: r.breakers, Buckets: r.limiter, RunsInMemory: r.RunsInMemory, Now: r.clock.Now,
+		StoreUp: func() bool { return r.store.problem() == nil }, Archiving: r.journals.Archive() != nil})
 	r.scheme, r.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	o.MaxConcurrentReconciles = max(o.MaxConcurrentReconciles, 1)
 	if r.sharded() {

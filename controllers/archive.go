@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/controllers/agentrun/children"
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/output"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/router"
@@ -23,7 +25,12 @@ import (
 // The run that finishes is archived in the reconcile that ends it, before
 // its final status is written, which then says so (Archived=True). A
 // failed archive write is Archived=False with the cause; the finished
-// run's reconcile retries it, and its TTL deletion waits for it.
+// run's reconcile retries it, and its TTL deletion waits for it. While
+// the store is known down a finished run's archive is not tried at all:
+// each try would hold a reconcile worker until the store's operation
+// timeout, and the workers are what runs in flight need to park on the
+// outage and go on after it. The run is parked with them and woken when
+// the store answers.
 
 // archiver archives finished runs, when the runs' store has an archive.
 type archiver struct {
@@ -33,6 +40,10 @@ type archiver struct {
 	children *children.Children
 	// retention is how long the archive keeps records (no sweep when 0).
 	retention time.Duration
+	// health is what the controller knows of the store: an archive is
+	// not tried while it is down, and an archive that finds it down says
+	// so.
+	health *storeHealth
 }
 
 // archiveRetry is how soon a failed archive write is tried again.
@@ -71,11 +82,28 @@ func (w *archiver) with(ctx context.Context, a store.Archive, run *arv1.AgentRun
 		return a.Archive(ctx, rec)
 	}()
 	if err != nil {
+		metrics.ArchiveWrites.WithLabelValues(metrics.ArchiveFailed).Inc()
+		w.health.failed(err)
+		if errors.Is(err, store.ErrUnavailable) {
+			w.health.park(run) // tried again as soon as the store answers
+		}
 		ctrl.LoggerFrom(ctx).Error(err, "Archiving the finished run failed; it is kept until the archive succeeds")
 		setCondition(run, arv1.ConditionArchived, metav1.ConditionFalse, arv1.ReasonArchiveFailed, clipTo("Archiving the finished run failed, retried every "+archiveRetry.String()+"; the run is not deleted until it succeeds: "+err.Error(), 1024))
 		return
 	}
+	metrics.ArchiveWrites.WithLabelValues(metrics.ArchiveStored).Inc()
 	setCondition(run, arv1.ConditionArchived, metav1.ConditionTrue, arv1.ReasonArchived, archivedMessage)
+}
+
+// waitsForStore says whether a finished run's archive waits for the
+// store, known down; the run is then parked on it, to be woken when it
+// answers.
+func (w *archiver) waitsForStore(run *arv1.AgentRun) bool {
+	if w.health.problem() == nil {
+		return false
+	}
+	w.health.park(run)
+	return true
 }
 
 const archivedMessage = "The finished run's record, journal, output and cost are in the archive"

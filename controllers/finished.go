@@ -131,7 +131,7 @@ func (fin *finisher) finished(ctx context.Context, run *arv1.AgentRun) (ctrl.Res
 		run.Status.ObservedGeneration = run.Generation
 		setConditions(run, conditionInputs{})
 	}
-	if !fin.archive.archived(run) {
+	if !fin.archive.archived(run) && !fin.archive.waitsForStore(run) {
 		// A replica that died between the run's end and giving back its
 		// quota holds left them: given back before the archive (once).
 		fin.queue.End(ctx, run)

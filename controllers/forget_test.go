@@ -389,24 +389,34 @@ func (w *forgetWorld) heap() heapFigures {
 // agentrun_runs gauge reads them.
 func cachedRuns(t *testing.T, ns string) int {
 	t.Helper()
+	n, _ := gaugeSum(t, "agentrun_runs", ns)
+	return int(n)
+}
+
+// gaugeSum sums the gauge name's series of namespace ns ("": every
+// series) as the manager's metrics endpoint would show them; found says
+// whether any was there.
+func gaugeSum(t *testing.T, name, ns string) (sum float64, found bool) {
+	t.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for _, f := range families {
-		if f.GetName() != "agentrun_runs" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			in := ns == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "namespace" && l.GetValue() == ns {
-					n += int(m.GetGauge().GetValue())
-				}
+				in = in || (l.GetName() == "namespace" && l.GetValue() == ns)
+			}
+			if in {
+				sum, found = sum+m.GetGauge().GetValue(), true
 			}
 		}
 	}
-	return n
+	return sum, found
 }
 
 // startBareManager starts a manager that keeps nothing per run for the

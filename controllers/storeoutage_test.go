@@ -16,8 +16,10 @@ import (
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
 	"github.com/agentrun-dev/agentrun-operator/internal/journal"
 	"github.com/agentrun-dev/agentrun-operator/internal/mcptool/mcptest"
+	"github.com/agentrun-dev/agentrun-operator/internal/metrics"
 	"github.com/agentrun-dev/agentrun-operator/internal/store"
 	"github.com/agentrun-dev/agentrun-operator/internal/store/configmaps"
+	"github.com/agentrun-dev/agentrun-operator/internal/store/sqlstore"
 	"github.com/agentrun-dev/agentrun-operator/internal/testenv/postgres"
 )
 
@@ -194,6 +196,104 @@ func TestArchiveKeepsARunAfterItsTTL(t *testing.T) {
 	es, err := db.Entries(context.Background(), store.RunRef{Namespace: ns, Name: "r", UID: run.UID})
 	if err != nil || len(es) != 6 {
 		t.Errorf("the archived journal holds %d entries (%v), want 3 intents and 3 answers", len(es), err)
+	}
+}
+
+// TestFinishedRunsWaitForTheStoreToBeArchived: finished runs whose
+// record is not in the archive (here, finished on ConfigMaps before the
+// database was configured) are not tried while the store is known down,
+// so none holds a reconcile worker on a database that does not answer:
+// past the tries made before the outage was known, no archive write fails
+// however long it lasts. They are counted as unarchived meanwhile, and
+// archived once it answers.
+func TestFinishedRunsWaitForTheStoreToBeArchived(t *testing.T) {
+	srv, err := postgres.Start(postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Stop() }()
+	d, err := srv.CreateDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	createConfigMap(t, ns, "steps", map[string]string{"agent.toml": slowSteps(2, 0)})
+	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})
+	h1 := startManager(t, managerOpts{store: "-", namespaces: []string{ns}})
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		createRun(t, ns, n, "steps")
+	}
+	for _, n := range names {
+		waitFor(t, ns, n, 30*time.Second, "Complete", phaseIs(arv1.PhaseComplete))
+	}
+	h1.stop()
+
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Resume()
+		}
+	}()
+	started := time.Now()
+	startManager(t, managerOpts{store: d.DSN, namespaces: []string{ns}})
+	failed := metrics.ArchiveWrites.WithLabelValues(metrics.ArchiveFailed)
+	waitGauge(t, "agentrun_store_up", "", 30*time.Second, 0)
+	waitGauge(t, "agentrun_runs_unarchived", ns, 30*time.Second, float64(len(names)))
+	// The tries begun before the outage was known (the manager's first
+	// probe takes the operation timeout to fail) end within their turn's
+	// wait and their operation's timeout. Then the window is a whole
+	// retry interval (archiveRetry, 10 s), and as long again as a try
+	// begun at its end would take.
+	tryTakes := 2 * sqlstore.DefaultOpTimeout
+	time.Sleep(time.Until(started.Add(sqlstore.DefaultOpTimeout + tryTakes + 3*time.Second)))
+	before := counterValue(failed)
+	time.Sleep(10*time.Second + tryTakes + time.Second)
+	if n := counterValue(failed) - before; n != 0 {
+		t.Errorf("%v archive writes failed while the store was known down; want none tried", n)
+	}
+	for _, n := range names {
+		if run := getRun(t, ns, n); meta.IsStatusConditionTrue(run.Status.Conditions, arv1.ConditionArchived) {
+			t.Fatalf("%s shows Archived while the database is stopped", n)
+		}
+	}
+
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	for _, n := range names {
+		waitFor(t, ns, n, 30*time.Second, "Archived", func(r *arv1.AgentRun) bool {
+			return meta.IsStatusConditionTrue(r.Status.Conditions, arv1.ConditionArchived)
+		})
+	}
+	waitGauge(t, "agentrun_runs_unarchived", ns, 10*time.Second, 0)
+	waitGauge(t, "agentrun_store_up", "", 10*time.Second, 1)
+	for _, n := range names {
+		run := getRun(t, ns, n)
+		if _, _, err := storeReader(t, d.DSN).ArchivedRun(context.Background(), run.UID); err != nil {
+			t.Errorf("%s is not in the archive: %v", n, err)
+		}
+	}
+}
+
+// waitGauge waits until the manager's gauge name (of namespace ns; "":
+// every series) reads want.
+func waitGauge(t *testing.T, name, ns string, timeout time.Duration, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got, found := gaugeSum(t, name, ns)
+		if found && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s{namespace=%q} = %v (exported: %v) after %s, want %v", name, ns, got, found, timeout, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

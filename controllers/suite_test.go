@@ -172,6 +172,9 @@ type managerOpts struct {
 	// wrap, when set, wraps the manager's API server transport (faults
 	// injected into its writes, faults_test.go).
 	wrap func(http.RoundTripper) http.RoundTripper
+	// namespaces scopes the manager to these namespaces (its
+	// --namespaces), so runs other tests left behind are not its own.
+	namespaces []string
 }
 
 func startManager(t *testing.T, o managerOpts) *harness {
@@ -191,6 +194,7 @@ func startManager(t *testing.T, o managerOpts) *harness {
 		Clock:               o.clock,
 		QuotaPolicy:         o.quotaPolicy,
 		QuotaStatusInterval: o.quotaStatusInterval,
+		Namespaces:          o.namespaces,
 		OnReconcile: func(n types.NamespacedName) {
 			c, _ := h.reconciles.LoadOrStore(n, &atomic.Int64{})
 			c.(*atomic.Int64).Add(1)

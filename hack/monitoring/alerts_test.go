@@ -187,3 +187,35 @@ func TestQuotaNearlyUsedAlert(t *testing.T) {
 		t.Errorf("summary %q", s)
 	}
 }
+
+// TestStoreUnavailableAlert: a replica that has known the store down for 5
+// minutes fires; one down for 4 minutes, then up again, never does.
+func TestStoreUnavailableAlert(t *testing.T) {
+	got := firing(t, "AgentRunStoreUnavailable", `
+  agentrun_store_up{instance="m0"} 1 0x12
+  agentrun_store_up{instance="m1"} 1 0 0 0 0 1x8
+`, 12)
+	for m, alerts := range got {
+		want := m >= 6
+		if fired := len(alerts) == 1 && alerts[0]["instance"] == "m0"; fired != want || len(alerts) > 1 {
+			t.Errorf("at %dm firing %v, want m0: %v", m, labelsOf(alerts, "instance"), want)
+		}
+	}
+}
+
+// TestArchiveBehindAlert: finished runs of a namespace left unarchived
+// for 30 minutes fire for that namespace; a backlog archived within
+// minutes (an upgrade's, a short outage's) never does.
+func TestArchiveBehindAlert(t *testing.T) {
+	got := firing(t, "AgentRunArchiveBehind", `
+  agentrun_runs_unarchived{instance="m0",namespace="a"} 0 2x40
+  agentrun_runs_unarchived{instance="m0",namespace="b"} 0 500 300 100 0x38
+`, 40)
+	for m, alerts := range got {
+		want := m >= 31
+		if fired := len(alerts) == 1 && alerts[0]["namespace"] == "a"; fired != want || len(alerts) > 1 {
+			t.Errorf("at %dm firing %v, want a: %v", m, labelsOf(alerts, "namespace"), want)
+		}
+	}
+}
+

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,9 @@ func TestExpressionsSelectExportedMetrics(t *testing.T) {
 		`agentrun_reconcile_errors_total{kind="terminal"} `,
 		fmt.Sprintf(`agentrun_tool_policy_decisions_total{action="Audit",policy="%s/audit-reads",rule="audit-read-doc"} 1`, ns),
 		fmt.Sprintf(`agentrun_quota_hard{quota="AgentRunQuota/%s/team",resource="activeRuns"} 50`, ns),
+		"agentrun_store_up 1",
+		fmt.Sprintf(`agentrun_runs_unarchived{namespace=%q} 0`, ns),
+		`agentrun_archive_writes_total{outcome="failed"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the scrape has no %s", want)
@@ -189,7 +193,10 @@ func scrapeDrivenManager(ctx context.Context, t *testing.T) (Exported, string, s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	m, err := c.StartManager(ctx, t.TempDir())
+	// On a database store (SQLite, a file in the manager's directory), so
+	// the archive's metrics are exported too.
+	dir := t.TempDir()
+	m, err := c.StartManager(ctx, dir, "--store=sqlite:"+filepath.Join(dir, "agentrun.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -119,11 +120,24 @@ var (
 		Name: "agentrun_events_dropped_total",
 		Help: "Kubernetes Events about runs dropped because too many were waiting to be sent (the API server far behind).",
 	})
+	// ArchiveWrites counts archive writes of finished runs by outcome
+	// (ArchiveStored, ArchiveFailed): a failed one keeps its run, and
+	// the run's record in etcd, until it succeeds.
+	ArchiveWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentrun_archive_writes_total",
+		Help: "Archive writes of finished runs by outcome (archived, failed); a run whose write failed is kept until one succeeds.",
+	}, []string{"outcome"})
 	// UnpricedCalls counts calls that could not be priced.
 	UnpricedCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentrun_unpriced_calls_total",
 		Help: "Model calls that could not be priced, by namespace and agent.",
 	}, []string{"namespace", "agent"})
+)
+
+// ArchiveWrites' outcomes.
+const (
+	ArchiveStored = "archived"
+	ArchiveFailed = "failed"
 )
 
 // Pool is what the executor reports.
@@ -157,6 +171,13 @@ type Sources struct {
 	// Now is the manager's clock (the one status timestamps are written
 	// with); time.Now when nil.
 	Now func() time.Time
+	// StoreUp says whether the runs' journal store can be used, as the
+	// controller knows it: down from an operation that found it so until
+	// a probe gets an answer.
+	StoreUp func() bool
+	// Archiving says finished runs are archived (a database store): the
+	// finished runs not archived yet are counted.
+	Archiving bool
 }
 
 var (
@@ -173,11 +194,16 @@ var reconcileErrorKinds = []string{"transient", "terminal"}
 // process) and points the state collector at this manager's sources.
 func Register(src Sources) {
 	once.Do(func() {
-		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, EventsDropped, WakeWait, collector)
+		crmetrics.Registry.MustRegister(ModelCalls, ModelCallSeconds, RateLimitRefusals, Tokens, CostUSD, UnpricedCalls, ToolCalls, ToolCallSeconds, ToolListings, ReconcileErrors, UnwokenReconciles, EgressRefusals, ToolPolicyDecisions, EventsDropped, WakeWait, ArchiveWrites, collector)
 		for _, k := range reconcileErrorKinds {
 			ReconcileErrors.WithLabelValues(k)
 		}
 	})
+	if src.Archiving {
+		// From zero, as ReconcileErrors: the alert's rate sees the first failure.
+		ArchiveWrites.WithLabelValues(ArchiveStored)
+		ArchiveWrites.WithLabelValues(ArchiveFailed)
+	}
 	if src.Now == nil {
 		src.Now = time.Now
 	}
@@ -216,6 +242,8 @@ var (
 	bucketCallsDesc = prometheus.NewDesc("agentrun_model_bucket_calls", "Model calls of a rate-limit bucket (a provider account and model) by state: in_flight, or waiting for the bucket's limits.", []string{"provider", "model", "state"}, nil)
 	learnedDesc     = prometheus.NewDesc("agentrun_model_learned_requests_per_second", "The request rate this replica learned from a provider's 429s for a model with no requests_per_minute declared; absent until one is learned.", []string{"provider", "model"}, nil)
 	pausedDesc      = prometheus.NewDesc("agentrun_model_bucket_paused", "1 while a bucket's calls wait out a provider's Retry-After, else 0.", []string{"provider", "model"}, nil)
+	storeUpDesc     = prometheus.NewDesc("agentrun_store_up", "1 while the runs' journal store can be used, 0 while the controller knows it down (runs wait on StoreUnavailable).", nil, nil)
+	unarchivedDesc  = prometheus.NewDesc("agentrun_runs_unarchived", "Finished runs whose record is not in the archive yet, by namespace; they are kept (past their TTL) until it is.", []string{"namespace"}, nil)
 	circuitDesc     = prometheus.NewDesc("agentrun_circuit_open", "1 while a provider's circuit is open, 0 for one with failures below the threshold or half-open; providers without recent failures are absent.", []string{"namespace", "provider"}, nil)
 )
 
@@ -227,7 +255,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, memoryDesc, circuitDesc, bucketCallsDesc, learnedDesc, pausedDesc} {
+	for _, d := range []*prometheus.Desc{runsDesc, waitingDesc, oldestDesc, blockersDesc, poolDesc, queueDesc, memoryDesc, circuitDesc, bucketCallsDesc, learnedDesc, pausedDesc, storeUpDesc, unarchivedDesc} {
 		ch <- d
 	}
 }
@@ -254,8 +282,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if src.Buckets != nil {
 		collectBuckets(ch, src.Buckets.Stats(), now)
 	}
+	if src.StoreUp != nil {
+		up := 0.0
+		if src.StoreUp() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up)
+	}
 	if src.Runs != nil {
-		collectRuns(ch, src.Runs, now)
+		collectRuns(ch, src.Runs, now, src.Archiving)
 	}
 }
 
@@ -311,16 +346,17 @@ func collectCircuits(ch chan<- prometheus.Metric, states []circuit.State) {
 
 type key struct{ a, b, c string }
 
-// collectRuns reports the runs' phases and waits, aggregated so that no
-// label carries a run's name.
-func collectRuns(ch chan<- prometheus.Metric, reader client.Reader, now time.Time) {
+// collectRuns reports the runs' phases and waits, and with archiving the
+// finished runs not archived yet, aggregated so that no label carries a
+// run's name.
+func collectRuns(ch chan<- prometheus.Metric, reader client.Reader, now time.Time, archiving bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var runs arv1.AgentRunList
 	if err := reader.List(ctx, &runs); err != nil {
 		return // the cache is not ready yet; report nothing rather than zeros
 	}
-	phases, waits, blockers := map[key]int{}, map[key]int{}, map[key]int{}
+	phases, waits, blockers, unarchived := map[key]int{}, map[key]int{}, map[key]int{}, map[key]int{}
 	oldest := map[key]time.Duration{}
 	for i := range runs.Items {
 		st := &runs.Items[i].Status
@@ -330,6 +366,13 @@ func collectRuns(ch chan<- prometheus.Metric, reader client.Reader, now time.Tim
 			phase = string(arv1.PhaseQueued)
 		}
 		phases[key{ns, phase, ""}]++
+		if archiving && st.Phase.IsTerminal() {
+			n := unarchived[key{ns, "", ""}] // every namespace with finished runs has the series
+			if !meta.IsStatusConditionTrue(st.Conditions, arv1.ConditionArchived) {
+				n++
+			}
+			unarchived[key{ns, "", ""}] = n
+		}
 		w := st.WaitingOn
 		if w == nil {
 			continue
@@ -354,6 +397,9 @@ func collectRuns(ch chan<- prometheus.Metric, reader client.Reader, now time.Tim
 	}
 	for k, n := range blockers {
 		ch <- prometheus.MustNewConstMetric(blockersDesc, prometheus.GaugeValue, float64(n), k.a, k.b)
+	}
+	for k, n := range unarchived {
+		ch <- prometheus.MustNewConstMetric(unarchivedDesc, prometheus.GaugeValue, float64(n), k.a)
 	}
 }
 

@@ -118,6 +118,58 @@ func TestUnregisteredCollectorReportsNothing(t *testing.T) {
 	}
 }
 
+// finished is a run that ended Complete, archived or not.
+func finished(ns, name string, archived metav1.ConditionStatus) *arv1.AgentRun {
+	run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: arv1.AgentRunStatus{Phase: arv1.PhaseComplete}}
+	if archived != "" {
+		run.Status.Conditions = []metav1.Condition{{Type: arv1.ConditionArchived, Status: archived, Reason: "R", LastTransitionTime: metav1.Now()}}
+	}
+	return run
+}
+
+// TestStoreAndArchiveGauges: the store's health is reported as the
+// controller knows it; with archiving, every namespace with finished runs
+// counts those not archived yet (a failed write, or none tried), and
+// without it nothing is counted.
+func TestStoreAndArchiveGauges(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := arv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		finished("a", "done", metav1.ConditionTrue),
+		finished("a", "failed", metav1.ConditionFalse),
+		finished("a", "before-the-database", ""),
+		finished("b", "done", metav1.ConditionTrue),
+		parked("c", "in-flight", arv1.WaitStoreUnavailable, time.Now()),
+	).Build()
+	up := false
+	src := Sources{Runs: reader, Now: time.Now, StoreUp: func() bool { return up }, Archiving: true}
+	got := gather(t, &stateCollector{src: src})
+	want := map[string]float64{
+		"agentrun_store_up{}":                   0,
+		"agentrun_runs_unarchived{namespace=a}": 2,
+		"agentrun_runs_unarchived{namespace=b}": 0,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if n := countPrefix(got, "agentrun_runs_unarchived{"); n != 2 {
+		t.Errorf("%d unarchived series, want 2 (the namespaces with finished runs): %v", n, got)
+	}
+	up = true
+	if g := gather(t, &stateCollector{src: src})["agentrun_store_up{}"]; g != 1 {
+		t.Errorf("agentrun_store_up = %v with the store answering, want 1", g)
+	}
+	src.Archiving, src.StoreUp = false, nil
+	got = gather(t, &stateCollector{src: src})
+	if n := countPrefix(got, "agentrun_runs_unarchived{") + countPrefix(got, "agentrun_store_up{"); n != 0 {
+		t.Errorf("without an archive or a store probe: %v", got)
+	}
+}
+
 type buckets []ratelimit.BucketStats
 
 func (b buckets) Stats() []ratelimit.BucketStats { return b }

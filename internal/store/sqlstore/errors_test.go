@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,33 @@ func TestSQLiteUnwritable(t *testing.T) {
 	var ue *store.UnavailableError
 	if err := s.Check(context.Background()); !errors.As(err, &ue) || !strings.Contains(ue.Remedy, "/proc/agentrun-test.db") {
 		t.Fatalf("Check: %v", err)
+	}
+}
+
+// TestAnOperationWaitsForAMigrationOnlyTillItsDeadline: an operation that
+// finds another's migration under way (which a database that does not
+// answer holds until its own timeout) gives up at its deadline, the store
+// unavailable, and goes on once the migration is done.
+func TestAnOperationWaitsForAMigrationOnlyTillItsDeadline(t *testing.T) {
+	s := open(t, "sqlite:"+filepath.Join(t.TempDir(), "agentrun.db"))
+	release := sqlstore.HoldMigration(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Load(ctx, newRun(), false)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "waiting for the schema migration") {
+			t.Errorf("Load while a migration is under way: %v; want the store unavailable, saying why", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Load waited for the migration past its deadline")
+	}
+	release()
+	if _, err := s.Load(context.Background(), newRun(), false); err != nil {
+		t.Errorf("Load once the migration is done: %v", err)
 	}
 }

@@ -40,3 +40,10 @@ func FirstArchive(ctx context.Context, s *Store, rec *store.Record) (bool, error
 	}
 	return s.firstArchive(ctx, rec.Run, vals)
 }
+
+// HoldMigration makes s as if another operation's migration were under
+// way, until release.
+func HoldMigration(s *Store) (release func()) {
+	s.migrating <- struct{}{}
+	return func() { <-s.migrating }
+}

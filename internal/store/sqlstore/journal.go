@@ -51,7 +51,11 @@ type Store struct {
 	// line gives each operation its turn at the pool (line.go).
 	line *line
 
-	migrateMu sync.Mutex
+	// migrating is held by the one migration under way: a channel, not a
+	// mutex, so an operation waiting for another's migration gives up at
+	// its own deadline (a database that does not answer holds each
+	// migration until its timeout).
+	migrating chan struct{}
 	migrated  atomic.Bool
 	// fences are the newest fence this process has recorded per Lease.
 	fencesMu sync.Mutex

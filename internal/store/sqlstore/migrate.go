@@ -45,8 +45,12 @@ func SchemaVersion() int64 {
 // PostgreSQL so replicas starting together migrate once; a schema newer
 // than SchemaVersion is ErrSchemaNewer, and the database is not touched.
 func (s *Store) migrate(ctx context.Context) error {
-	s.migrateMu.Lock()
-	defer s.migrateMu.Unlock()
+	select {
+	case s.migrating <- struct{}{}:
+	case <-ctx.Done():
+		return s.migrationFailed(fmt.Errorf("waiting for the schema migration under way: %w", ctx.Err()))
+	}
+	defer func() { <-s.migrating }()
 	if s.migrated.Load() {
 		return nil
 	}

@@ -145,7 +145,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = logr.Discard()
 	}
-	s := &Store{cfg: cfg, target: t, line: newLine(1)}
+	s := &Store{cfg: cfg, target: t, line: newLine(1), migrating: make(chan struct{}, 1)}
 	switch t.Kind {
 	case KindSQLite:
 		s.dialect = sqliteDialect
