@@ -4,11 +4,16 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	arv1 "github.com/agentrun-dev/agentrun-operator/api/v1alpha1"
@@ -110,10 +115,29 @@ func (r *AgentRunReconciler) watchShard(c cache.Cache) error {
 		return err
 	}
 	own := handler.EnqueueRequestForOwner(r.scheme, r.mapper, &arv1.AgentRun{}, handler.OnlyControllerOwner())
-	if err := r.ctrl.Watch(source.Kind[client.Object](c, &arv1.AgentRun{}, &handler.EnqueueRequestForObject{}, runChanged())); err != nil {
+	if err := r.ctrl.Watch(source.Kind[client.Object](c, &arv1.AgentRun{}, finishedLast{&handler.EnqueueRequestForObject{}}, runChanged())); err != nil {
 		return err
 	}
 	return r.ctrl.Watch(source.Kind[client.Object](c, &arv1.AgentRun{}, own, childChanged{}))
+}
+
+// finishedLast enqueues a shard cache's runs as the manager's own cache
+// does, except a finished run that enters the cache after its first list:
+// one labelled into the shard once it was taken, as every run finished
+// before sharding was turned on is (an upgrade's backlog, to archive). It
+// goes in at low priority, as the first list's runs do, so what it still
+// needs (its archive, its retention) waits behind runs in flight and new
+// runs, which the labeller brings in the same way.
+type finishedLast struct{ *handler.EnqueueRequestForObject }
+
+func (h finishedLast) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	run, ok := e.Object.(*arv1.AgentRun)
+	pq, prioritized := q.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok || !prioritized || !run.Status.Phase.IsTerminal() {
+		h.EnqueueRequestForObject.Create(ctx, e, q)
+		return
+	}
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
 }
 
 // runChanged is what wakes a run about itself: a new generation (spec),

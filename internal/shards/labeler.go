@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,9 +47,17 @@ type LabelerConfig struct {
 // range (the shard count was lowered) is folded into range, the same way
 // for the whole tree. The label costs each top-level run one write, with
 // more than one shard only.
+//
+// Runs in flight are labelled first, and a run created meanwhile goes
+// ahead of the finished runs still to label: after an upgrade to shards
+// every run finished before is labelled once, and new work must not wait
+// behind that backlog.
 type Labeler struct {
 	cfg   LabelerConfig
 	kicks chan struct{}
+	// arrived is set when a run not finished enters the unlabelled cache,
+	// so a pass through finished runs labels it first.
+	arrived atomic.Bool
 }
 
 // NewLabeler labels runs once started (a manager Runnable).
@@ -116,29 +125,63 @@ func (l *Labeler) unlabelled(ctx context.Context) (cache.Cache, error) {
 		return nil, err
 	}
 	kick := func(any) { l.Kick() }
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: kick, DeleteFunc: kick}); err != nil {
+	add := func(obj any) {
+		if run, ok := obj.(*arv1.AgentRun); ok && !run.Status.Phase.IsTerminal() {
+			l.arrived.Store(true)
+		}
+		l.Kick()
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: add, DeleteFunc: kick}); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// labelAll labels the runs whose shard this replica drives.
+// labelAll labels the runs whose shard this replica drives: those in
+// flight first, then the finished ones, before each of which the runs in
+// flight that arrived meanwhile.
 func (l *Labeler) labelAll(ctx context.Context, c cache.Cache) {
+	l.arrived.Store(false)
+	finished := l.labelInFlight(ctx, c)
+	for _, run := range finished {
+		if ctx.Err() != nil {
+			return
+		}
+		if l.arrived.Swap(false) {
+			l.labelInFlight(ctx, c)
+		}
+		l.label(ctx, run)
+	}
+}
+
+// labelInFlight labels the unlabelled runs not finished, and returns the
+// finished ones.
+func (l *Labeler) labelInFlight(ctx context.Context, c cache.Cache) (finished []*arv1.AgentRun) {
 	var list arv1.AgentRunList
 	if err := c.List(ctx, &list); err != nil {
-		return
+		return nil
 	}
 	for i := range list.Items {
 		run := &list.Items[i]
-		shard, ok := l.shardFor(ctx, run)
-		if !ok || !l.cfg.Owns(shard) {
+		if run.Status.Phase.IsTerminal() {
+			finished = append(finished, run)
 			continue
 		}
-		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, LabelShard, strconv.Itoa(shard))
-		if err := l.cfg.Writer.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Labelling a run with its shard", "AgentRun", client.ObjectKeyFromObject(run))
-			time.AfterFunc(time.Second, l.Kick)
-		}
+		l.label(ctx, run)
+	}
+	return finished
+}
+
+// label labels one run with its shard, when this replica drives it.
+func (l *Labeler) label(ctx context.Context, run *arv1.AgentRun) {
+	shard, ok := l.shardFor(ctx, run)
+	if !ok || !l.cfg.Owns(shard) {
+		return
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, LabelShard, strconv.Itoa(shard))
+	if err := l.cfg.Writer.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Labelling a run with its shard", "AgentRun", client.ObjectKeyFromObject(run))
+		time.AfterFunc(time.Second, l.Kick)
 	}
 }
 

@@ -22,10 +22,15 @@ import (
 // archived, each beside a bare client making the same calls. Reports how
 // long the backlog took to archive, and the new runs' times and ratio
 // while it was archived and after: what an upgrade holds new work back by.
+// LOADTEST_REPLICAS=k (default 1) upgrades to k sharded replicas
+// (--shards=4, the Deployment's default) instead of one: each replica's
+// shard labeller then writes every old run once, which brings it back to
+// the work queue at normal priority.
 func BenchmarkUpgradeBacklog(b *testing.B) {
 	scenario(b, func(b *testing.B, ctx context.Context, r *report) {
 		const n, calls, backlogCalls = 100, 3, 20
 		backlog := envInt(b, "LOADTEST_BACKLOG", 500)
+		replicas := envInt(b, "LOADTEST_REPLICAS", 1)
 		c := startCluster(b)
 
 		old := startManager(b, ctx, c)
@@ -46,11 +51,7 @@ func BenchmarkUpgradeBacklog(b *testing.B) {
 		bare1, _ := bareLatencyCalls(b, ctx, srv, n, calls)
 		st := setupStore(b, ctx, storePostgres)
 		started := time.Now()
-		m, err := c.StartManager(ctx, b.TempDir(), append(managerFlags(), st.flags...)...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = m.Stop(30 * time.Second) }()
+		m := startUpgraded(b, ctx, c, replicas, st.flags)
 		// The watcher stops with the benchmark, whichever way it ends.
 		wctx, stopWatching := context.WithCancel(ctx)
 		defer stopWatching()
@@ -78,8 +79,8 @@ func BenchmarkUpgradeBacklog(b *testing.B) {
 		bare2, _ := bareLatencyCalls(b, ctx, srv, n, calls)
 		bare := (secs(bare1.Wall) + secs(bare2.Wall)) / 2
 
-		r.row("backlog archived", "every run Archived=True %.1fs after the manager on PostgreSQL started (%.0f runs/s, %.0f journal entries/s imported)",
-			secs(took), float64(backlog)/secs(took), float64(backlog*2*backlogCalls)/secs(took))
+		r.row("backlog archived", "every run Archived=True %.1fs after the %d manager(s) on PostgreSQL started (%.0f runs/s, %.0f journal entries/s imported)",
+			secs(took), replicas, float64(backlog)/secs(took), float64(backlog*2*backlogCalls)/secs(took))
 		r.row("bare client", "%d clients x %d calls of 500ms: wall %.2fs, then %.2fs", n, calls, secs(bare1.Wall), secs(bare2.Wall))
 		for _, b := range []struct {
 			label string
@@ -93,6 +94,41 @@ func BenchmarkUpgradeBacklog(b *testing.B) {
 		r.metric(bare/secs(after.res.All()), "ratio_after")
 		r.metric(secs(during.res.First()), "first_complete_during_s")
 	})
+}
+
+// upgradeShards is the shard count of a sharded upgrade: the
+// Deployment's default.
+const upgradeShards = 4
+
+// startUpgraded starts the managers on the database (storeFlags): one,
+// or k sharded replicas; it returns the first (the batches' manager) and
+// stops them all when the benchmark ends. Sharded replicas are started
+// together and not waited for, as a rollout starts them.
+func startUpgraded(b *testing.B, ctx context.Context, c *loadtest.Cluster, k int, storeFlags []string) *loadtest.Manager {
+	b.Helper()
+	var leaseNS string
+	if k > 1 {
+		var err error
+		if leaseNS, err = c.NewNamespace(ctx, "leases"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var first *loadtest.Manager
+	for i := range k {
+		flags := append(managerFlags(), storeFlags...)
+		if k > 1 {
+			flags = append(flags, fmt.Sprintf("--shards=%d", upgradeShards), "--lease-namespace="+leaseNS, fmt.Sprintf("--replica-id=replica-%d", i+1))
+		}
+		m, err := c.StartManager(ctx, b.TempDir(), flags...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = m.Stop(30 * time.Second) })
+		if first == nil {
+			first = m
+		}
+	}
+	return first
 }
 
 // waitArchived is how long after start every one of the n runs of ns
