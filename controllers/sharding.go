@@ -128,7 +128,9 @@ func (r *AgentRunReconciler) watchShard(c cache.Cache) error {
 // goes in at low priority, as the first list's runs do, so what it still
 // needs (its archive, its retention) waits behind runs in flight and new
 // runs, which the labeller brings in the same way.
-type finishedLast struct{ *handler.EnqueueRequestForObject }
+type finishedLast struct {
+	*handler.EnqueueRequestForObject
+}
 
 func (h finishedLast) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	run, ok := e.Object.(*arv1.AgentRun)
