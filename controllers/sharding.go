@@ -122,12 +122,14 @@ func (r *AgentRunReconciler) watchShard(c cache.Cache) error {
 }
 
 // finishedLast enqueues a shard cache's runs as the manager's own cache
-// does, except a finished run that enters the cache after its first list:
-// one labelled into the shard once it was taken, as every run finished
-// before sharding was turned on is (an upgrade's backlog, to archive). It
-// goes in at low priority, as the first list's runs do, so what it still
-// needs (its archive, its retention) waits behind runs in flight and new
-// runs, which the labeller brings in the same way.
+// does, except for their arrival in it: a finished run is queued at low
+// priority, whenever it arrives (in the first list, or labelled into the
+// shard later, as every run finished before sharding was turned on is: an
+// upgrade's backlog, to archive), and a run not finished at the normal
+// one, even in the first list, where the manager's cache puts it low: it
+// is a run in flight taken over from another replica, or a new one. What
+// a finished run still needs (its archive, its retention) then waits
+// behind them.
 type finishedLast struct {
 	*handler.EnqueueRequestForObject
 }
@@ -135,11 +137,15 @@ type finishedLast struct {
 func (h finishedLast) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	run, ok := e.Object.(*arv1.AgentRun)
 	pq, prioritized := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	if !ok || !prioritized || !run.Status.Phase.IsTerminal() {
+	if !ok || !prioritized {
 		h.EnqueueRequestForObject.Create(ctx, e, q)
 		return
 	}
-	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	var priority *int
+	if run.Status.Phase.IsTerminal() {
+		priority = ptr.To(handler.LowPriority)
+	}
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: priority}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
 }
 
 // runChanged is what wakes a run about itself: a new generation (spec),
