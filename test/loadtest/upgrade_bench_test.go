@@ -87,7 +87,7 @@ func BenchmarkUpgradeBacklog(b *testing.B) {
 			lr    *latencyRun
 		}{{"new runs, while archived", during}, {"new runs, after", after}} {
 			res := b.lr.res
-			r.row(b.label, "first Complete %.2fs, half %.2fs, all %.2fs; ratio %.3f", secs(res.First()), secs(res.Half()), secs(res.All()), bare/secs(res.All()))
+			r.row(b.label, "first Complete %.2fs, half %.2fs, all %.2fs; ratio %.3f; waits seen: %s", secs(res.First()), secs(res.Half()), secs(res.All()), bare/secs(res.All()), b.lr.waits)
 		}
 		r.metric(secs(took), "backlog_archived_s")
 		r.metric(bare/secs(during.res.All()), "ratio_during")
