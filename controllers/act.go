@@ -256,6 +256,8 @@ func (r *AgentRunReconciler) dispatch(ctx context.Context, s *scope) error {
 	inJournal := journaled || (a.Reissue && r.journals.Database())
 	if inJournal || (!a.Reissue && f.statusIntent == nil && (r.journals.Database() || r.pace.mayWait(s))) {
 		call.JournalIntent = true
+		k, lost := stepKey(run, intent.Seq), intent.Lost
+		call.NotMade = func() { r.unstarted.mark(k, lost) }
 		r.unjournaled.Put(run.UID, intent)
 		s.aborts = append(s.aborts, func() { r.unjournaled.Take(run.UID) })
 		s.out.journaledIntents++

@@ -81,6 +81,12 @@ type ModelCall struct {
 	// call is not made, and the run parks on the quota.
 	Quota     *store.Charge
 	OverQuota func(*store.QuotaExceededError)
+	// NotMade, when set, is told when the step does not make the call
+	// because journaling its intent (JournalIntent) failed. A failed write
+	// may have been stored all the same (its answer lost with the
+	// connection, a database frozen mid-write): whoever issues the intent
+	// next must know it was never sent, and not count it as lost.
+	NotMade func()
 }
 
 // Continuation is the call that follows a finished one, decided from the
@@ -129,6 +135,9 @@ func (rt *Runtime) RunModelCall(ctx context.Context, c ModelCall) {
 		// On record before the provider sees anything: a call is never
 		// made that a restarted manager could not find.
 		if err := rt.record(store.WithCharges(ctx, c.Quota), c.Run, nil, c.Intent); err != nil || ctx.Err() != nil {
+			if c.NotMade != nil {
+				c.NotMade()
+			}
 			if overQuota(c, err) {
 				rt.logFor(ctx, "step", c.Run, "seq", c.Intent.Seq).V(1).Info("A quota has no room for the call; it was not made", "quota", err.Error())
 			} else if err != nil {
