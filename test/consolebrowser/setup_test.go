@@ -117,19 +117,30 @@ func chromium(t *testing.T) string {
 	return path
 }
 
-// browser starts a headless Chromium and returns a tab's context.
+// browser starts a headless Chromium and returns a tab's context. A
+// Chromium that exits before it serves DevTools ("chrome failed to
+// start", seen once in a full test run on this machine, not again) is
+// started again, up to three times.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelB := chromedp.NewContext(actx)
-	ctx, cancelC := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting Chromium: %v", err)
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelB := chromedp.NewContext(actx)
+		ctx, cancelC := context.WithTimeout(ctx, 3*time.Minute)
+		if err = chromedp.Do(ctx); err == nil {
+			t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
+			return ctx
+		}
+		cancelC()
+		cancelB()
+		cancelA()
+		t.Logf("starting Chromium (attempt %d): %v", attempt, err)
 	}
-	return ctx
+	t.Fatalf("starting Chromium: %v", err)
+	return nil
 }
 
 // serveConsole runs a console with o on loopback for the test, and
