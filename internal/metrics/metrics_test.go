@@ -90,13 +90,19 @@ func TestStateGauges(t *testing.T) {
 		"agentrun_circuit_open{namespace=a,provider=down}":                                              1,
 		"agentrun_circuit_open{namespace=b,provider=flaky}":                                             0,
 	}
+	expectSamples(t, got, want)
+	if n := countPrefix(got, "agentrun_runs_waiting_oldest_seconds{"); n != 3 {
+		t.Errorf("%d oldest-wait series, want 3 (one per namespace and reason): %v", n, got)
+	}
+}
+
+// expectSamples checks that each sample of want was gathered, with its value.
+func expectSamples(t *testing.T, got, want map[string]float64) {
+	t.Helper()
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
-	}
-	if n := countPrefix(got, "agentrun_runs_waiting_oldest_seconds{"); n != 3 {
-		t.Errorf("%d oldest-wait series, want 3 (one per namespace and reason): %v", n, got)
 	}
 }
 
@@ -151,11 +157,7 @@ func TestStoreAndArchiveGauges(t *testing.T) {
 		"agentrun_runs_unarchived{namespace=a}": 2,
 		"agentrun_runs_unarchived{namespace=b}": 0,
 	}
-	for k, v := range want {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
-		}
-	}
+	expectSamples(t, got, want)
 	if n := countPrefix(got, "agentrun_runs_unarchived{"); n != 2 {
 		t.Errorf("%d unarchived series, want 2 (the namespaces with finished runs): %v", n, got)
 	}
@@ -193,11 +195,7 @@ func TestBucketGauges(t *testing.T) {
 		"agentrun_model_bucket_calls{model=claude,provider=anthropic,state=in_flight}": 7,
 		"agentrun_model_bucket_paused{model=claude,provider=anthropic}":                0,
 	}
-	for k, v := range want {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
-		}
-	}
+	expectSamples(t, got, want)
 	if _, ok := got["agentrun_model_learned_requests_per_second{model=claude,provider=anthropic}"]; ok {
 		t.Errorf("a bucket that learned no rate reports one: %v", got)
 	}
