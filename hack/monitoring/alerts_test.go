@@ -218,4 +218,3 @@ func TestArchiveBehindAlert(t *testing.T) {
 		}
 	}
 }
-
