@@ -19,8 +19,9 @@ import (
 // controller that shows a run's progress must, with the operator's own
 // objects (their spec, labels and final status, so the same schema
 // validation and object sizes): the create, a status write at the start,
-// one on the interval, one at the end, and an Event. It is the API
-// server's side of LongRun's bare client.
+// one on the interval (for runs long enough to have one), one at the
+// end, and an Event. It is the API server's side of LongRun's bare
+// client.
 type apiFloor struct {
 	// cpuPerRun is kube-apiserver + etcd CPU per run, less what they
 	// spend idle over as long; writesPerRun the etcd revisions per run,
@@ -30,9 +31,10 @@ type apiFloor struct {
 	runs         int
 }
 
-// measureAPIFloor runs apiFloor for the runs of ns; the manager must be
-// stopped (it would drive the copies).
-func measureAPIFloor(ctx context.Context, c *loadtest.Cluster, ns string, idleMsPerSec, idleWrites float64) (apiFloor, error) {
+// measureAPIFloor runs apiFloor for the runs of ns, with an interval
+// status write if interval; the manager must be stopped (it would drive
+// the copies).
+func measureAPIFloor(ctx context.Context, c *loadtest.Cluster, ns string, interval bool, idleMsPerSec, idleWrites float64) (apiFloor, error) {
 	var list arv1.AgentRunList
 	if err := c.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return apiFloor{}, err
@@ -65,9 +67,13 @@ func measureAPIFloor(ctx context.Context, c *loadtest.Cluster, ns string, idleMs
 		final.ObservedGeneration = run.Generation
 		running := final.DeepCopy()
 		running.Phase, running.FinishedAt = arv1.PhaseRunning, nil
-		interval := running.DeepCopy()
-		interval.Iteration++
-		for _, st := range []*arv1.AgentRunStatus{running, interval, final} {
+		writes := []*arv1.AgentRunStatus{running, final}
+		if interval {
+			between := running.DeepCopy()
+			between.Iteration++
+			writes = []*arv1.AgentRunStatus{running, between, final}
+		}
+		for _, st := range writes {
 			run.Status = *st
 			if err := c.Client.Status().Update(ctx, run); err != nil {
 				return fmt.Errorf("writing the status of %s: %w", run.Name, err)

@@ -356,6 +356,9 @@ func latencyScenario(b *testing.B, o latencyOptions) {
 		if st.dbPID != 0 {
 			r.row("operator: database CPU", "%.2f ms/run (the postmaster's process tree)", float64(res.CPU[loadtest.DatabaseCPU].Microseconds())/1000/float64(res.N))
 		}
+		if o.kubectlStreams > 0 {
+			kubectlAlone(b, ctx, c, m, r, lr, n, d, bareWall)
+		}
 		if o.targets {
 			r.row("targets", "ratio %.3f (>= 0.6: %s), first Complete %.2fs (<= 9s: %s), manager VmHWM %.0f MiB (<= 256: %s)",
 				ratio, verdict(ratio >= 0.6), secs(res.First()), verdict(res.First() <= 9*time.Second), loadtest.MiB(res.Memory.HWM), verdict(loadtest.MiB(res.Memory.HWM) <= 256))
@@ -809,4 +812,53 @@ func summarize(runs map[string]*arv1.AgentRun) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, counts[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// kubectlAlone measures, with m stopped so that nothing else writes, what
+// this machine allows any operator: the API floor of the runs of lr (their
+// create, two status writes and an Event, as apiFloor writes them; three
+// calls of d leave no interval write), and the same kubectl streams
+// creating n more runs. The run created last cannot be Complete before
+// those creates plus its calls, which caps the ratio whatever the
+// operator does; the rows say by how much. It comes after everything
+// measured with the manager.
+func kubectlAlone(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.Manager, r *report, lr *latencyRun, n int, d time.Duration, bareWall float64) {
+	b.Helper()
+	if err := m.Stop(30 * time.Second); err != nil {
+		b.Fatal(err)
+	}
+	const idleSpan = 5 * time.Second
+	cpu0 := loadtest.CPUNow()
+	time.Sleep(idleSpan)
+	idle := loadtest.CPUNow().Sub(cpu0)
+	idleMsPerSec := float64((idle["kube-apiserver"] + idle["etcd"]).Microseconds()) / 1000 / idleSpan.Seconds()
+	floor, err := measureAPIFloor(ctx, c, lr.ns, false, idleMsPerSec, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res := lr.res
+	op := float64((res.CPU["kube-apiserver"] + res.CPU["etcd"]).Microseconds()) / 1000 / float64(res.N)
+	floorMs := ms(floor.cpuPerRun.Seconds())
+	r.row("API floor", "a bare client writing what %d of the runs show (their create, 2 status writes with their own status, an Event; manager stopped): %.1f ms of kube-apiserver + etcd CPU a run less idle (%.1f ms/s), %.2f writes/run; the operator's runs %.1f ms a run; %d runs at the floor alone hold this machine's %d cores %.2fs",
+		floor.runs, floorMs, idleMsPerSec, floor.writesPerRun, op, n, runtime.NumCPU(), floorMs*float64(n)/1000/float64(runtime.NumCPU()))
+	r.metric(floorMs, "apifloor_ms/run")
+
+	ns, err := c.NewNamespace(ctx, "kubectl-alone")
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	at, err := lr.create(ctx, loadtest.Batch{Namespace: ns, Agent: "none", Prefix: "alone", N: n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var last time.Duration
+	for _, t := range at {
+		last = max(last, t.Sub(start))
+	}
+	least := secs(last) + float64(loadtest.LatencyModelCalls)*d.Seconds()
+	r.row("kubectl alone", "the same streams create %d more runs in %.2fs with the manager stopped; the last of them could not be Complete before %.2fs (its %d calls of %v after it), so no operator's ratio could pass %.3f here",
+		n, secs(last), least, loadtest.LatencyModelCalls, d, bareWall/least)
+	r.metric(secs(last), "kubectl_alone_s")
+	r.metric(bareWall/least, "ratio_ceiling")
 }

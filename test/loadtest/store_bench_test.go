@@ -200,7 +200,7 @@ func (o longRun) backend(b *testing.B, ctx context.Context, r *report, kind stri
 	if err := m.Stop(30 * time.Second); err != nil {
 		b.Fatal(err)
 	}
-	floor, err := measureAPIFloor(ctx, c, lr.ns, idleMsPerSec, idle)
+	floor, err := measureAPIFloor(ctx, c, lr.ns, true, idleMsPerSec, idle)
 	if err != nil {
 		b.Fatal(err)
 	}
