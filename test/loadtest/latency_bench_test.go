@@ -357,7 +357,7 @@ func latencyScenario(b *testing.B, o latencyOptions) {
 			r.row("operator: database CPU", "%.2f ms/run (the postmaster's process tree)", float64(res.CPU[loadtest.DatabaseCPU].Microseconds())/1000/float64(res.N))
 		}
 		if o.kubectlStreams > 0 {
-			kubectlAlone(b, ctx, c, m, r, lr, n, d, bareWall)
+			machineCeilings(b, ctx, c, m, r, lr, n, d, bareWall)
 		}
 		if o.targets {
 			r.row("targets", "ratio %.3f (>= 0.6: %s), first Complete %.2fs (<= 9s: %s), manager VmHWM %.0f MiB (<= 256: %s)",
@@ -814,7 +814,7 @@ func summarize(runs map[string]*arv1.AgentRun) string {
 	return strings.Join(parts, " ")
 }
 
-// kubectlAlone measures, with m stopped so that nothing else writes, what
+// machineCeilings measures, with m stopped so that nothing else writes, what
 // this machine allows any operator: the API floor of the runs of lr (their
 // create, two status writes and an Event, as apiFloor writes them; three
 // calls of d leave no interval write), and the same kubectl streams
@@ -822,7 +822,7 @@ func summarize(runs map[string]*arv1.AgentRun) string {
 // those creates plus its calls, which caps the ratio whatever the
 // operator does; the rows say by how much. It comes after everything
 // measured with the manager.
-func kubectlAlone(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.Manager, r *report, lr *latencyRun, n int, d time.Duration, bareWall float64) {
+func machineCeilings(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loadtest.Manager, r *report, lr *latencyRun, n int, d time.Duration, bareWall float64) {
 	b.Helper()
 	if err := m.Stop(30 * time.Second); err != nil {
 		b.Fatal(err)
@@ -839,7 +839,7 @@ func kubectlAlone(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *loa
 	res := lr.res
 	op := float64((res.CPU["kube-apiserver"] + res.CPU["etcd"]).Microseconds()) / 1000 / float64(res.N)
 	floorMs := ms(floor.cpuPerRun.Seconds())
-	r.row("API floor", "a bare client writing what %d of the runs show (their create, 2 status writes with their own status, an Event; manager stopped): %.1f ms of kube-apiserver + etcd CPU a run less idle (%.1f ms/s), %.2f writes/run; the operator's runs %.1f ms a run; %d runs at the floor alone hold this machine's %d cores %.2fs",
+	r.row("API floor", "a bare client writing what %d of the runs show (their create, 2 status writes with their own status, an Event; manager stopped): %.1f ms of kube-apiserver + etcd CPU a run less idle (%.1f ms/s), %.2f writes/run; the operator's runs %.1f ms a run, idle included; %d runs at the floor alone hold this machine's %d cores %.2fs",
 		floor.runs, floorMs, idleMsPerSec, floor.writesPerRun, op, n, runtime.NumCPU(), floorMs*float64(n)/1000/float64(runtime.NumCPU()))
 	r.metric(floorMs, "apifloor_ms/run")
 
