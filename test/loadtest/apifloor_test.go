@@ -94,7 +94,7 @@ func measureAPIFloor(ctx context.Context, c *loadtest.Cluster, ns string, interv
 		return apiFloor{}, err
 	}
 	n := len(done)
-	spent := cpu["kube-apiserver"] + cpu["etcd"] - time.Duration(idleMsPerSec*took.Seconds()*float64(time.Millisecond))
+	spent := cpu.ControlPlane() - time.Duration(idleMsPerSec*took.Seconds()*float64(time.Millisecond))
 	return apiFloor{
 		cpuPerRun:    spent / time.Duration(n),
 		writesPerRun: (float64(rev1-rev0) - loadtest.Noise(idleWrites, took)) / float64(n),

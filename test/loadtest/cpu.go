@@ -81,6 +81,12 @@ func TreeCPU(pid int) (time.Duration, error) {
 // the manager when there is one.
 type CPUSample map[string]time.Duration
 
+// ControlPlane is the sample's kube-apiserver and etcd CPU together: what
+// the operator's API writes cost the cluster.
+func (s CPUSample) ControlPlane() time.Duration {
+	return s["kube-apiserver"] + s["etcd"]
+}
+
 // DatabaseCPU is the CPUSample key of a database server's process tree
 // (Batch.DatabasePID).
 const DatabaseCPU = "database"

@@ -831,13 +831,13 @@ func machineCeilings(b *testing.B, ctx context.Context, c *loadtest.Cluster, m *
 	cpu0 := loadtest.CPUNow()
 	time.Sleep(idleSpan)
 	idle := loadtest.CPUNow().Sub(cpu0)
-	idleMsPerSec := float64((idle["kube-apiserver"] + idle["etcd"]).Microseconds()) / 1000 / idleSpan.Seconds()
+	idleMsPerSec := float64(idle.ControlPlane().Microseconds()) / 1000 / idleSpan.Seconds()
 	floor, err := measureAPIFloor(ctx, c, lr.ns, false, idleMsPerSec, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	res := lr.res
-	op := float64((res.CPU["kube-apiserver"] + res.CPU["etcd"]).Microseconds()) / 1000 / float64(res.N)
+	op := float64(res.CPU.ControlPlane().Microseconds()) / 1000 / float64(res.N)
 	floorMs := ms(floor.cpuPerRun.Seconds())
 	r.row("API floor", "a bare client writing what %d of the runs show (their create, 2 status writes with their own status, an Event; manager stopped): %.1f ms of kube-apiserver + etcd CPU a run less idle (%.1f ms/s), %.2f writes/run; the operator's runs %.1f ms a run, idle included; %d runs at the floor alone hold this machine's %d cores %.2fs",
 		floor.runs, floorMs, idleMsPerSec, floor.writesPerRun, op, n, runtime.NumCPU(), floorMs*float64(n)/1000/float64(runtime.NumCPU()))

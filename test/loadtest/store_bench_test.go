@@ -174,7 +174,7 @@ func (o longRun) backend(b *testing.B, ctx context.Context, r *report, kind stri
 	r.row(kind+": store", "%s", st.describe)
 	// What the control plane spends on its own, with no client but the
 	// harness's revision reads: part of every window's CPU.
-	idleMsPerSec := float64((idleCPU["kube-apiserver"] + idleCPU["etcd"]).Microseconds()) / 1000 / idleWindow.Seconds()
+	idleMsPerSec := float64(idleCPU.ControlPlane().Microseconds()) / 1000 / idleWindow.Seconds()
 	r.row(kind+": idle API server", "%.2f writes/s and %.1f ms/s of kube-apiserver + etcd CPU over %v before the manager started", idle, idleMsPerSec, idleWindow)
 	warmOperator(b, ctx, c, m, r, kind)
 	dbIdle := o.databaseIdle(b, st)
@@ -210,7 +210,7 @@ func (o longRun) backend(b *testing.B, ctx context.Context, r *report, kind stri
 // reportFloor sets the operator's kube-apiserver + etcd CPU per run
 // beside the API floor's (apiFloor), both less what they spend idle.
 func (o longRun) reportFloor(r *report, kind string, res *loadtest.BatchResult, floor apiFloor, idleMsPerSec float64) {
-	spent := res.CPU["kube-apiserver"] + res.CPU["etcd"] - time.Duration(idleMsPerSec*res.Window.Seconds()*float64(time.Millisecond))
+	spent := res.CPU.ControlPlane() - time.Duration(idleMsPerSec*res.Window.Seconds()*float64(time.Millisecond))
 	opPerRun := ms(spent.Seconds()) / float64(o.n)
 	floorPerRun := ms(floor.cpuPerRun.Seconds())
 	r.row(kind+": API floor", "a bare client writing what %d of the runs show (their create, 3 status writes with their own status, an Event; manager stopped): %.1f ms of kube-apiserver + etcd CPU a run less idle (%.2f ms/call), %.2f writes/run; the operator %.1f ms a run less idle: %.2fx the floor",
@@ -264,7 +264,7 @@ func (o longRun) report(r *report, kind string, st storeSetup, lr *latencyRun, i
 	r.row(kind+": server", "%s", serverRow(lr.server))
 	r.row(kind+": waits seen", "%s", lr.waits)
 	r.row(kind+": etcd writes", "%d over %.1fs = %.2f/run, %.2f/run less %.2f writes/s of idle noise = %.3f/call", res.Writes, secs(res.Window), res.WritesPerRun(), writes, idle, writes/float64(o.calls))
-	toLast := perCall(res.CPUToLast["kube-apiserver"]+res.CPUToLast["etcd"], calls)
+	toLast := perCall(res.CPUToLast.ControlPlane(), calls)
 	idlePart := idleCPU * res.Window.Seconds() / float64(calls)
 	r.row(kind+": API server + etcd CPU", "%.2f ms/call (kube-apiserver %.2f, etcd %.2f) over the batch and its settle (%.1fs), of which %.2f ms/call is what they spend idle over as long; %.2f ms/call to the last Complete",
 		controlPlane, perCall(api, calls), perCall(etcd, calls), secs(res.Window), idlePart, toLast)
