@@ -38,22 +38,6 @@ func slowSteps(n, ms int) string {
 	return b.String()
 }
 
-// ownPostgres starts a PostgreSQL server of the test's own (which it may
-// stop, freeze or restart), stopped when it ends, with a database on it.
-func ownPostgres(t *testing.T) (*postgres.Server, *postgres.Database) {
-	t.Helper()
-	srv, err := postgres.Start(postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	d, err := srv.CreateDatabase(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, d
-}
-
 // waitOnStore runs stop, waits until every run named that had not
 // finished shows the store wait (healthy: no person needed), holds the
 // database away for away, then runs start.
@@ -94,7 +78,7 @@ func waitOnStore(t *testing.T, ns string, names []string, stop, start func() err
 // back: every run completes, every call the provider served is in some
 // run's usage (answered or lost), and no write tool call runs twice.
 func TestDatabaseAwayRunsWaitAndGoOn(t *testing.T) {
-	srv, d := ownPostgres(t)
+	srv, d := postgres.ForTest(t, postgres.Options{})
 	tools := mcptest.New(t, mcptest.Options{})
 	h := startManager(t, managerOpts{store: d.DSN})
 	ns := newNamespace(t)
@@ -215,7 +199,7 @@ func TestArchiveKeepsARunAfterItsTTL(t *testing.T) {
 // however long it lasts. They are counted as unarchived meanwhile, and
 // archived once it answers.
 func TestFinishedRunsWaitForTheStoreToBeArchived(t *testing.T) {
-	srv, d := ownPostgres(t)
+	srv, d := postgres.ForTest(t, postgres.Options{})
 	ns := newNamespace(t)
 	createConfigMap(t, ns, "steps", map[string]string{"agent.toml": slowSteps(2, 0)})
 	createConfigMap(t, ns, "agentrun-providers", map[string]string{"providers.toml": scriptedProviders})

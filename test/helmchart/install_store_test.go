@@ -1,7 +1,6 @@
 package helmchart_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -37,16 +36,7 @@ import (
 // ConfigMap was written.
 func TestChartStoreKeepsRunsInPostgresOverTLS(t *testing.T) {
 	const rel, ns, watched = "agentrun-store", "agentrun-store", "store-a"
-	pg, err := postgres.Start(postgres.Options{TLS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	ctx := context.Background()
-	db, err := pg.CreateDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pg, db := postgres.ForTest(t, postgres.Options{TLS: true})
 	e := controlPlane(t)
 	admin, err := e.Kubeconfig(t.TempDir())
 	if err != nil {

@@ -64,15 +64,7 @@ func TestShardTakerRecordsItsFenceBeforeAppending(t *testing.T) {
 	c := sharedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	pg, err := postgres.Start(postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	pdb, err := pg.CreateDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pdb := postgres.ForTest(t, postgres.Options{})
 	st, err := sqlstore.Open(sqlstore.Config{DSN: pdb.DSN})
 	if err != nil {
 		t.Fatal(err)

@@ -249,15 +249,7 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	c := sharedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	pg, err := postgres.Start(postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	db, err := pg.CreateDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, db := postgres.ForTest(t, postgres.Options{})
 	ledger, err := sqlstore.Open(sqlstore.Config{DSN: db.DSN})
 	if err != nil {
 		t.Fatal(err)

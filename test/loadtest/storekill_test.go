@@ -204,15 +204,7 @@ func TestLongRunsSurviveKillsAndStoreOutages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	pg, err := postgres.Start(postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	db, err := pg.CreateDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pg, db := postgres.ForTest(t, postgres.Options{})
 	srv, err := loadtest.NewLatencyServer(outageCallDelay, 0)
 	if err != nil {
 		t.Fatal(err)

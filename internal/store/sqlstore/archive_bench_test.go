@@ -102,15 +102,7 @@ func BenchmarkArchiveImport(b *testing.B) {
 // durableStore opens a store on a database of its own on a PostgreSQL
 // server with fsync and synchronous commit on, stopped after the benchmark.
 func durableStore(b *testing.B) *sqlstore.Store {
-	srv, err := postgres.Start(postgres.Options{Durable: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = srv.Stop() })
-	db, err := srv.CreateDatabase(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, db := postgres.ForTest(b, postgres.Options{Durable: true})
 	return open(b, db.DSN) // closed before the server stops (cleanups run last first)
 }
 
