@@ -184,6 +184,27 @@ lines:
 	return false
 }
 
+// LogLines is the last n lines of the manager's log that contain part.
+func (m *Manager) LogLines(part string, n int) []string {
+	f, err := os.Open(m.LogPath)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), part) {
+			lines = append(lines, sc.Text())
+			if len(lines) > n {
+				lines = lines[1:]
+			}
+		}
+	}
+	return lines
+}
+
 // LogTail is the last n bytes of the manager's log.
 func (m *Manager) LogTail(n int64) string {
 	f, err := os.Open(m.LogPath)

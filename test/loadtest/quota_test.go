@@ -3,6 +3,7 @@ package loadtest_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -338,8 +339,9 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				u, _ := ledger.QuotaUse(ctx, key, period)
-				t.Fatalf("timed out waiting for %s: %d complete, %d waiting on the quota of %d; the ledger: %+v; reservations:\n%s", what,
-					count(runs, loadtest.IsComplete), count(runs, waitsOnQuota), len(runs), u, reservations(ctx, db.DSN, runs))
+				holders, _ := ledger.QuotaHolders(ctx, key)
+				t.Fatalf("timed out waiting for %s: %d complete, %d waiting on the quota of %d; the ledger: %+v, holders %v; reservations:\n%s\nthe runs not complete:\n%s", what,
+					count(runs, loadtest.IsComplete), count(runs, waitsOnQuota), len(runs), u, holders, reservations(ctx, db.DSN, runs), unfinished(runs, managers))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -466,6 +468,25 @@ func reservations(ctx context.Context, dsn string, runs []arv1.AgentRun) string 
 			}
 		}
 		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// unfinished describes the runs not complete: their status, and what
+// each replica logged of them last.
+func unfinished(runs []arv1.AgentRun, managers map[string]*loadtest.Manager) string {
+	var b strings.Builder
+	for i := range runs {
+		r := &runs[i]
+		if loadtest.IsComplete(r) {
+			continue
+		}
+		fmt.Fprintf(&b, "%s/%s %s (uid %s) driver %q waiting %+v pending %+v\n", r.Namespace, r.Name, r.Status.Phase, r.UID, r.Status.Driver, r.Status.WaitingOn, r.Status.PendingCall)
+		for _, id := range slices.Sorted(maps.Keys(managers)) {
+			for _, line := range managers[id].LogLines(`"`+r.Name+`"`, 8) {
+				fmt.Fprintf(&b, "  %s: %.600s\n", id, line)
+			}
+		}
 	}
 	return b.String()
 }
