@@ -77,11 +77,12 @@ func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) {
 	if !synced {
 		return
 	}
+	defer r.dropShard(c)
+	defer r.shardCaches.Release(shard)
 	if err := r.watchShard(c); err != nil {
 		log.Error(err, "Watching the shard's runs")
 		return
 	}
-	r.shardCaches.Hold(ctx, shard, c)
 	if f, ok := store.FenceFrom(ctx); ok {
 		// Before any of the shard's runs is driven here: an older holder's
 		// appends are refused from now on (store.Fencer).
@@ -92,8 +93,6 @@ func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) {
 	r.seedShard(ctx, c)
 	r.labels.Kick()
 	<-ctx.Done()
-	r.shardCaches.Release(shard)
-	r.dropShard(c)
 }
 
 // shareLimits gives this replica the share of every provider limit that

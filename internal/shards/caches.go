@@ -69,8 +69,11 @@ func NewCaches(cfg CacheConfig) *Caches {
 }
 
 // Open builds the cache of one shard's runs, with its indexes, starts it
-// (until ctx ends) and waits for it to sync; ok is false when ctx ended
-// first.
+// (until ctx ends), waits for it to sync and holds it (Hold, with ctx as
+// its runs' fence); ok is false when ctx ended first. Held before anything
+// watches it: a reconcile its first list queues finds the run (Get), where
+// a run not found is taken for one another replica drives, and its
+// reconcile ends with nothing to wake it again.
 func (s *Caches) Open(ctx context.Context, shard int, scheme *runtime.Scheme) (c cache.Cache, ok bool, err error) {
 	sel := labels.SelectorFromSet(labels.Set{LabelShard: strconv.Itoa(shard)})
 	c, err = cache.New(s.cfg.Rest, cache.Options{Scheme: scheme, DefaultNamespaces: s.cfg.Namespaces, ByObject: map[client.Object]cache.ByObject{
@@ -83,7 +86,11 @@ func (s *Caches) Open(ctx context.Context, shard int, scheme *runtime.Scheme) (c
 		return nil, false, err
 	}
 	go func() { _ = c.Start(ctx) }()
-	return c, c.WaitForCacheSync(ctx), nil
+	if !c.WaitForCacheSync(ctx) {
+		return c, false, nil
+	}
+	s.Hold(ctx, shard, c)
+	return c, true, nil
 }
 
 // Hold makes c the cache of a shard this replica drives, read by Get and
