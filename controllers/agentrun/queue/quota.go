@@ -64,7 +64,14 @@ type quotaGate struct {
 	// active are, without a database, the runs holding each activeRuns
 	// quota's slots (seeded from the live runs on first use).
 	active map[string]map[types.UID]bool
+	// generations are the quotas' generations as their watch last
+	// delivered them (deletedQuota once deleted): a refusal judged
+	// against an older one wakes its run at once (awaitAs).
+	generations map[string]int64
 }
+
+// deletedQuota is the generation of a quota its watch saw deleted.
+const deletedQuota = -1
 
 type quotaHit struct {
 	err        store.QuotaExceededError
@@ -81,11 +88,19 @@ type quotaWaiter struct {
 	period, need, hard int64
 }
 
+// refusal is a quota's refusal of a run's start or call, with the quota's
+// generation it was judged against.
+type refusal struct {
+	err        *store.QuotaExceededError
+	generation int64
+}
+
 func newQuotaGate(reader, runs client.Reader, db store.Quotas, cluster bool, rootOf func(context.Context, string, string) *arv1.AgentRun, wake func(...types.NamespacedName)) *quotaGate {
 	return &quotaGate{
 		reader: reader, runs: runs, db: db, cluster: cluster, rootOf: rootOf, wake: wake,
 		started: map[types.UID]bool{}, hits: map[types.UID]quotaHit{},
 		waiting: map[string]map[types.UID]quotaWaiter{}, active: map[string]map[types.UID]bool{},
+		generations: map[string]int64{},
 	}
 }
 
@@ -201,7 +216,7 @@ func (q *Queue) HoldStart(ctx context.Context, run *arv1.AgentRun, waiting *arv1
 	var qe *store.QuotaExceededError
 	switch {
 	case errors.As(err, &qe):
-		g.await(run, qe)
+		g.await(run, refusal{err: qe, generation: generationOf(qs, qe.Quota)})
 		g.recheck(ctx, qe.Quota)
 		h := &Hold{Wait: quota.Wait(qe, waiting, now)}
 		if !qe.ResetAt.IsZero() {
@@ -356,7 +371,7 @@ func (q *Queue) Charge(ctx context.Context, run *arv1.AgentRun, call *steps.Mode
 		g.mu.Lock()
 		g.hits[uid] = quotaHit{err: *e, generation: gens[e.Quota]}
 		g.mu.Unlock()
-		g.awaitAs(uid, who, place, e)
+		g.awaitAs(uid, who, place, refusal{err: e, generation: gens[e.Quota]})
 		g.recheck(ctx, e.Quota)
 	}
 	return nil
@@ -387,7 +402,7 @@ func (q *Queue) Refused(ctx context.Context, run *arv1.AgentRun, now time.Time) 
 		g.mu.Unlock()
 		return nil
 	}
-	g.await(run, &h.err)
+	g.await(run, refusal{err: &h.err, generation: h.generation})
 	w := quota.Wait(&h.err, nil, now)
 	hit := &runstate.QuotaHit{Quota: w.Quota, Resource: w.Resource, Used: w.Used, Hard: w.Hard, NeedsAPerson: w.NeedsAPerson}
 	if w.ResetAt != nil {
@@ -397,19 +412,42 @@ func (q *Queue) Refused(ctx context.Context, run *arv1.AgentRun, now time.Time) 
 	return hit
 }
 
-// await notes that the run waits on the quota that refused it (e).
-func (g *quotaGate) await(run *arv1.AgentRun, e *store.QuotaExceededError) {
-	g.awaitAs(run.UID, client.ObjectKeyFromObject(run), runqueue.PlaceOf(run), e)
+// await notes that the run waits on the quota that refused it.
+func (g *quotaGate) await(run *arv1.AgentRun, r refusal) {
+	g.awaitAs(run.UID, client.ObjectKeyFromObject(run), runqueue.PlaceOf(run), r)
 }
 
-func (g *quotaGate) awaitAs(uid types.UID, who types.NamespacedName, place runqueue.Place, e *store.QuotaExceededError) {
+// awaitAs notes that the run waits on the quota that refused it, unless
+// the quota's watch has already delivered another generation (raised,
+// edited or deleted while the refusal was made): its wake for that change
+// came before this wait, so the run is woken now and tries again.
+func (g *quotaGate) awaitAs(uid types.UID, who types.NamespacedName, place runqueue.Place, r refusal) {
+	e := r.err
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.unawait(uid)
+	if seen, ok := g.generations[e.Quota]; ok && (seen == deletedQuota || seen > r.generation) {
+		if h, ok := g.hits[uid]; ok && h.err.Quota == e.Quota {
+			delete(g.hits, uid)
+		}
+		g.mu.Unlock()
+		g.wake(who)
+		return
+	}
+	defer g.mu.Unlock()
 	if g.waiting[e.Quota] == nil {
 		g.waiting[e.Quota] = map[types.UID]quotaWaiter{}
 	}
 	g.waiting[e.Quota][uid] = quotaWaiter{key: who, place: place, resource: e.Resource, period: e.Period, need: e.Need, hard: e.Hard}
+}
+
+// generationOf is the generation of the quota of key among qs (0: none).
+func generationOf(qs []quota.Quota, key string) int64 {
+	for i := range qs {
+		if qs[i].Key() == key {
+			return qs[i].Generation
+		}
+	}
+	return 0
 }
 
 // Cost and tokens come back when a call settles below its worst case, fails,
@@ -433,20 +471,34 @@ func (q *Queue) Settled(ctx context.Context, c *store.Charge) {
 	}
 }
 
-// recheck reads what the quota used in the periods its cost and tokens
-// waiters wait in, and wakes those whose refused call or start fits now.
+// recheck reads what the quota uses, and wakes the waiters that fit now:
+// those on its activeRuns when slots are free, and those on its cost and
+// tokens whose refused call or start fits what their period used. A slot
+// or a reservation given back between a refusal and its wait woke nobody,
+// and nothing else would wake the run if no other run of the quota ends.
 func (g *quotaGate) recheck(ctx context.Context, key string) {
-	if g.db == nil {
-		return
-	}
 	g.mu.Lock()
 	var periods []int64
+	slots := int64(-1) // the activeRuns limit its waiters were refused at
 	for _, w := range g.waiting[key] {
-		if (w.resource == arv1.QuotaCost || w.resource == arv1.QuotaTokens) && !slices.Contains(periods, w.period) {
-			periods = append(periods, w.period)
+		switch w.resource {
+		case arv1.QuotaActiveRuns:
+			slots = w.hard
+		case arv1.QuotaCost, arv1.QuotaTokens:
+			if !slices.Contains(periods, w.period) {
+				periods = append(periods, w.period)
+			}
 		}
 	}
 	g.mu.Unlock()
+	if slots >= 0 {
+		if used, ok := g.activeUsed(ctx, key); ok && used < slots {
+			g.wakeRoom(key, int(slots-used))
+		}
+	}
+	if g.db == nil {
+		return
+	}
 	for _, p := range periods {
 		u, err := g.db.QuotaUse(ctx, key, p)
 		if err != nil {
@@ -454,6 +506,22 @@ func (g *quotaGate) recheck(ctx context.Context, key string) {
 		}
 		g.wakeFitting(key, p, map[arv1.QuotaResource]int64{arv1.QuotaCost: quota.Used(u, arv1.QuotaCost), arv1.QuotaTokens: quota.Used(u, arv1.QuotaTokens)})
 	}
+}
+
+// activeUsed is how many slots of the quota's activeRuns are held: in
+// the database, or without one by the runs this process counts.
+func (g *quotaGate) activeUsed(ctx context.Context, key string) (int64, bool) {
+	if g.db == nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		set, ok := g.active[key]
+		return int64(len(set)), ok
+	}
+	u, err := g.db.QuotaUse(ctx, key, 0)
+	if err != nil {
+		return 0, false // the quota's status refresh wakes them (QuotaHandler)
+	}
+	return u.ActiveRuns, true
 }
 
 // wakeFitting wakes, in their place in line, the runs waiting on the

@@ -32,7 +32,7 @@ func TestQuotaStatusWakesTheRefusedThatFitItsUse(t *testing.T) {
 		uid := types.UID("uid-" + name)
 		place := runqueue.Place{Root: day.Add(time.Duration(created) * time.Second), RootName: name, Name: name}
 		g.hits[uid] = quotaHit{err: e}
-		g.awaitAs(uid, types.NamespacedName{Namespace: "ns", Name: name}, place, &e)
+		g.awaitAs(uid, types.NamespacedName{Namespace: "ns", Name: name}, place, refusal{err: &e, generation: 1})
 	}
 	refused := func(need, period int64) store.QuotaExceededError {
 		return store.QuotaExceededError{Quota: key, Resource: arv1.QuotaCost, Used: 900_000, Hard: 1_000_000, Need: need, Period: period}

@@ -31,12 +31,18 @@ func (q *Queue) QuotaKinds() []client.Object {
 // quota is polled.
 func (q *Queue) QuotaHandler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if v := view(obj); v != nil {
+				q.quotas.observe(v.key, v.generation)
+			}
+		},
 		UpdateFunc: func(old, obj any) { q.quotas.changed(view(old), view(obj)) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if v := view(obj); v != nil {
+				q.quotas.observe(v.key, deletedQuota)
 				q.quotas.wakeAll(v.key)
 			}
 		},
@@ -66,6 +72,7 @@ func (g *quotaGate) changed(old, cur *quotaView) {
 	if old == nil || cur == nil {
 		return
 	}
+	g.observe(cur.key, cur.generation)
 	if old.generation != cur.generation || !slices.Equal(old.status.Exceeded, cur.status.Exceeded) {
 		g.wakeAll(cur.key)
 		return
@@ -79,6 +86,15 @@ func (g *quotaGate) changed(old, cur *quotaView) {
 	// Room a call settling below its worst case freed (on any replica).
 	period, used := statusUse(cur.status)
 	g.wakeFitting(cur.key, period, used)
+}
+
+// observe records the quota's generation as its watch delivered it,
+// before the wakes of its change: a refusal judged against an older one
+// that waits after them is woken at once (awaitAs).
+func (g *quotaGate) observe(key string, generation int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.generations[key] = generation
 }
 
 // statusUse is the period a quota's status counts and its cost (nano-USD)
