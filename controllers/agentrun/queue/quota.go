@@ -418,9 +418,10 @@ func (g *quotaGate) await(run *arv1.AgentRun, r refusal) {
 }
 
 // awaitAs notes that the run waits on the quota that refused it, unless
-// the quota's watch has already delivered another generation (raised,
-// edited or deleted while the refusal was made): its wake for that change
-// came before this wait, so the run is woken now and tries again.
+// the quota's watch has already delivered a newer generation of it
+// (raised or edited) or its deletion while the refusal was made: the wake
+// for that change came before this wait, so the run is woken now and
+// tries again.
 func (g *quotaGate) awaitAs(uid types.UID, who types.NamespacedName, place runqueue.Place, r refusal) {
 	e := r.err
 	g.mu.Lock()
@@ -490,38 +491,27 @@ func (g *quotaGate) recheck(ctx context.Context, key string) {
 			}
 		}
 	}
+	active, counted := int64(len(g.active[key])), g.active[key] != nil
 	g.mu.Unlock()
-	if slots >= 0 {
-		if used, ok := g.activeUsed(ctx, key); ok && used < slots {
-			g.wakeRoom(key, int(slots-used))
-		}
-	}
 	if g.db == nil {
+		if slots >= 0 && counted && active < slots {
+			g.wakeRoom(key, int(slots-active))
+		}
 		return
 	}
-	for _, p := range periods {
+	if slots >= 0 && len(periods) == 0 {
+		periods = append(periods, 0) // activeRuns, counted whatever the period
+	}
+	for i, p := range periods {
 		u, err := g.db.QuotaUse(ctx, key, p)
 		if err != nil {
 			continue // the quota's status refresh wakes them (QuotaHandler)
 		}
+		if i == 0 && slots >= 0 && u.ActiveRuns < slots {
+			g.wakeRoom(key, int(slots-u.ActiveRuns))
+		}
 		g.wakeFitting(key, p, map[arv1.QuotaResource]int64{arv1.QuotaCost: quota.Used(u, arv1.QuotaCost), arv1.QuotaTokens: quota.Used(u, arv1.QuotaTokens)})
 	}
-}
-
-// activeUsed is how many slots of the quota's activeRuns are held: in
-// the database, or without one by the runs this process counts.
-func (g *quotaGate) activeUsed(ctx context.Context, key string) (int64, bool) {
-	if g.db == nil {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		set, ok := g.active[key]
-		return int64(len(set)), ok
-	}
-	u, err := g.db.QuotaUse(ctx, key, 0)
-	if err != nil {
-		return 0, false // the quota's status refresh wakes them (QuotaHandler)
-	}
-	return u.ActiveRuns, true
 }
 
 // wakeFitting wakes, in their place in line, the runs waiting on the

@@ -152,3 +152,28 @@ func TestRefusalJudgedBeforeARaiseWakesAtOnce(t *testing.T) {
 		t.Errorf("after the quota's deletion: woken %v, waiting %v; want third (waiting) and fourth (refused after) woken", got, qu.quotas.waiting)
 	}
 }
+
+// TestSlotFreedBeforeTheWaitWithoutADatabase: without a database store
+// the gate counts the slots itself; a run waiting on activeRuns is woken
+// by the recheck that follows its wait when a slot is free by that count,
+// and stays while every slot is held.
+func TestSlotFreedBeforeTheWaitWithoutADatabase(t *testing.T) {
+	const key = "AgentRunQuota/ns/slots"
+	var woken []string
+	g := newQuotaGate(nil, nil, nil, false, nil, func(ks ...types.NamespacedName) {
+		for _, k := range ks {
+			woken = append(woken, k.Name)
+		}
+	})
+	g.active[key] = map[types.UID]bool{"uid-a": true, "uid-b": true}
+	g.await(queuedRun("waiter"), refusal{err: &store.QuotaExceededError{Quota: key, Resource: arv1.QuotaActiveRuns, Used: 2, Hard: 2, Need: 1}, generation: 1})
+	g.recheck(context.Background(), key)
+	if len(woken) != 0 || !g.Has("uid-waiter") {
+		t.Fatalf("with both slots held: woken %v, waiting %v; want the run waiting", woken, g.waiting)
+	}
+	delete(g.active[key], "uid-a") // ended, its wake gone before the wait
+	g.recheck(context.Background(), key)
+	if !slices.Equal(woken, []string{"waiter"}) || g.Has("uid-waiter") {
+		t.Errorf("with a slot free: woken %v, waiting %v; want the run woken", woken, g.waiting)
+	}
+}
