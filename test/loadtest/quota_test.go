@@ -1,6 +1,7 @@
 package loadtest_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -240,8 +241,9 @@ func lostIntents(ctx context.Context, dsn string) string {
 // every run not complete waits on QuotaExceeded with the quota's next
 // midnight (cost) or no reset (activeRuns), needing no person; nothing is
 // reserved. Then the quota is raised and every run completes; at no
-// moment the watch saw were more than 20 runs active, and no reservation
-// or hold is left.
+// moment the watch saw were more than 20 runs active, nor did more than 20
+// runs (and at least one) have their calls answered at once by the call
+// ledger, and no reservation or hold is left.
 func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three manager processes and PostgreSQL")
@@ -409,7 +411,14 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 		return count(runs, loadtest.IsComplete) == total
 	})
 	if m := active.max(); m > activeLimit {
-		t.Errorf("%d runs were active at once; the quota allows %d", m, activeLimit)
+		t.Errorf("%d runs were active at once in status; the quota allows %d", m, activeLimit)
+	}
+	answering, err := mostAnsweringAtOnce(ctx, db.DSN, nss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answering > activeLimit || answering == 0 {
+		t.Errorf("%d runs were answered calls at once by the call ledger; want between 1 and the quota's %d", answering, activeLimit)
 	}
 	// What runs that ended on a replica as it died still hold is given
 	// back by the quota's sweep (every 6 refreshes: 3 s here).
@@ -436,8 +445,58 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	if use.ReservedCost != 0 || use.ReservedTokens != 0 || use.InFlight != 0 || use.ActiveRuns != 0 || len(holders) != 0 {
 		t.Errorf("left over once every run completed: %+v, holders %v", use, holders)
 	}
-	t.Logf("%d runs on 3 replicas (one killed mid-batch): %d completed within $1.00 (spent $%s) in %v, the others waiting on %v; all completed after the raise (spent $%s, %d tokens; %d calls lost in handovers, %d of them counted at their worst case) at %v; at most %d active at once; %d activeRuns slots still held as the last run completed, given back by the sweep",
-		total, completeAtCap, money.NanoUSD(spentAtCap), usedUp.Round(time.Second), waitingOn, money.NanoUSD(use.Cost), use.Tokens, final.lost, use.UnpricedCalls, time.Since(began).Round(time.Second), active.max(), heldAtEnd)
+	t.Logf("%d runs on 3 replicas (one killed mid-batch): %d completed within $1.00 (spent $%s) in %v, the others waiting on %v; all completed after the raise (spent $%s, %d tokens; %d calls lost in handovers, %d of them counted at their worst case) at %v; at most %d active at once in status and %d answering at once in the call ledger; %d activeRuns slots still held as the last run completed, given back by the sweep",
+		total, completeAtCap, money.NanoUSD(spentAtCap), usedUp.Round(time.Second), waitingOn, money.NanoUSD(use.Cost), use.Tokens, final.lost, use.UnpricedCalls, time.Since(began).Round(time.Second), active.max(), answering, heldAtEnd)
+}
+
+// mostAnsweringAtOnce is the most runs of the namespaces whose answered
+// calls overlapped at once, by the call ledger: a run's first and last
+// answers fall within its hold of an activeRuns slot (taken before its
+// first call, given back after it ended), so no more runs than the
+// quota's activeRuns can overlap. Status alone cannot show it: a run that
+// ends within its first second may never show Running there, and with
+// every run so quick the watch of status sees none active.
+func mostAnsweringAtOnce(ctx context.Context, dsn string, nss []string) (int, error) {
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return 0, err
+	}
+	db := stdlib.OpenDB(*pc)
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT MIN(at), MAX(at) FROM call_ledger WHERE namespace = ANY($1) GROUP BY run_uid`, nss)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var edges []edge
+	for rows.Next() {
+		var first, last int64
+		if err := rows.Scan(&first, &last); err != nil {
+			return 0, err
+		}
+		edges = append(edges, edge{first, 1}, edge{last, -1})
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	// At one instant a run starting counts before one ending: both held
+	// their slots then.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return cmp.Compare(b.delta, a.delta)
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most, nil
 }
 
 // reservations lists the calls holding a reservation, with their runs'
