@@ -84,8 +84,9 @@ func (r *AgentRunReconciler) DriveShard(ctx context.Context, shard int) {
 		return
 	}
 	if f, ok := store.FenceFrom(ctx); ok {
-		// Before any of the shard's runs is driven here: an older holder's
-		// appends are refused from now on (store.Fencer).
+		// An older holder's appends are refused from now on
+		// (store.Fencer). A run of the shard driven here before this
+		// records the fence with its first append: the appends carry it.
 		if err := r.journals.RaiseFence(ctx, f); err != nil {
 			log.Info("Recording this hold's fence in the store failed; the first append of the shard's runs records it", "error", err.Error())
 		}
