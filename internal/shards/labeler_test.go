@@ -57,21 +57,7 @@ func (p *patchOrder) order() []string {
 func TestLabelerLabelsRunsInFlightFirst(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := arv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "labeler-"}}
-	if err := c.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	scheme, c, ns := clientInNamespace(t, ctx, "labeler-")
 	create := func(name string, phase arv1.Phase) {
 		t.Helper()
 		run := &arv1.AgentRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name}, Spec: arv1.AgentRunSpec{Agent: "a", Task: "t"}}
@@ -130,4 +116,26 @@ func TestLabelerLabelsRunsInFlightFirst(t *testing.T) {
 	if at < 0 || at > 3+5+15 {
 		t.Errorf("the run created meanwhile was label %d of %d; want it ahead of most finished runs: %v", at, len(got), got)
 	}
+}
+
+// clientInNamespace is a client of the test API server that knows
+// AgentRuns, its scheme, and a new namespace named from prefix.
+func clientInNamespace(t *testing.T, ctx context.Context, prefix string) (*runtime.Scheme, client.Client, *corev1.Namespace) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := arv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	return scheme, c, ns
 }
