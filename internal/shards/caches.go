@@ -69,7 +69,7 @@ func NewCaches(cfg CacheConfig) *Caches {
 }
 
 // Open builds the cache of one shard's runs, with its indexes, starts it
-// (until ctx ends), waits for it to sync and holds it (Hold, with ctx as
+// (until ctx ends), waits for it to sync and holds it (hold, with ctx as
 // its runs' fence); ok is false when ctx ended first. Held before anything
 // watches it: a reconcile its first list queues finds the run (Get), where
 // a run not found is taken for one another replica drives, and its
@@ -89,14 +89,14 @@ func (s *Caches) Open(ctx context.Context, shard int, scheme *runtime.Scheme) (c
 	if !c.WaitForCacheSync(ctx) {
 		return c, false, nil
 	}
-	s.Hold(ctx, shard, c)
+	s.hold(ctx, shard, c)
 	return c, true, nil
 }
 
-// Hold makes c the cache of a shard this replica drives, read by Get and
+// hold makes c the cache of a shard this replica drives, read by Get and
 // List, with fence (ended when the hold on the shard's Lease ends) as its
 // runs' Fence, until Release.
-func (s *Caches) Hold(fence context.Context, shard int, c cache.Cache) {
+func (s *Caches) hold(fence context.Context, shard int, c cache.Cache) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shards[shard] = drivenShard{cache: c, fence: fence}
